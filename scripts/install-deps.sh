@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs what vlafeed needs to build, test and run, on a
+# fresh Debian machine of this kind. Idempotent and quick when all is there.
+#   system (apt-get): compilers, FFmpeg libraries with libdav1d/libsvtav1,
+#                     snappy, zstd, zlib, libcurl, jansson, libarchive
+#   python (pip):     pyarrow, PyAV, numpy, pytest, tqdm, torch==2.13.0 (CPU)
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential pkg-config clang libclang-rt-14-dev llvm
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libdav1d-dev ffmpeg
+  libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libjansson-dev libarchive-dev
+)
+PIP_PACKAGES=(pyarrow av numpy pytest tqdm "torch==2.13.0" scikit-build-core ninja cmake)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: apt-get install ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+need_pip=()
+for spec in "${PIP_PACKAGES[@]}"; do
+  mod=${spec%%==*}
+  case "$mod" in
+    scikit-build-core) mod=scikit_build_core ;;
+    pyarrow|av|numpy|pytest|tqdm|torch|ninja|cmake) ;;
+  esac
+  "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('${mod//-/_}') else 1)" 2>/dev/null || need_pip+=("$spec")
+done
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "install-deps: pip install ${need_pip[*]}"
+  "$PY" -m pip install -q "${need_pip[@]}"
+fi
+echo "install-deps: ok"

@@ -1,0 +1,72 @@
+/* test_base.c: error messages, buffers, paths and byte sources. */
+#include "io/io.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+
+static void test_errors(void)
+{
+    CHECK(vf_error(VF_ECORRUPT, "bad %s", "thing") == VF_ECORRUPT);
+    CHECK(strcmp(vf_last_error(), "bad thing") == 0);
+    CHECK(vf_error_context(VF_ECORRUPT, "file.parquet") == VF_ECORRUPT);
+    CHECK(strcmp(vf_last_error(), "file.parquet: bad thing") == 0);
+    CHECK(strcmp(vf_status_name(VF_ENOENT), "not found") == 0);
+}
+
+static void test_buf(void)
+{
+    vf_buf b = {0};
+    for (int i = 0; i < 1000; i++)
+        CHECK_OK(vf_buf_printf(&b, "%d,", i));
+    CHECK(b.len > 1000);
+    CHECK(memcmp(b.data, "0,1,2,", 6) == 0);
+    char *s = vf_buf_take_string(&b);
+    CHECK(s && strlen(s) > 1000 && b.data == NULL);
+    free(s);
+    char *p = vf_path_join("/a/b/", "/c");
+    CHECK(p && strcmp(p, "/a/b/c") == 0);
+    free(p);
+}
+
+static void test_sources(void)
+{
+    const char text[] = "hello world";
+    vf_source *s;
+    CHECK_OK(vf_source_open_memory(&s, "mem", text, 11, 1));
+    char out[16] = {0};
+    CHECK_OK(vf_source_read_at(s, 6, out, 5));
+    CHECK(memcmp(out, "world", 5) == 0);
+    CHECK_ERR(vf_source_read_at(s, 8, out, 5), VF_ECORRUPT, "mem: truncated");
+    CHECK_EQ_INT(vf_source_read_upto(s, 8, out, 5), 3);
+    vf_source *again = vf_source_ref(s);
+    vf_source_close(s);
+    CHECK_EQ_INT(vf_source_size(again), 11);
+    vf_source_close(again);
+
+    CHECK_ERR(vf_source_open_file(&s, "/nonexistent/file.parquet"), VF_ENOENT, "/nonexistent/file.parquet");
+    char *dir = vf_test_tmpdir("base");
+    char *path = vf_path_join(dir, "x.bin");
+    FILE *f = fopen(path, "wb");
+    fwrite("abcdef", 1, 6, f);
+    fclose(f);
+    CHECK_OK(vf_source_open_file(&s, path));
+    CHECK_OK(vf_source_read_at(s, 2, out, 3));
+    CHECK(memcmp(out, "cde", 3) == 0);
+    vf_source_close(s);
+    uint8_t *data;
+    size_t len;
+    CHECK_OK(vf_read_file(path, &data, &len));
+    CHECK(len == 6 && data[6] == 0);
+    free(data);
+    vf_test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+int main(void)
+{
+    test_errors();
+    test_buf();
+    test_sources();
+    return vf_test_finish("test_base");
+}

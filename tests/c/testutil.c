@@ -1,0 +1,42 @@
+/* testutil.c: the shared pieces of the C test harness (see testutil.h). */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+int vf_test_failures = 0;
+int vf_test_checks = 0;
+
+int vf_test_finish(const char *name)
+{
+    printf("%s: %d checks, %d failed\n", name, vf_test_checks, vf_test_failures);
+    return vf_test_failures ? 1 : 0;
+}
+
+char *vf_test_fixture(const char *relative)
+{
+    const char *root = getenv("VF_FIXTURES");
+    if (!root)
+        root = "../shared/fixtures";
+    return vf_path_join(root, relative);
+}
+
+char *vf_test_tmpdir(const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    char *templ = vf_asprintf("%s/vftest-%s-XXXXXX", base ? base : "/tmp", tag);
+    if (!templ || !mkdtemp(templ)) {
+        fprintf(stderr, "cannot create a temporary directory\n");
+        exit(2);
+    }
+    return templ;
+}
+
+void vf_test_rmtree(const char *path)
+{
+    char *cmd = vf_asprintf("rm -rf '%s'", path);
+    if (cmd && system(cmd) != 0)
+        fprintf(stderr, "warning: could not remove %s\n", path);
+    free(cmd);
+}
