@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan build-fuzz python test test-c test-asan fuzz test-py demo bench clean
+.PHONY: all deps build build-asan build-fuzz python py-inplace test test-c test-asan fuzz test-py demo bench clean
 
 all: build
 
@@ -38,8 +38,14 @@ test-asan: build-asan
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
-test-py: python build
-	VF_BUILD_DIR=$(CURDIR)/build $(PY) -m pytest -q tests/python
+# The extension built in place (build-py/ -> python/vlafeed/), for tests.
+py-inplace: deps
+	cmake -S . -B build-py -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVF_PYTHON=ON -DVF_TESTS=OFF -DVF_TOOLS=OFF >/dev/null
+	cmake --build build-py -j $(JOBS)
+	cp build-py/_native*.so python/vlafeed/
+
+test-py: py-inplace build
+	PYTHONPATH=$(CURDIR)/python VF_CLI=$(CURDIR)/build/vlafeed $(PY) -m pytest -q tests/python
 
 test: test-c test-asan fuzz test-py
 	@echo "make test: all suites passed"
@@ -48,4 +54,4 @@ demo: python build
 	scripts/demo.sh
 
 clean:
-	rm -rf build build-asan build-fuzz build-python tests/fuzz/work
+	rm -rf build build-asan build-fuzz build-python build-py tests/fuzz/work python/vlafeed/*.so

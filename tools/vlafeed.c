@@ -1,15 +1,63 @@
-/* vlafeed.c: the `vlafeed` command (placeholder until the subcommands land). */
+/*
+ * vlafeed.c: the `vlafeed` command: dispatch to the subcommands in
+ * tools/cmd_*.c. Built only on include/vlafeed/ and tools/cli.h.
+ */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "vlafeed/vlafeed.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"info", vf_cmd_info, "describe a LeRobot dataset and list every problem found (--json)"},
+    {"make-sample", vf_cmd_make_sample, "write a synthetic LeRobot v3.0 dataset with frame-identity pixels"},
+    {"frame", vf_cmd_frame, "decode one frame of one camera to a PNG or PPM file"},
+    {"decode-check", vf_cmd_decode_check, "decode every frame of every video and report counts, GOPs, drift"},
+    {"plan", vf_cmd_plan, "show tasks and video opens of each partition strategy (--json)"},
+    {"bench", vf_cmd_bench, "measure data-loading throughput against the decode limit"},
+    {"parquet", vf_cmd_parquet, "inspect a Parquet file: schema, row groups, values (--json)"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "vlafeed %s: stream LeRobot datasets into training from a C engine\n\n", vf_version());
+    fprintf(out, "usage: vlafeed <command> [options]   (vlafeed <command> --help for details)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n  --version     print the version\n");
+}
+
+int vf_cli_fail(const char *cmd)
+{
+    fprintf(stderr, "vlafeed %s: %s\n", cmd, vf_last_error());
+    return 1;
+}
+
+int vf_cli_is(const char *arg, const char *name, const char *alias)
+{
+    return (name && !strcmp(arg, name)) || (alias && !strcmp(arg, alias));
+}
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !strcmp(argv[1], "--version")) {
+    if (argc < 2 || vf_cli_is(argv[1], "--help", "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
         printf("vlafeed %s\n", vf_version());
         return 0;
     }
-    fprintf(stderr, "usage: vlafeed --version\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "vlafeed: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
     return 2;
 }

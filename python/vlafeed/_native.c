@@ -1,13 +1,27 @@
 /*
- * _native.c: the CPython extension over the vlafeed C engine.
- * Module-level state: the VlafeedError exception type.
+ * _native.c: module initialisation of the CPython extension over the C
+ * engine, and the error mapping shared by every py_*.c file.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
 
 #include "vlafeed/vlafeed.h"
 
-static PyObject *VlafeedError;
+PyObject *vf_py_error_type;
+
+PyObject *vf_py_raise(int code)
+{
+    PyObject *type = vf_py_error_type;
+    if (code == VF_ENOMEM)
+        return PyErr_NoMemory();
+    if (code == VF_ERANGE)
+        type = PyExc_IndexError;
+    else if (code == VF_EINVAL)
+        type = PyExc_ValueError;
+    else if (code == VF_ENOENT)
+        type = PyExc_FileNotFoundError;
+    PyErr_SetString(type, vf_last_error()[0] ? vf_last_error() : "vlafeed error");
+    return NULL;
+}
 
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "vlafeed._native", "vlafeed C engine", -1, NULL, NULL, NULL, NULL, NULL,
@@ -18,9 +32,11 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&native_module);
     if (!m)
         return NULL;
-    VlafeedError = PyErr_NewException("vlafeed.VlafeedError", PyExc_RuntimeError, NULL);
-    if (!VlafeedError || PyModule_AddObject(m, "VlafeedError", VlafeedError) < 0 ||
-        PyModule_AddStringConstant(m, "__version__", vf_version()) < 0) {
+    vf_py_error_type = PyErr_NewException("vlafeed.VlafeedError", PyExc_RuntimeError, NULL);
+    Py_XINCREF(vf_py_error_type);
+    if (!vf_py_error_type || PyModule_AddObject(m, "VlafeedError", vf_py_error_type) < 0 ||
+        PyModule_AddStringConstant(m, "__version__", vf_version()) < 0 || vf_py_register_parquet_read(m) < 0 ||
+        vf_py_register_parquet_write(m) < 0 || vf_py_register_dataset(m) < 0 || vf_py_register_video(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,0 +1,24 @@
+/*
+ * _native.h: shared declarations of the vlafeed._native extension. Each
+ * python/vlafeed/py_<area>.c adds its functions and types to the module in
+ * its register function, called once from PyInit__native.
+ */
+#ifndef VF_PY_NATIVE_H
+#define VF_PY_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* The vlafeed.VlafeedError exception type (a RuntimeError). */
+extern PyObject *vf_py_error_type;
+
+/* Raises VlafeedError (or IndexError/KeyError/ValueError/FileNotFoundError
+ * by code) with vf_last_error(); returns NULL for `return vf_py_raise(r);`. */
+PyObject *vf_py_raise(int code);
+
+int vf_py_register_parquet_read(PyObject *module);
+int vf_py_register_parquet_write(PyObject *module);
+int vf_py_register_dataset(PyObject *module);
+int vf_py_register_video(PyObject *module);
+
+#endif

@@ -1,0 +1,32 @@
+"""Shared pytest fixtures: paths to the shared fixtures and to the built
+`vlafeed` command. The extension is imported from python/ (in-place build,
+`make py-inplace`) or from the installed package."""
+import os
+import pathlib
+import shutil
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir():
+    if not FIXTURES.is_dir():
+        pytest.skip(f"shared fixtures not found at {FIXTURES}")
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def g1_dir(fixtures_dir):
+    return fixtures_dir / "lerobot-g1-v21"
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """Path of the vlafeed command: $VF_CLI, build/vlafeed, or PATH."""
+    for candidate in (os.environ.get("VF_CLI"), str(ROOT / "build" / "vlafeed"), shutil.which("vlafeed")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.fail("vlafeed command not built (run make build)")

@@ -1,0 +1,26 @@
+/*
+ * cli.h: shared pieces of the `vlafeed` command. Each subcommand lives in
+ * its own tools/cmd_<name>.c and is built only on the public API
+ * (include/vlafeed/) plus these helpers.
+ */
+#ifndef VF_CLI_H
+#define VF_CLI_H
+
+#include <stdio.h>
+
+/* Subcommand entry points: argv[0] is the subcommand name. Return the
+ * process exit code (0 ok, 1 failure/problems found, 2 usage error). */
+int vf_cmd_info(int argc, char **argv);
+int vf_cmd_make_sample(int argc, char **argv);
+int vf_cmd_frame(int argc, char **argv);
+int vf_cmd_decode_check(int argc, char **argv);
+int vf_cmd_plan(int argc, char **argv);
+int vf_cmd_bench(int argc, char **argv);
+int vf_cmd_parquet(int argc, char **argv);
+
+/* Prints "vlafeed <cmd>: <vf_last_error()>" to stderr and returns 1. */
+int vf_cli_fail(const char *cmd);
+/* 1 when arg equals one of the NULL-terminated alternatives. */
+int vf_cli_is(const char *arg, const char *name, const char *alias);
+
+#endif
