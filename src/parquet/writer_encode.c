@@ -35,12 +35,7 @@
 
 int vf_pq_w_bit_width(uint64_t max_value)
 {
-    int w = 0;
-    while (max_value) {
-        w++;
-        max_value >>= 1;
-    }
-    return w;
+    return max_value ? 64 - __builtin_clzll(max_value) : 0;
 }
 
 const char *vf_pq_w_codec_name(vf_pq_codec c)
@@ -207,7 +202,10 @@ typedef struct dict {
     int64_t *entry_off;  /* byte arrays: entry bytes at page.data + off */
     uint32_t *entry_len;
     size_t entry_cap;
-    uint32_t *slot_hash;
+    /* Open addressing, linear probing. A slot's tag is the value itself for
+     * fixed widths up to 8 bytes (compared without touching the entries),
+     * otherwise a 64-bit hash of the bytes. */
+    uint64_t *slot_tag;
     int32_t *slot_index; /* index + 1; 0 = empty */
     size_t slot_cap;     /* power of two */
 } dict;
@@ -217,7 +215,7 @@ static void dict_free(dict *d)
     vf_buf_free(&d->page);
     free(d->entry_off);
     free(d->entry_len);
-    free(d->slot_hash);
+    free(d->slot_tag);
     free(d->slot_index);
     memset(d, 0, sizeof *d);
 }
@@ -232,7 +230,7 @@ static inline uint64_t mix64(uint64_t x)
     return x;
 }
 
-static inline uint32_t hash_bytes(const uint8_t *p, size_t len)
+static inline uint64_t hash_bytes(const uint8_t *p, size_t len)
 {
     uint64_t h = UINT64_C(0x9e3779b97f4a7c15) ^ len;
     while (len >= 8) {
@@ -247,44 +245,64 @@ static inline uint32_t hash_bytes(const uint8_t *p, size_t len)
         memcpy(&w, p, len);
         h = mix64(h ^ w ^ (uint64_t)len << 56);
     }
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-static inline const uint8_t *dict_entry(const dict *d, int32_t i, size_t *len)
-{
-    if (d->value_size) {
-        *len = d->value_size;
-        return d->page.data + (size_t)i * d->value_size;
-    }
-    *len = d->entry_len[i];
-    return d->page.data + d->entry_off[i];
+    return h;
 }
 
 static int dict_grow_slots(dict *d)
 {
     size_t cap = d->slot_cap ? d->slot_cap * 2 : 1024;
-    uint32_t *hashes = vf_malloc_array(cap, sizeof *hashes);
+    uint64_t *tags = vf_malloc_array(cap, sizeof *tags);
     int32_t *slots = vf_calloc(cap, sizeof *slots);
-    if (!hashes || !slots) {
-        free(hashes);
+    if (!tags || !slots) {
+        free(tags);
         free(slots);
         return VF_ENOMEM;
     }
     for (size_t i = 0; i < d->slot_cap; i++) {
         if (!d->slot_index[i])
             continue;
-        size_t p = d->slot_hash[i] & (cap - 1);
+        size_t p = mix64(d->slot_tag[i]) & (cap - 1);
         while (slots[p])
             p = (p + 1) & (cap - 1);
         slots[p] = d->slot_index[i];
-        hashes[p] = d->slot_hash[i];
+        tags[p] = d->slot_tag[i];
     }
-    free(d->slot_hash);
+    free(d->slot_tag);
     free(d->slot_index);
-    d->slot_hash = hashes;
+    d->slot_tag = tags;
     d->slot_index = slots;
     d->slot_cap = cap;
     return 0;
+}
+
+static int dict_add_entry(dict *d, const uint8_t *key, size_t len)
+{
+    int rc;
+    if (d->count == INT32_MAX)
+        return vf_error(VF_ERANGE, "dictionary too large");
+    if (d->value_size)
+        return vf_buf_append(&d->page, key, len);
+    if (len > UINT32_MAX)
+        return vf_error(VF_ERANGE, "value of %zu bytes too large", len);
+    if ((size_t)d->count == d->entry_cap) {
+        size_t cap = d->entry_cap ? d->entry_cap * 2 : 256;
+        int64_t *offs = vf_realloc(d->entry_off, cap * sizeof *offs);
+        if (!offs)
+            return VF_ENOMEM;
+        d->entry_off = offs;
+        uint32_t *lens = vf_realloc(d->entry_len, cap * sizeof *lens);
+        if (!lens)
+            return VF_ENOMEM;
+        d->entry_len = lens;
+        d->entry_cap = cap;
+    }
+    uint8_t le[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+    if ((rc = vf_buf_reserve(&d->page, 4 + len)) < 0)
+        return rc;
+    vf_buf_append(&d->page, le, 4);
+    d->entry_off[d->count] = (int64_t)d->page.len;
+    d->entry_len[d->count] = (uint32_t)len;
+    return vf_buf_append(&d->page, key, len);
 }
 
 /* Finds or adds a value; *index gets its dictionary index. */
@@ -293,51 +311,47 @@ static int dict_insert(dict *d, const uint8_t *key, size_t len, uint32_t *index)
     int rc;
     if ((size_t)d->count * 2 >= d->slot_cap && (rc = dict_grow_slots(d)) < 0)
         return rc;
-    uint32_t h = hash_bytes(key, len);
     size_t mask = d->slot_cap - 1;
-    size_t p = h & mask;
-    while (d->slot_index[p]) {
-        if (d->slot_hash[p] == h) {
-            int32_t i = d->slot_index[p] - 1;
-            size_t elen;
-            const uint8_t *e = dict_entry(d, i, &elen);
-            if (elen == len && memcmp(e, key, len) == 0) {
-                *index = (uint32_t)i;
+    uint64_t tag;
+    size_t p;
+    if (d->value_size && d->value_size <= 8) {
+        tag = 0;
+        memcpy(&tag, key, len);
+        p = mix64(tag) & mask;
+        while (d->slot_index[p]) {
+            if (d->slot_tag[p] == tag) {
+                *index = (uint32_t)(d->slot_index[p] - 1);
                 return 0;
             }
+            p = (p + 1) & mask;
         }
-        p = (p + 1) & mask;
-    }
-    if (d->count == INT32_MAX)
-        return vf_error(VF_ERANGE, "dictionary too large");
-    if (d->value_size) {
-        if ((rc = vf_buf_append(&d->page, key, len)) < 0)
-            return rc;
     } else {
-        if (len > UINT32_MAX)
-            return vf_error(VF_ERANGE, "value of %zu bytes too large", len);
-        if ((size_t)d->count == d->entry_cap) {
-            size_t cap = d->entry_cap ? d->entry_cap * 2 : 256;
-            int64_t *offs = vf_realloc(d->entry_off, cap * sizeof *offs);
-            if (!offs)
-                return VF_ENOMEM;
-            d->entry_off = offs;
-            uint32_t *lens = vf_realloc(d->entry_len, cap * sizeof *lens);
-            if (!lens)
-                return VF_ENOMEM;
-            d->entry_len = lens;
-            d->entry_cap = cap;
+        tag = hash_bytes(key, len);
+        p = mix64(tag) & mask;
+        while (d->slot_index[p]) {
+            if (d->slot_tag[p] == tag) {
+                int32_t i = d->slot_index[p] - 1;
+                const uint8_t *e;
+                size_t elen;
+                if (d->value_size) {
+                    elen = d->value_size;
+                    e = d->page.data + (size_t)i * elen;
+                } else {
+                    elen = d->entry_len[i];
+                    e = d->page.data + d->entry_off[i];
+                }
+                if (elen == len && memcmp(e, key, len) == 0) {
+                    *index = (uint32_t)i;
+                    return 0;
+                }
+            }
+            p = (p + 1) & mask;
         }
-        uint8_t le[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
-        if ((rc = vf_buf_reserve(&d->page, 4 + len)) < 0)
-            return rc;
-        vf_buf_append(&d->page, le, 4);
-        d->entry_off[d->count] = (int64_t)d->page.len;
-        d->entry_len[d->count] = (uint32_t)len;
-        vf_buf_append(&d->page, key, len);
     }
+    if ((rc = dict_add_entry(d, key, len)) < 0)
+        return rc;
     d->slot_index[p] = d->count + 1;
-    d->slot_hash[p] = h;
+    d->slot_tag[p] = tag;
     *index = (uint32_t)d->count++;
     return 0;
 }
@@ -783,15 +797,23 @@ static int64_t value_bits(const chunk_encoder *e, int64_t v)
 
 static int encode_pages(chunk_encoder *e)
 {
+    int rc = 0;
     const vf_pq_w_column *col = e->col;
     const vf_pq_w_leaf *lf = e->leaf;
     int dict_mode = e->settings->dictionary && lf->physical != VF_PQ_BOOLEAN && col->num_values > 0;
     e->dict.value_size = lf->value_size;
+    if (dict_mode) {
+        /* Size the table for the chunk up front (at most 64 Ki values' worth)
+         * so small chunks never rehash. */
+        while (e->dict.slot_cap < 2 * (size_t)VF_MIN(col->num_values, 65536) && (rc = dict_grow_slots(&e->dict)) == 0)
+            ;
+        if (rc < 0)
+            return rc;
+    }
     int64_t page_bits = (int64_t)(e->settings->page_size > (size_t)(INT64_MAX / 16) ? INT64_MAX / 16
                                                                                      : e->settings->page_size) * 8;
     int64_t level_bits = (lf->max_rep > 0) + (lf->max_def > 0);
     int64_t L = col->num_levels, slot = 0, val = 0;
-    int rc;
     if (L == 0)
         return flush_data_page(e, 0, 0, 0, 0, 0, 0);
     while (slot < L) {
