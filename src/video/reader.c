@@ -316,7 +316,9 @@ static int reach(vf_video_reader *r, int64_t target)
         return 0;
     }
     int64_t key = vf_video_index_keyframe_before(ix, target);
-    int continuing = r->next_ordinal >= 0 && r->next_ordinal <= target && !r->draining &&
+    /* Continuing is allowed while draining too: the frames still inside the
+     * decoder (reorder delay at the end of the file) come out without input. */
+    int continuing = r->next_ordinal >= 0 && r->next_ordinal <= target &&
                      (key < 0 || r->next_ordinal >= key ||
                       key - r->next_ordinal <= (int64_t)r->settings.forward_skip_frames);
     int rc;
