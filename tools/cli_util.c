@@ -2,6 +2,7 @@
  * cli_util.c: helpers shared by the subcommands: progress bar and option
  * value parsing with messages that name the option.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
