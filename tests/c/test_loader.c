@@ -398,7 +398,7 @@ static int copy_file(const char *from, const char *to)
 static void test_decode_errors(const char *root)
 {
     vf_dataset *d = open_dataset(root, NULL, 0);
-    const char *victim = vf_dataset_video_file(d, 1, 0);
+    char *victim = vf_strdup(vf_dataset_video_file(d, 1, 0));
     char *saved = vf_asprintf("%s.saved", victim);
     CHECK_EQ_INT(rename(victim, saved), 0);
     vf_dataset_close(d);
@@ -471,6 +471,7 @@ static void test_decode_errors(const char *root)
     CHECK_EQ_INT(copy_file(saved, victim), 0);
     remove(saved);
     free(saved);
+    free(victim);
 }
 
 static void test_selection(const char *root)
