@@ -148,6 +148,9 @@ void vf_loader_close(vf_loader *l);
  * number of positions in map mode (the selected episodes' frames). */
 int64_t vf_loader_num_samples(const vf_loader *l);
 int64_t vf_loader_num_positions(const vf_loader *l);
+/* Number of batches vf_loader_next yields per epoch (each consumer's last
+ * batch may be short unless drop_last). */
+size_t vf_loader_num_batches(const vf_loader *l);
 
 /* The next batch of the current epoch; VF_EOF when the epoch is done. */
 int vf_loader_next(vf_loader *l, vf_batch **out);

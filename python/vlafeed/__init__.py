@@ -1,8 +1,20 @@
 """vlafeed: stream LeRobot datasets into PyTorch training from a C engine.
 
 The engine is C (the ``vlafeed._native`` extension); this package is a thin
-layer over it.
+layer over it:
+
+- ``vlafeed.LeRobotDataset(root, episodes=None, delta_timestamps=None, ...)``:
+  map-style, ``ds[i]`` returns the dict of tensors LeRobot returns;
+  ``ds.meta`` describes the dataset like ``LeRobotDatasetMetadata``.
+- ``vlafeed.Loader(dataset_or_root, mode="stream", batch_size=32, ...)``:
+  iterates batches (dicts of torch tensors viewing engine memory).
+- ``vlafeed.torch.IterableDataset``: the loader behind a
+  ``torch.utils.data.DataLoader(ds, batch_size=None)``.
+
+torch is imported only when tensors are made, so the C parts work without it.
 """
 from vlafeed._native import __version__, VlafeedError  # noqa: F401
+from vlafeed.dataset import LeRobotDataset, LeRobotDatasetMetadata
+from vlafeed.loader import Loader
 
-__all__ = ["__version__", "VlafeedError"]
+__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader"]

@@ -15,9 +15,15 @@
  *
  * Threading contract: one loader is driven by one caller thread at a time
  * (next / get_items / set_epoch / stats); batches may be released from any
- * thread.
+ * thread. A loader inherited through fork() (e.g. by DataLoader worker
+ * processes) cannot be used in the child, whose copy has no engine threads:
+ * calls there fail with a message, and closing it there leaks it instead of
+ * joining threads that do not exist.
  */
+#define _POSIX_C_SOURCE 200809L /* getpid */
 #include "engine/engine.h"
+
+#include <unistd.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +38,7 @@ typedef struct job {
 
 struct vf_loader {
     vf_dataset *dataset;
+    pid_t pid;                 /* the process that opened it */
     vf_loader_settings settings;
     vf_engine_core *core;
     vf_sample_spec *spec;      /* owned by core */
@@ -251,10 +258,19 @@ static int start(vf_loader *l)
 
 /* ---- open / close -------------------------------------------------------------------- */
 
+static int check_process(const vf_loader *l)
+{
+    if (l->pid != getpid())
+        return vf_error(VF_EINVAL, "loader: this loader was opened in process %ld and cannot be used after fork(); "
+                                   "open a new loader in this process",
+                        (long)l->pid);
+    return 0;
+}
+
 void vf_loader_close(vf_loader *l)
 {
-    if (!l)
-        return;
+    if (!l || l->pid != getpid())
+        return; /* NULL, or a forked copy: its threads live in the parent only */
     if (l->threads) {
         if (l->done && l->stash)
             drain(l);
@@ -286,6 +302,7 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     pthread_mutex_init(&l->stats_lock, NULL);
     vf_histogram_init(&l->latency);
     l->dataset = dataset;
+    l->pid = getpid();
     if (settings)
         l->settings = *settings;
     else
@@ -348,13 +365,17 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
 
 int64_t vf_loader_num_samples(const vf_loader *l) { return l->plan.num_samples; }
 int64_t vf_loader_num_positions(const vf_loader *l) { return l->spec->num_positions; }
+size_t vf_loader_num_batches(const vf_loader *l) { return l->plan.num_batches; }
 
 int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
 {
+    int r = check_process(l);
+    if (r < 0)
+        return r;
     drain(l);
     l->epoch = epoch;
     l->next_submit = l->next_deliver = 0;
-    int r = plan_epoch(l);
+    r = plan_epoch(l);
     if (r < 0)
         return r;
     l->started = 0;
@@ -366,9 +387,11 @@ int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
 int vf_loader_next(vf_loader *l, vf_batch **out)
 {
     *out = NULL;
+    int r = check_process(l);
+    if (r < 0)
+        return r;
     if (l->next_deliver >= l->plan.num_batches)
         return VF_EOF;
-    int r;
     if (!l->started && (r = start(l)) < 0)
         return r;
     size_t want = l->next_deliver;
@@ -425,6 +448,9 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
 int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf_batch **out)
 {
     *out = NULL;
+    int r = check_process(l);
+    if (r < 0)
+        return r;
     if (count == 0)
         return vf_error(VF_EINVAL, "get_items: no positions");
     if (count > (1u << 24))
@@ -434,7 +460,7 @@ int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf
             return vf_error(VF_ERANGE, "get_items: position %lld is out of range [0, %lld)", (long long)positions[i],
                             (long long)l->spec->num_positions);
     vf_batch *b;
-    int r = vf_engine_batch_acquire(l->core, count, &b);
+    r = vf_engine_batch_acquire(l->core, count, &b);
     if (r < 0)
         return r;
     memcpy(b->positions, positions, count * sizeof *positions);
