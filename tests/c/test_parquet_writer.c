@@ -393,6 +393,186 @@ static void test_io_failure(const char *dir)
     free(path);
 }
 
+/* ---- random array trees ---- */
+
+typedef struct rng {
+    uint64_t state;
+} rng;
+
+static uint32_t rnd(rng *r)
+{
+    r->state = r->state * 6364136223846793005u + 1442695040888963407u;
+    return (uint32_t)(r->state >> 33);
+}
+
+static int rnd_below(rng *r, int n) { return n > 0 ? (int)(rnd(r) % (uint32_t)n) : 0; }
+
+static const vf_pq_type leaf_types[] = {
+    VF_PQ_T_BOOL,   VF_PQ_T_INT8,   VF_PQ_T_INT16,   VF_PQ_T_INT32,  VF_PQ_T_INT64,  VF_PQ_T_UINT8,
+    VF_PQ_T_UINT16, VF_PQ_T_UINT32, VF_PQ_T_UINT64,  VF_PQ_T_FLOAT16, VF_PQ_T_FLOAT, VF_PQ_T_DOUBLE,
+    VF_PQ_T_STRING, VF_PQ_T_BINARY, VF_PQ_T_FIXED_BINARY,
+};
+
+/* A type skeleton: an array with type/name/children set and length 0. */
+static void random_type(rng *r, vf_pq_array *t, int depth)
+{
+    memset(t, 0, sizeof *t);
+    int pick = rnd_below(r, depth >= 3 ? 1 : 4);
+    if (pick == 1 || pick == 2) {
+        t->type = VF_PQ_T_LIST;
+        t->num_children = 1;
+        t->children = calloc(1, sizeof *t->children);
+        random_type(r, &t->children[0], depth + 1);
+        t->children[0].name = vf_strdup("element");
+    } else if (pick == 3) {
+        t->type = VF_PQ_T_STRUCT;
+        t->num_children = 1 + rnd_below(r, 3);
+        t->children = calloc((size_t)t->num_children, sizeof *t->children);
+        for (int i = 0; i < t->num_children; i++) {
+            random_type(r, &t->children[i], depth + 1);
+            t->children[i].name = vf_asprintf("c%d", i);
+        }
+    } else {
+        t->type = leaf_types[rnd_below(r, (int)VF_ARRAY_LEN(leaf_types))];
+        t->width = t->type == VF_PQ_T_FIXED_BINARY ? 1 + rnd_below(r, 5) : 0;
+    }
+}
+
+static size_t value_width(const vf_pq_array *t)
+{
+    switch (t->type) {
+    case VF_PQ_T_BOOL: case VF_PQ_T_INT8: case VF_PQ_T_UINT8: return 1;
+    case VF_PQ_T_INT16: case VF_PQ_T_UINT16: case VF_PQ_T_FLOAT16: return 2;
+    case VF_PQ_T_INT32: case VF_PQ_T_UINT32: case VF_PQ_T_FLOAT: return 4;
+    case VF_PQ_T_INT64: case VF_PQ_T_UINT64: case VF_PQ_T_DOUBLE: return 8;
+    case VF_PQ_T_FIXED_BINARY: return (size_t)t->width;
+    default: return 0;
+    }
+}
+
+/* Fills `a` (same shape as skeleton t) with `length` random elements. Values
+ * come from a small pool half of the time so dictionaries get reuse. */
+static void random_fill(rng *r, const vf_pq_array *t, vf_pq_array *a, int64_t length, int null_pct)
+{
+    memset(a, 0, sizeof *a);
+    a->type = t->type;
+    a->name = t->name ? vf_strdup(t->name) : NULL;
+    a->width = t->width;
+    a->length = length;
+    if (null_pct > 0) {
+        a->valid = malloc((size_t)length + 1);
+        for (int64_t i = 0; i < length; i++) {
+            a->valid[i] = rnd_below(r, 100) >= null_pct;
+            a->null_count += !a->valid[i];
+        }
+    }
+    size_t w = value_width(t);
+    if (w) {
+        uint8_t *v = malloc((size_t)length * w + 1);
+        for (int64_t i = 0; i < length; i++) {
+            int pooled = rnd_below(r, 2);
+            for (size_t b = 0; b < w; b++)
+                v[(size_t)i * w + b] = pooled ? (uint8_t)(i % 3 + b) : (uint8_t)rnd(r);
+            if (t->type == VF_PQ_T_BOOL)
+                v[i] &= 1;
+            if (t->type == VF_PQ_T_FLOAT16 && (v[(size_t)i * 2 + 1] & 0x7c) == 0x7c)
+                v[(size_t)i * 2 + 1] &= 0x3f; /* no NaN/Inf: compared by value */
+            if (t->type == VF_PQ_T_FLOAT && (v[(size_t)i * 4 + 3] & 0x7f) == 0x7f)
+                v[(size_t)i * 4 + 3] &= 0x3f;
+            if (t->type == VF_PQ_T_DOUBLE && (v[(size_t)i * 8 + 7] & 0x7f) == 0x7f)
+                v[(size_t)i * 8 + 7] &= 0x3f;
+        }
+        a->values = v;
+        return;
+    }
+    if (t->type == VF_PQ_T_STRING || t->type == VF_PQ_T_BINARY) {
+        a->offsets = malloc(((size_t)length + 1) * sizeof *a->offsets);
+        vf_buf data = {0};
+        a->offsets[0] = 0;
+        for (int64_t i = 0; i < length; i++) {
+            if (!a->valid || a->valid[i]) {
+                int len = rnd_below(r, 2) ? (int)(i % 4) : rnd_below(r, 40);
+                for (int k = 0; k < len; k++)
+                    vf_buf_append_u8(&data, (uint8_t)('a' + (t->type == VF_PQ_T_STRING ? rnd_below(r, 26) : 0)));
+            }
+            a->offsets[i + 1] = (int64_t)data.len;
+        }
+        a->data_len = (int64_t)data.len;
+        a->data = data.data ? data.data : malloc(1);
+        return;
+    }
+    if (t->type == VF_PQ_T_LIST) {
+        a->offsets = malloc(((size_t)length + 1) * sizeof *a->offsets);
+        a->offsets[0] = 0;
+        for (int64_t i = 0; i < length; i++) {
+            int n = (!a->valid || a->valid[i]) ? rnd_below(r, 5) : 0;
+            a->offsets[i + 1] = a->offsets[i] + n;
+        }
+        a->num_children = 1;
+        a->children = calloc(1, sizeof *a->children);
+        random_fill(r, &t->children[0], &a->children[0], a->offsets[length], null_pct);
+        return;
+    }
+    a->num_children = t->num_children;
+    a->children = calloc((size_t)t->num_children, sizeof *a->children);
+    for (int i = 0; i < t->num_children; i++)
+        random_fill(r, &t->children[i], &a->children[i], length, null_pct);
+}
+
+static void free_array(vf_pq_array *a)
+{
+    for (int i = 0; i < a->num_children; i++)
+        free_array(&a->children[i]);
+    free(a->children);
+    free(a->name);
+    free(a->valid);
+    free(a->values);
+    free(a->offsets);
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+/* Writes random tables with random settings (under ASan this checks the
+ * shredding and encoding for out-of-bounds access on every shape). */
+static void test_random_tables(const char *dir)
+{
+    rng r = {42};
+    for (int round = 0; round < 60; round++) {
+        char *path = vf_asprintf("%s/random-%d.parquet", dir, round);
+        int num_fields = 1 + rnd_below(&r, 4);
+        vf_pq_array types[4];
+        for (int f = 0; f < num_fields; f++) {
+            random_type(&r, &types[f], 0);
+            types[f].name = vf_asprintf("f%d", f);
+        }
+        vf_pq_writer_settings s;
+        vf_pq_writer_defaults(&s);
+        static const vf_pq_codec codecs[] = {VF_PQ_UNCOMPRESSED, VF_PQ_SNAPPY, VF_PQ_GZIP, VF_PQ_ZSTD};
+        s.codec = codecs[rnd_below(&r, 4)];
+        s.dictionary = rnd_below(&r, 2);
+        s.data_page_version = 1 + rnd_below(&r, 2);
+        s.page_size = rnd_below(&r, 2) ? (size_t)(1 + rnd_below(&r, 100)) : (size_t)1 << 20;
+        vf_pq_writer *w = NULL;
+        CHECK_OK(vf_pq_writer_open(&w, path, &s));
+        int groups = 1 + rnd_below(&r, 3);
+        for (int g = 0; g < groups && w; g++) {
+            int64_t rows = rnd_below(&r, 60);
+            int null_pct = rnd_below(&r, 3) * 15;
+            vf_pq_array fields[4];
+            for (int f = 0; f < num_fields; f++)
+                random_fill(&r, &types[f], &fields[f], rows, null_pct);
+            CHECK_OK(vf_pq_writer_write_row_group(w, fields, num_fields));
+            for (int f = 0; f < num_fields; f++)
+                free_array(&fields[f]);
+        }
+        CHECK_OK(vf_pq_writer_close(w));
+        CHECK(has_parquet_magic(path));
+        for (int f = 0; f < num_fields; f++)
+            free_array(&types[f]);
+        free(path);
+    }
+}
+
 int main(void)
 {
     char *dir = vf_test_tmpdir("pqwriter");
@@ -402,6 +582,7 @@ int main(void)
     test_validation(dir);
     test_abort_and_temp(dir);
     test_io_failure(dir);
+    test_random_tables(dir);
     vf_test_rmtree(dir);
     free(dir);
     return vf_test_finish("test_parquet_writer");
