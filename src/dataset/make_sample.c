@@ -435,36 +435,43 @@ typedef struct fill_ctx {
 
 /* Paints frame k: a smooth gradient that moves with k and differs per camera,
  * then the identity blocks. */
-static int fill_frame(void *opaque, int k, uint8_t *rgb, int stride)
+static int fill_frame(void *opaque, int64_t frame, uint8_t *rgb, size_t stride)
 {
     fill_ctx *c = opaque;
     int w = c->s->width, h = c->s->height;
+    int k = (int)frame;
+    /* Scene: moving gradients plus low-amplitude texture, so the encoder
+     * and decoder do work comparable to camera footage. */
     for (int y = 0; y < h; y++) {
-        uint8_t *row = rgb + (size_t)y * (size_t)stride;
+        uint8_t *row = rgb + (size_t)y * stride;
         for (int x = 0; x < w; x++) {
-            row[3 * x + 0] = (uint8_t)((x * 255 / (w > 1 ? w - 1 : 1) + 3 * k) & 0xff);
-            row[3 * x + 1] = (uint8_t)((y * 255 / (h > 1 ? h - 1 : 1) + 40 * c->camera) & 0xff);
-            row[3 * x + 2] = (uint8_t)((128 + 2 * k + 30 * c->episode) & 0xff);
+            uint32_t noise = (uint32_t)vf_mix64(((uint64_t)x << 40) ^ ((uint64_t)y << 20) ^ (uint64_t)k) & 15;
+            row[3 * x + 0] = (uint8_t)((x * 255 / (w > 1 ? w - 1 : 1) + 3 * k + (int)noise) & 0xff);
+            row[3 * x + 1] = (uint8_t)((y * 255 / (h > 1 ? h - 1 : 1) + 40 * c->camera + (int)noise) & 0xff);
+            row[3 * x + 2] = (uint8_t)((128 + 2 * k + 30 * c->episode + (int)noise) & 0xff);
         }
     }
-    int r = vf_video_stamp_identity(rgb, w, h, stride, (uint32_t)c->episode, (uint32_t)k, (uint32_t)c->camera);
+    /* The identity fills the top half of frames at least 128 px high (the
+     * whole frame below that, where it needs every pixel to survive). */
+    int stamp_h = h >= 128 ? h / 2 : h;
+    int r = vf_video_stamp_identity(rgb, w, stamp_h, stride, c->episode, k, c->camera);
     if (r < 0)
         return r;
     /* Pixel statistics over every 8th row and column (a sample, like LeRobot's). */
-    vec_stats frame;
-    if (vec_stats_init(&frame, 3) < 0) {
-        vec_stats_free(&frame);
+    vec_stats sampled;
+    if (vec_stats_init(&sampled, 3) < 0) {
+        vec_stats_free(&sampled);
         return VF_ENOMEM;
     }
     for (int y = 0; y < h; y += 8) {
         const uint8_t *row = rgb + (size_t)y * (size_t)stride;
         for (int x = 0; x < w; x += 8) {
             double px[3] = {row[3 * x] / 255.0, row[3 * x + 1] / 255.0, row[3 * x + 2] / 255.0};
-            vec_stats_add(&frame, px);
+            vec_stats_add(&sampled, px);
         }
     }
-    vec_stats_merge(c->pixels, &frame);
-    vec_stats_free(&frame);
+    vec_stats_merge(c->pixels, &sampled);
+    vec_stats_free(&sampled);
     return 0;
 }
 
@@ -481,12 +488,13 @@ static int write_camera(writer *w, int camera)
     camera_file cf = {0, 0, NULL, 0.0};
     char *tmp_dir = vf_path_join(w->root, ".vlafeed-tmp");
     char *episode_mp4 = tmp_dir ? vf_asprintf("%s/%s-episode.mp4", tmp_dir, key) : NULL;
-    char *joined_mp4 = tmp_dir ? vf_asprintf("%s/%s-joined.mp4", tmp_dir, key) : NULL;
-    int r = episode_mp4 && joined_mp4 ? vf_mkdirs(tmp_dir) : VF_ENOMEM;
+    int r = episode_mp4 ? vf_mkdirs(tmp_dir) : VF_ENOMEM;
 
-    vf_video_encoder_settings es;
-    vf_video_encoder_defaults(&es);
-    es.codec = s->codec;
+    vf_video_encode_settings es;
+    vf_video_encode_defaults(&es);
+    es.codec = !strcmp(s->codec, "h264") ? VF_VIDEO_CODEC_H264
+               : !strcmp(s->codec, "hevc") ? VF_VIDEO_CODEC_HEVC
+                                           : VF_VIDEO_CODEC_AV1;
     es.fps = s->fps;
     es.width = s->width;
     es.height = s->height;
@@ -497,7 +505,7 @@ static int write_camera(writer *w, int camera)
     for (int e = 0; e < s->num_episodes && r == 0; e++) {
         episode_row *ep = &w->episodes[e];
         fill_ctx fc = {s, e, camera, &ep->pixels[camera]};
-        r = vf_video_write_episode(episode_mp4, &es, (int)ep->length, fill_frame, &fc);
+        r = vf_video_write_episode(episode_mp4, &es, ep->length, fill_frame, &fc);
         if (r < 0) {
             r = vf_error_context(r, "make-sample: camera %s, episode %d", key, e);
             break;
@@ -524,13 +532,10 @@ static int write_camera(writer *w, int camera)
             }
             cf.end_timestamp = 0.0;
         } else {
+            /* LeRobot's concatenate_video_files([current, new], current) */
             const char *inputs[2] = {cf.path, episode_mp4};
-            if ((r = vf_video_concat(inputs, 2, joined_mp4)) < 0)
+            if ((r = vf_video_concat(inputs, 2, cf.path)) < 0)
                 break;
-            if (rename(joined_mp4, cf.path) < 0) {
-                r = vf_error(VF_EIO, "%s: cannot replace with concatenated video", cf.path);
-                break;
-            }
             unlink(episode_mp4);
         }
         ep->video_chunk[camera] = cf.chunk_index;
@@ -541,13 +546,12 @@ static int write_camera(writer *w, int camera)
         progress(w, key);
     }
     if (tmp_dir) {
-        unlink(episode_mp4 ? episode_mp4 : "");
-        unlink(joined_mp4 ? joined_mp4 : "");
+        if (episode_mp4)
+            unlink(episode_mp4);
         rmdir(tmp_dir);
     }
     free(cf.path);
     free(episode_mp4);
-    free(joined_mp4);
     free(tmp_dir);
     return r;
 }
