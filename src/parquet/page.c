@@ -526,14 +526,22 @@ static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t d
         *out = src;
         return 0;
     }
+    /* Check the sizes the compressed data itself declares before
+     * allocating what the (untrusted) page header asks for. */
+    size_t n;
+    if (codec == VF_PQ_SNAPPY &&
+        (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len))
+        return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
+    if (codec == VF_PQ_ZSTD) {
+        unsigned long long declared = ZSTD_getFrameContentSize(src, src_len);
+        if (declared == ZSTD_CONTENTSIZE_ERROR || (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > dst_len))
+            return fail(c, VF_ECORRUPT, "ZSTD page has a bad frame header or the wrong size");
+    }
     int r = ensure_scratch(c, dst_len);
     if (r < 0)
         return r;
     switch (codec) {
     case VF_PQ_SNAPPY: {
-        size_t n;
-        if (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len)
-            return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
         if (snappy_uncompress((const char *)src, src_len, (char *)c->s->page, &n) != SNAPPY_OK || n != dst_len)
             return fail(c, VF_ECORRUPT, "SNAPPY data is corrupt");
         break;
@@ -545,7 +553,7 @@ static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t d
             return r;
         break;
     case VF_PQ_ZSTD: {
-        size_t n = ZSTD_decompress(c->s->page, dst_len, src, src_len);
+        n = ZSTD_decompress(c->s->page, dst_len, src, src_len);
         if (ZSTD_isError(n) || n != dst_len)
             return fail(c, VF_ECORRUPT, "ZSTD data is corrupt or has the wrong size (%s)",
                         ZSTD_isError(n) ? ZSTD_getErrorName(n) : "size mismatch");

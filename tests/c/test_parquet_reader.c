@@ -391,6 +391,7 @@ typedef struct spec {
     uint64_t num_children;  /* root's num_children (1) */
     int skip_dictionary;    /* leave the dictionary page out */
     int data_first;         /* data page before the dictionary page */
+    int bitpacked_def;      /* def levels 1,0,1,1,0,1,1,1 as deprecated BIT_PACKED */
 } spec;
 
 /* One column `optional int32 x`, 8 rows: dictionary {10, 20, 30}, a v1
@@ -401,14 +402,18 @@ static void build_file(const spec *s, vf_buf *out)
     vf_buf dict = {0}, data = {0};
     for (int32_t v = 10; v <= 30; v += 10)
         vf_buf_append(&dict, &v, 4);
-    /* def levels: RLE run of 8 ones, width 1, with the 4-byte prefix */
+    /* def levels: RLE run of 8 ones, width 1, with the 4-byte prefix; or
+     * 10110111 packed MSB-first without a prefix */
     uint8_t lv[] = {2, 0, 0, 0, 8 << 1, 1};
-    vf_buf_append(&data, lv, sizeof lv);
+    if (s->bitpacked_def)
+        vf_buf_append_u8(&data, 0xb7);
+    else
+        vf_buf_append(&data, lv, sizeof lv);
     vf_buf_append_u8(&data, (uint8_t)s->bit_width);
     uint32_t idx[8] = {0, 1, 2, 0, 1, 2, 0, 1};
     if (s->bad_index)
         idx[7] = s->bad_index;
-    rle_encode(&data, idx, 8, s->bit_width > 32 ? 2 : s->bit_width);
+    rle_encode(&data, idx, s->bitpacked_def ? 6 : 8, s->bit_width > 32 ? 2 : s->bit_width);
 
     vf_buf file = {0};
     vf_buf_append(&file, "PAR1", 4);
@@ -429,7 +434,7 @@ static void build_file(const spec *s, vf_buf *out)
         } else {
             tw_i32(&h, 1, 8);
             tw_i32(&h, 2, VF_PQ_ENC_RLE_DICTIONARY);
-            tw_i32(&h, 3, VF_PQ_ENC_RLE);
+            tw_i32(&h, 3, s->bitpacked_def ? VF_PQ_ENC_BIT_PACKED : VF_PQ_ENC_RLE);
             tw_i32(&h, 4, VF_PQ_ENC_RLE);
         }
         tw_end(&h);
@@ -492,7 +497,7 @@ static void build_file(const spec *s, vf_buf *out)
     *out = file;
 }
 
-static int read_x(const spec *s, const char *name, int32_t *values)
+static int read_x(const spec *s, const char *name, int32_t *values, uint8_t *valid)
 {
     vf_buf file;
     build_file(s, &file);
@@ -505,6 +510,9 @@ static int read_x(const spec *s, const char *name, int32_t *values)
     r = vf_pq_read_field(f, 0, 0, &a);
     if (r == 0 && values && a.length == 8)
         memcpy(values, a.values, 8 * sizeof *values);
+    if (r == 0 && valid && a.length == 8)
+        for (int i = 0; i < 8; i++)
+            valid[i] = a.valid ? a.valid[i] : 1;
     vf_pq_array_free(&a);
     vf_pq_close(f);
     return r;
@@ -514,40 +522,50 @@ static void test_crafted(void)
 {
     const spec good = {.bit_width = 2, .num_children = 1};
     int32_t v[8] = {0};
-    CHECK_OK(read_x(&good, "good.parquet", v));
+    uint8_t valid[8] = {0};
+    CHECK_OK(read_x(&good, "good.parquet", v, valid));
     const int32_t want[8] = {10, 20, 30, 10, 20, 30, 10, 20};
     CHECK(!memcmp(v, want, sizeof want));
 
+    /* Deprecated BIT_PACKED definition levels (MSB first). */
+    spec bp = good;
+    bp.bitpacked_def = 1;
+    CHECK_OK(read_x(&bp, "bitpacked.parquet", v, valid));
+    const int32_t want_bp[8] = {10, 0, 20, 30, 0, 10, 20, 30};
+    const uint8_t want_valid[8] = {1, 0, 1, 1, 0, 1, 1, 1};
+    CHECK(!memcmp(v, want_bp, sizeof want_bp));
+    CHECK(!memcmp(valid, want_valid, sizeof want_valid));
+
     spec s = good;
     s.bit_width = 33;
-    CHECK_ERR(read_x(&s, "width.parquet", NULL), VF_ECORRUPT, "bit width 33");
+    CHECK_ERR(read_x(&s, "width.parquet", NULL, NULL), VF_ECORRUPT, "bit width 33");
     CHECK(strstr(vf_last_error(), "width.parquet") && strstr(vf_last_error(), "'x'"));
     s = good;
     s.bad_index = 3;
-    CHECK_ERR(read_x(&s, "index.parquet", NULL), VF_ECORRUPT, "out of range");
+    CHECK_ERR(read_x(&s, "index.parquet", NULL, NULL), VF_ECORRUPT, "out of range");
     CHECK(strstr(vf_last_error(), "index.parquet"));
     s = good;
     s.page_size_add = 1 << 30;
-    CHECK_ERR(read_x(&s, "pagesize.parquet", NULL), VF_ECORRUPT, "passes the end");
+    CHECK_ERR(read_x(&s, "pagesize.parquet", NULL, NULL), VF_ECORRUPT, "passes the end");
     CHECK(strstr(vf_last_error(), "pagesize.parquet"));
     s = good;
     s.num_values_add = (int64_t)1 << 40;
-    CHECK_ERR(read_x(&s, "numvalues.parquet", NULL), VF_ECORRUPT, "numvalues.parquet");
+    CHECK_ERR(read_x(&s, "numvalues.parquet", NULL, NULL), VF_ECORRUPT, "numvalues.parquet");
     s = good;
     s.chunk_len_add = 1 << 20;
-    CHECK_ERR(read_x(&s, "chunklen.parquet", NULL), VF_ECORRUPT, "outside the file");
+    CHECK_ERR(read_x(&s, "chunklen.parquet", NULL, NULL), VF_ECORRUPT, "outside the file");
     s = good;
     s.num_children = 1000000;
-    CHECK_ERR(read_x(&s, "children.parquet", NULL), VF_ECORRUPT, "children.parquet");
+    CHECK_ERR(read_x(&s, "children.parquet", NULL, NULL), VF_ECORRUPT, "children.parquet");
     s = good;
     s.num_children = 0;
-    CHECK_ERR(read_x(&s, "children0.parquet", NULL), VF_ECORRUPT, "tree uses");
+    CHECK_ERR(read_x(&s, "children0.parquet", NULL, NULL), VF_ECORRUPT, "tree uses");
     s = good;
     s.skip_dictionary = 1;
-    CHECK_ERR(read_x(&s, "nodict.parquet", NULL), VF_ECORRUPT, "without a dictionary page");
+    CHECK_ERR(read_x(&s, "nodict.parquet", NULL, NULL), VF_ECORRUPT, "without a dictionary page");
     s = good;
     s.data_first = 1;
-    CHECK_ERR(read_x(&s, "dictlast.parquet", NULL), VF_ECORRUPT, "dictionary-encoded data page without");
+    CHECK_ERR(read_x(&s, "dictlast.parquet", NULL, NULL), VF_ECORRUPT, "dictionary-encoded data page without");
 }
 
 /* A footer made of raw Thrift bytes. */
