@@ -111,8 +111,9 @@ static int load_tasks(vf_dataset *d)
         return VF_ENOMEM;
     uint8_t *text;
     size_t len;
-    int r = read_meta(d, rel, d->total_tasks > 0, &text, &len);
-    if (r == VF_ENOENT)
+    int required = d->total_tasks > 0;
+    int r = read_meta(d, rel, required, &text, &len);
+    if (r == VF_ENOENT && !required)
         return 0; /* total_tasks 0 and no file */
     if (r < 0)
         return r;
