@@ -23,4 +23,22 @@ int vf_cli_fail(const char *cmd);
 /* 1 when arg equals one of the NULL-terminated alternatives. */
 int vf_cli_is(const char *arg, const char *name, const char *alias);
 
+/* A one-line progress bar on stderr, redrawn in place when stderr is a
+ * terminal (plain lines every ~10% otherwise). Silent when quiet is set. */
+typedef struct vf_cli_progress {
+    const char *label;
+    int quiet;
+    int last_percent;
+    double started;
+} vf_cli_progress;
+void vf_cli_progress_start(vf_cli_progress *p, const char *label, int quiet);
+void vf_cli_progress_update(vf_cli_progress *p, long long done, long long total, const char *what);
+void vf_cli_progress_finish(vf_cli_progress *p);
+
+/* Parses an integer / double / "WxH" option value; prints a usage error
+ * naming the option and returns -1 on failure. */
+int vf_cli_int(const char *option, const char *value, long long min, long long max, long long *out);
+int vf_cli_double(const char *option, const char *value, double min, double max, double *out);
+int vf_cli_size(const char *option, const char *value, int *width, int *height);
+
 #endif

@@ -109,4 +109,72 @@ int vf_mkdirs(const char *path);
 /* ---- time ------------------------------------------------------------ */
 double vf_now_seconds(void); /* monotonic */
 
+/* ---- counter-based random numbers (rng.c) ---------------------------- */
+
+/* A generator is a 64-bit key plus a counter: the n-th output is a pure
+ * function of (key, n), so streams can be derived, skipped and replayed
+ * without shared state. Keys are derived from (seed, purpose, ids...) with
+ * vf_rng_derive, so e.g. the order of (seed, epoch, rank, worker) never
+ * depends on thread timing. */
+typedef struct vf_rng {
+    uint64_t key;
+    uint64_t counter;
+} vf_rng;
+
+uint64_t vf_mix64(uint64_t x); /* SplitMix64 finaliser: a bijective hash */
+/* A key from a seed and up to 4 stream ids (purpose tag first). */
+uint64_t vf_rng_derive(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+void vf_rng_init(vf_rng *r, uint64_t key);
+uint64_t vf_rng_next(vf_rng *r);
+/* Uniform integer in [0, n) without modulo bias; n > 0. */
+uint64_t vf_rng_below(vf_rng *r, uint64_t n);
+double vf_rng_uniform(vf_rng *r); /* [0, 1) with 53 random bits */
+/* Fisher-Yates shuffle of n int64 values in place. */
+void vf_rng_shuffle_i64(vf_rng *r, int64_t *values, int64_t n);
+
+/* ---- threads (threads.c) ---------------------------------------------- */
+
+/* A bounded multi-producer multi-consumer queue of pointers. push blocks
+ * while full (backpressure), pop blocks while empty; after close, push
+ * fails with VF_EOF and pop drains what is left then returns VF_EOF. */
+typedef struct vf_queue vf_queue;
+int vf_queue_create(vf_queue **out, size_t capacity);
+int vf_queue_push(vf_queue *q, void *item);
+int vf_queue_pop(vf_queue *q, void **item);
+/* Non-blocking pop: VF_EAGAIN when empty (VF_EOF when closed and empty). */
+int vf_queue_try_pop(vf_queue *q, void **item);
+void vf_queue_close(vf_queue *q);
+size_t vf_queue_size(vf_queue *q);
+void vf_queue_destroy(vf_queue *q); /* items left inside are not freed */
+
+/* A fixed pool of worker threads running submitted jobs in FIFO order. */
+typedef struct vf_thread_pool vf_thread_pool;
+typedef void (*vf_job_fn)(void *arg);
+/* threads <= 0 means the number of online cores. */
+int vf_thread_pool_create(vf_thread_pool **out, int threads);
+int vf_thread_pool_submit(vf_thread_pool *p, vf_job_fn fn, void *arg);
+/* Blocks until every submitted job has finished. */
+void vf_thread_pool_wait(vf_thread_pool *p);
+int vf_thread_pool_threads(const vf_thread_pool *p);
+/* Finishes queued jobs, joins the threads and frees the pool. */
+void vf_thread_pool_destroy(vf_thread_pool *p);
+int vf_cpu_count(void);
+
+/* ---- latency histogram (histogram.c) ---------------------------------- */
+
+/* Log-bucketed histogram of durations in seconds (1 us .. ~1 h, 8 buckets
+ * per doubling, so a percentile is within ~9%). Not thread-safe: keep one per
+ * thread and merge. */
+#define VF_HIST_BUCKETS 256
+typedef struct vf_histogram {
+    uint64_t count;
+    double sum, min, max;
+    uint64_t buckets[VF_HIST_BUCKETS];
+} vf_histogram;
+void vf_histogram_init(vf_histogram *h);
+void vf_histogram_add(vf_histogram *h, double seconds);
+void vf_histogram_merge(vf_histogram *into, const vf_histogram *from);
+/* q in [0, 1]; 0 when empty. */
+double vf_histogram_quantile(const vf_histogram *h, double q);
+
 #endif
