@@ -219,8 +219,9 @@ typedef struct vf_ds_table {
 } vf_ds_table;
 
 enum {
-    /* Also read the `index` column and check it runs from_index.. for
-     * every episode (names file, episode and row on mismatch). */
+    /* Also read the `index` and `episode_index` columns and check that
+     * index runs from_index, from_index+1, ... and episode_index is the
+     * episode on every row (names file, episode and row on mismatch). */
     VF_DS_VERIFY_INDEX = 1,
 };
 

@@ -270,6 +270,36 @@ static int copy_string_bytes(const vf_pq_array *a, int64_t first, int64_t count,
     return 0;
 }
 
+/* Checks a span's rows of the `index` column (first_index >= 0: values
+ * first_index, first_index+1, ...) or of `episode_index` (first_index < 0:
+ * every value is the episode). */
+static int verify_rows(const read_ctx *x, const vf_pq_array *a, const vf_ds_rg_span *sp, int64_t first_index)
+{
+    const char *what = first_index >= 0 ? "index" : "episode_index";
+    if (!is_numeric_leaf(a->type) || a->type == VF_PQ_T_FLOAT || a->type == VF_PQ_T_DOUBLE ||
+        a->type == VF_PQ_T_FLOAT16)
+        return vf_error(VF_ECORRUPT, "%s: column '%s': expected integers, found %s", x->file, what,
+                        vf_pq_type_name(a->type));
+    if (sp->first_row < 0 || sp->first_row + sp->count > a->length)
+        return vf_error(VF_ECORRUPT, "%s: column '%s': row group shorter than its row count", x->file, what);
+    for (int64_t k = 0; k < sp->count; k++) {
+        int64_t row = sp->first_row + k, got;
+        double unused;
+        if (a->valid && !a->valid[row])
+            return vf_error(VF_ECORRUPT, "%s: episode %lld: row %lld of the episode has a null %s", x->file,
+                            (long long)x->episode, (long long)(sp->episode_row + k), what);
+        leaf_value(a, row, &unused, &got);
+        int64_t want = first_index >= 0 ? first_index + k : x->episode;
+        if (got != want)
+            return vf_error(VF_ECORRUPT,
+                            "%s: episode %lld: row %lld of the episode has %s %lld, expected %lld "
+                            "(metadata and data file disagree)",
+                            x->file, (long long)x->episode, (long long)(sp->episode_row + k), what, (long long)got,
+                            (long long)want);
+    }
+    return 0;
+}
+
 /* ---- table reads ------------------------------------------------------------ */
 
 void vf_ds_table_free(vf_ds_table *t)
@@ -342,18 +372,19 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan *plans, s
                 groups[u++] = groups[i];
         ng = u;
     }
-    /* Columns: the requested ones, plus `index` for verification. */
-    size_t ncols = t->num_columns + ((flags & VF_DS_VERIFY_INDEX) && pass == 0 ? 1 : 0);
+    /* Columns: the requested ones, plus `index` and `episode_index` for
+     * verification (verify = 1 and 2). */
+    size_t ncols = t->num_columns + ((flags & VF_DS_VERIFY_INDEX) && pass == 0 ? 2 : 0);
     for (size_t ci = 0; ci < ncols && r == 0; ci++) {
-        int verify = ci == t->num_columns;
+        int verify = ci < t->num_columns ? 0 : (int)(ci - t->num_columns) + 1;
         vf_ds_column *c = verify ? NULL : &t->columns[ci];
         if (pass == 1 && c->type != VF_DS_STRING)
             continue;
-        const char *cname = verify ? "index" : c->feature->name;
+        const char *cname = verify == 1 ? "index" : verify == 2 ? "episode_index" : c->feature->name;
         int field = vf_pq_field_index(f, cname);
         if (field < 0) {
             if (verify)
-                break; /* nothing to verify against */
+                continue; /* nothing to verify against */
             r = vf_error(VF_ENOENT, "%s: missing column '%s' (declared in info.json)", vf_pq_name(f), cname);
             break;
         }
@@ -377,26 +408,7 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan *plans, s
                     int64_t out_row = plans[i].out_row + sp->episode_row;
                     x.episode_row = sp->episode_row;
                     if (verify) {
-                        if (a.type != VF_PQ_T_INT64 || a.valid) {
-                            r = vf_error(VF_ECORRUPT, "%s: column 'index': expected non-null INT64", x.file);
-                            break;
-                        }
-                        if (sp->first_row + sp->count > a.length) {
-                            r = vf_error(VF_ECORRUPT, "%s: column 'index': row group too short", x.file);
-                            break;
-                        }
-                        const int64_t *v = a.values;
-                        for (int64_t k = 0; k < sp->count; k++) {
-                            int64_t want = e->pub.from_index + sp->episode_row + k;
-                            if (v[sp->first_row + k] != want) {
-                                r = vf_error(VF_ECORRUPT,
-                                             "%s: episode %lld: row %lld of the episode has index %lld, expected %lld "
-                                             "(metadata and data file disagree)",
-                                             x.file, (long long)x.episode, (long long)(sp->episode_row + k),
-                                             (long long)v[sp->first_row + k], (long long)want);
-                                break;
-                            }
-                        }
+                        r = verify_rows(&x, &a, sp, verify == 1 ? e->pub.from_index + sp->episode_row : -1);
                     } else if (pass == 0) {
                         r = copy_rows(&x, &a, sp->first_row, sp->count, c, out_row);
                     } else {

@@ -77,12 +77,14 @@ def episode_stats_columns(ep, n):
 
 
 def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_column="task",
-             extra_index_column=False, mutate_episode=None, data_extra_rows=0):
+             extra_index_column=False, mutate_episode=None, data_extra_rows=0, row_group_per_episode=True):
     """Writes a 5-episode, 2-camera v3.0 dataset under root.
 
     episodes_split: (chunk, file, [episode indices]) per episodes-metadata file.
     mutate_episode: function(row dict) -> None applied to each metadata row.
     data_extra_rows: rows appended to the last episode of data file-000.
+    row_group_per_episode: False writes each data file as one row group, as
+    the v2.1 -> v3.0 converter does (episodes then start mid-group).
     """
     root = pathlib.Path(root)
     for d in ["meta", "data"]:
@@ -94,17 +96,13 @@ def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_
     schema = pa.schema([("action", vec), ("observation.state", vec), ("timestamp", pa.float32()),
                         ("frame_index", pa.int64()), ("episode_index", pa.int64()), ("index", pa.int64()),
                         ("task_index", pa.int64())])
-    writers = {}
+    tables = {}
     for ep, n in enumerate(LENGTHS):
         key = DATA_FILES[ep]
-        if key not in writers:
-            path = root / DATA_PATH.format(chunk_index=key[0], file_index=key[1])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            writers[key] = pq.ParquetWriter(path, schema, compression="snappy")
         extra = data_extra_rows if (key == (0, 0) and ep == 1) else 0
         k = np.arange(n + extra)
         vals = (np.arange((n + extra) * DIM, dtype=np.float32) + 1000 * ep).reshape(-1, DIM)
-        writers[key].write_table(pa.table({
+        tables.setdefault(key, []).append(pa.table({
             "action": pa.FixedSizeListArray.from_arrays(pa.array(vals.ravel()), DIM),
             "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(-vals.ravel()), DIM),
             "timestamp": pa.array((k / FPS).astype(np.float32)),
@@ -113,8 +111,15 @@ def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_
             "index": pa.array(froms[ep] + k, pa.int64()),
             "task_index": pa.array(np.full(n + extra, ep % 2), pa.int64()),
         }, schema=schema))
-    for w in writers.values():
-        w.close()
+    for key, parts in tables.items():
+        path = root / DATA_PATH.format(chunk_index=key[0], file_index=key[1])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if row_group_per_episode:  # the recorder: write_table per episode
+            with pq.ParquetWriter(path, schema, compression="snappy") as w:
+                for t in parts:
+                    w.write_table(t)
+        else:
+            pq.write_table(pa.concat_tables(parts), path, compression="snappy", row_group_size=1 << 20)
 
     # videos: placeholders; from/to timestamps restart at each new file
     video_cols = {}
@@ -401,6 +406,94 @@ def test_v3_episode_rows_out_of_position(tmp_path):
     doc = info(root, check_data=False)
     assert any(p["column"] == "episode_index" and p["message"].startswith("row 0 holds episode 3")
                for p in errors(doc))
+
+
+# ---- table reads through the engine --------------------------------------------
+
+COLUMNS = ["action", "observation.state", "timestamp", "frame_index", "episode_index", "index", "task_index"]
+
+
+def expected_rows(root, episodes):
+    tables = [pq.read_table(p) for p in sorted((root / "data").glob("*/*.parquet"))]
+    table = pa.concat_tables(tables)
+    ep = table.column("episode_index").to_numpy()
+    out = {}
+    for name in COLUMNS:
+        col = table.column(name)
+        if pa.types.is_fixed_size_list(col.type):
+            vals = np.stack([np.asarray(v, dtype=np.float32) for v in col.to_pylist()])
+        else:
+            vals = col.to_numpy()
+        out[name] = np.concatenate([vals[ep == e] for e in episodes])
+    return out
+
+
+def read_native(root, episodes=None):
+    starts, cols = native.dataset_read_table(str(root), COLUMNS, episodes=episodes)
+    arrays = {}
+    for name, (data, dtype, width) in cols.items():
+        a = np.frombuffer(data, dtype=np.float32 if dtype == "float32" else np.int64)
+        arrays[name] = a.reshape(-1, width) if width > 1 else a
+    return starts, arrays
+
+
+@pytest.mark.parametrize("row_group_per_episode", [True, False])
+@pytest.mark.parametrize("episodes", [None, [1, 3], [4, 2]])
+def test_v3_table_matches_pyarrow(tmp_path, row_group_per_episode, episodes):
+    root = write_v3(tmp_path / "ds", row_group_per_episode=row_group_per_episode)
+    if not row_group_per_episode:
+        assert pq.ParquetFile(root / "data/chunk-000/file-000.parquet").num_row_groups == 1
+    starts, got = read_native(root, episodes)
+    order = sorted(episodes) if episodes else list(range(len(LENGTHS)))
+    assert starts == np.concatenate([[0], np.cumsum([LENGTHS[e] for e in order])]).tolist()
+    want = expected_rows(root, order)
+    for name in COLUMNS:
+        assert got[name].dtype == (np.float32 if name in ("action", "observation.state", "timestamp") else np.int64)
+        np.testing.assert_array_equal(got[name], want[name].astype(got[name].dtype), err_msg=name)
+
+
+def test_v3_table_index_gap(tmp_path):
+    # episode 3's range claims one row more than file-001 holds for it
+    def longer(row):
+        if row["episode_index"] == 3:
+            row["length"] += 1
+            row["dataset_to_index"] += 1
+        if row["episode_index"] == 4:
+            row["dataset_from_index"] += 1
+            row["dataset_to_index"] += 1
+    root = write_v3(tmp_path / "ds", mutate_episode=longer)
+    with pytest.raises(native.VlafeedError, match=r"file-001.parquet: episode 3: rows \[15, 23\) are outside the file's 22 rows"):
+        native.dataset_read_table(str(root), ["action"], episodes=[3])
+    # episode 4 in chunk-001 starts at a global index its file does not have
+    with pytest.raises(native.VlafeedError, match=r"chunk-001/file-000.parquet: episode 4: "):
+        native.dataset_read_table(str(root), ["action"], episodes=[4])
+
+
+def test_v3_table_shape_mismatch_names_file_episode_column(tmp_path):
+    root = write_v3(tmp_path / "ds")
+    meta = json.loads((root / "meta/info.json").read_text())
+    meta["features"]["observation.state"]["shape"] = [DIM + 1]
+    (root / "meta/info.json").write_text(json.dumps(meta))
+    with pytest.raises(native.VlafeedError,
+                       match=r"data/chunk-000/file-001.parquet: episode 2: column 'observation.state': "
+                             r"row 0 has 4 elements, shape says 5"):
+        native.dataset_read_table(str(root), ["observation.state"], episodes=[2])
+
+
+def test_v3_table_index_disagrees(tmp_path):
+    # metadata shifted by one row inside file-000, consistently (index
+    # ranges still contiguous): the verified episode_index catches it
+    def shift(row):
+        if row["episode_index"] == 1:
+            row["dataset_from_index"] -= 1
+            row["length"] += 1
+        if row["episode_index"] == 0:
+            row["length"] -= 1
+            row["dataset_to_index"] -= 1
+    root = write_v3(tmp_path / "ds", mutate_episode=shift)
+    assert errors(info(root, check_data=False)) == []
+    with pytest.raises(native.VlafeedError, match=r"file-000.parquet: episode 1: row 0 of the episode has episode_index 0, expected 1"):
+        native.dataset_read_table(str(root), ["action"], episodes=[1])
 
 
 # ---- the CLI on the real fixture ------------------------------------------------
