@@ -3,6 +3,7 @@
  * tools/cmd_*.c. Built only on include/vlafeed/ and tools/cli.h.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -54,6 +55,12 @@ int main(int argc, char **argv)
         printf("vlafeed %s\n", vf_version());
         return 0;
     }
+    /* The codec libraries are chatty (one line per decoder opened); keep
+     * them to errors unless VF_LOG asks for more. */
+    const char *env = getenv("VF_LOG");
+    vf_set_log_level(env && (!strcmp(env, "info") || !strcmp(env, "2")) ? 2
+                     : env && (!strcmp(env, "debug") || !strcmp(env, "3")) ? 3
+                                                                            : 0);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);

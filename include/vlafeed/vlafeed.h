@@ -42,6 +42,12 @@ extern "C" {
  * Owned by the library; valid until the next vlafeed call on this thread. */
 const char *vf_last_error(void);
 
+/* How much vlafeed and the codec libraries under it (FFmpeg, SVT-AV1) print
+ * on stderr: 0 errors only, 1 warnings (default), 2 info, 3 debug. The
+ * VF_LOG environment variable (error|warn|info|debug) sets the initial
+ * level. Call before opening datasets; not thread-safe with running work. */
+void vf_set_log_level(int level);
+
 /* The version string of the linked library. */
 const char *vf_version(void);
 

@@ -225,6 +225,8 @@ int vf_log_level(void)
     return level;
 }
 
+void vf_log_set_level(int level) { log_level_cached = level < 0 ? 0 : level > 3 ? 3 : level; }
+
 void vf_log(int level, const char *fmt, ...)
 {
     if (level > vf_log_level())

@@ -91,6 +91,7 @@ enum { VF_LOG_ERROR = 0, VF_LOG_WARN = 1, VF_LOG_INFO = 2, VF_LOG_DEBUG = 3 };
 /* Level comes from the VF_LOG environment variable (error|warn|info|debug
  * or 0..3); default warn. Messages go to stderr prefixed "vlafeed: ". */
 int vf_log_level(void);
+void vf_log_set_level(int level);
 void vf_log(int level, const char *fmt, ...) VF_PRINTF(2, 3);
 
 /* ---- files and paths ------------------------------------------------- */

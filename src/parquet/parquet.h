@@ -163,6 +163,29 @@ void vf_pq_kv_at(const vf_pq_file *f, int i, const char **key, const char **valu
 /* Codec of a leaf's column chunk in a row group. */
 vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_index);
 
+/* Metadata of one column chunk (for inspection tools). Pointers are owned
+ * by the file. Statistics are the raw PLAIN bytes of min_value/max_value
+ * (or of the deprecated min/max, flagged by stats_deprecated); NULL when
+ * absent. Returns VF_ERANGE for a bad row group or leaf. */
+typedef struct vf_pq_chunk_info {
+    vf_pq_codec codec;
+    int64_t num_values;        /* level entries, nulls included */
+    int64_t compressed_size, uncompressed_size;
+    int64_t data_page_offset;
+    int64_t dictionary_page_offset; /* -1 when absent */
+    int64_t null_count;        /* -1 when absent */
+    const uint8_t *min, *max;
+    size_t min_len, max_len;
+    int stats_deprecated;
+} vf_pq_chunk_info;
+int vf_pq_column_chunk(const vf_pq_file *f, int row_group, int leaf_index, vf_pq_chunk_info *out);
+
+/* Caps what one read may decode per leaf column: level entries and bytes
+ * of values (a few bytes of RLE can claim billions of values). Exceeding
+ * a cap fails with VF_EUNSUPPORTED. Defaults are far above any real file
+ * (2^34 entries, 256 GiB); fuzzers lower them. 0 restores a default. */
+void vf_pq_set_limits(vf_pq_file *f, int64_t max_entries, int64_t max_bytes);
+
 /* Min/max statistics of an integer leaf (INT32 or INT64) in a row group.
  * Returns 0, VF_ENOENT when the chunk has no statistics. */
 int vf_pq_stats_i64(const vf_pq_file *f, int row_group, int leaf_index, int64_t *min, int64_t *max);

@@ -1,0 +1,210 @@
+/*
+ * loader.h: the public loader API: samples with LeRobot's semantics,
+ * assembled by the C engine into batches of contiguous typed columns.
+ *
+ *   vf_loader_settings ls;  vf_loader_defaults(&ls);
+ *   ls.mode = VF_MODE_STREAM; ls.batch_size = 64; ls.seed = 0;
+ *   vf_loader *l;  if (vf_loader_open(&l, dataset, &ls) < 0) ... vf_last_error()
+ *   vf_batch *b;
+ *   while ((r = vf_loader_next(l, &b)) == 0) { ... vf_batch_release(b); }
+ *   // r == VF_EOF: the epoch is over; vf_loader_set_epoch(l, 1) starts the next
+ *   vf_loader_close(l);
+ *
+ * Map-style access (LeRobotDataset.__getitem__) uses vf_loader_get_items()
+ * on a loader opened with VF_MODE_MAP: any list of global frame positions,
+ * assembled into one batch.
+ *
+ * Ownership: the loader borrows the dataset (keep it open until the loader
+ * is closed). A batch belongs to the caller from vf_loader_next/get_items
+ * until vf_batch_release; its column memory comes from the loader's buffer
+ * pool and goes back there on the last release (vf_batch_ref adds one, so
+ * zero-copy views in Python can keep a batch alive). Strings in settings are
+ * copied at open.
+ *
+ * Order: what comes at position k of an epoch is a pure function of
+ * (dataset fingerprint, seed, epoch, settings, rank, world_size, consumer),
+ * never of thread timing.
+ */
+#ifndef VLAFEED_LOADER_H
+#define VLAFEED_LOADER_H
+
+#include "vlafeed/dataset.h"
+#include "vlafeed/vlafeed.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vf_mode {
+    VF_MODE_MAP = 0,    /* random access by position (vf_loader_get_items); next() walks a
+                         * seeded permutation of positions (or 0..N-1 with shuffle = 0) */
+    VF_MODE_STREAM = 1, /* partitions (file groups by default) decoded forward, shuffled per epoch */
+    VF_MODE_POOL = 2,   /* episode pool (issue 5) */
+} vf_mode;
+
+typedef enum vf_partition {
+    VF_PARTITION_FILE_GROUP = 0, /* contiguous episodes sharing one tuple of video files */
+    VF_PARTITION_EPISODE = 1,    /* one task per episode */
+    VF_PARTITION_SEQUENTIAL = 2, /* one task per consumer, contiguous ranges of episodes */
+} vf_partition;
+
+typedef enum vf_image_format {
+    VF_IMAGE_FLOAT32_CHW = 0, /* LeRobot default: float32 [C,H,W] in [0,1] */
+    VF_IMAGE_UINT8_CHW = 1,   /* LeRobot return_uint8=True (lerobot-train) */
+    VF_IMAGE_UINT8_HWC = 2,
+} vf_image_format;
+
+typedef enum vf_normalization {
+    VF_NORM_NONE = 0,
+    VF_NORM_MEAN_STD = 1, /* (x - mean) / (std + eps), from the dataset stats */
+    VF_NORM_MIN_MAX = 2,  /* 2 * (x - min) / (max - min + eps) - 1 */
+} vf_normalization;
+
+/* delta_timestamps entry: seconds relative to the current frame. */
+typedef struct vf_delta_spec {
+    const char *key;
+    const double *seconds;
+    size_t count;
+} vf_delta_spec;
+
+typedef struct vf_rename_spec {
+    const char *from; /* dataset key, e.g. "observation.images.cam_high" */
+    const char *to;   /* name in the batch, e.g. "observation.images.base_0_rgb" */
+} vf_rename_spec;
+
+typedef struct vf_norm_spec {
+    const char *key;
+    vf_normalization mode;
+} vf_norm_spec;
+
+/* What one sample holds and how it is transformed. */
+typedef struct vf_sample_settings {
+    const vf_delta_spec *delta_timestamps; /* NULL/0: no windows */
+    size_t num_delta_timestamps;
+    double tolerance_s;                    /* delta grid check, default 1e-4 (LeRobot's) */
+    const char *const *keys;               /* features to emit; NULL = all (video, vectors, scalars) */
+    size_t num_keys;
+    const vf_rename_spec *renames;
+    size_t num_renames;
+    vf_image_format image_format;          /* default VF_IMAGE_FLOAT32_CHW */
+    int resize_width, resize_height;       /* 0 = the stream's size */
+    const vf_norm_spec *normalize;
+    size_t num_normalize;
+    int lerobot_shapes;                    /* 1 (default): squeeze single-delta video keys to
+                                            * [C,H,W] as LeRobot does; 0: always [T,...] for windowed keys */
+    int include_task;                      /* 1 (default): a "task" string column */
+} vf_sample_settings;
+
+typedef struct vf_loader_settings {
+    vf_mode mode;
+    size_t batch_size;         /* default 32 */
+    int drop_last;             /* default 0: the last batch may be short */
+    uint64_t seed;             /* default 0 */
+    int shuffle;               /* default 1 */
+    int64_t epoch;             /* first epoch, default 0 */
+    int rank, world_size;      /* default 0 / 1; -1 = read RANK / WORLD_SIZE from the environment */
+    int num_consumers;         /* consumers (engine workers) per rank, default 1 */
+    int consumer;              /* when a DataLoader worker process is one consumer: its id, else -1 */
+    int threads;               /* engine threads; 0 = number of cores */
+    int decode_threads;        /* threads per decoder, default 1 */
+    size_t prefetch_batches;   /* bounded output queue depth, default 4 */
+    size_t shuffle_buffer;     /* stream mode: samples in the local shuffle buffer, 0 = off */
+    vf_partition partition;    /* stream mode, default VF_PARTITION_FILE_GROUP */
+    size_t episode_pool_size;  /* pool mode, default 16 */
+    size_t decoder_cache_entries; /* default 32 (pool mode: sized to the pool, capped at 128) */
+    vf_sample_settings sample;
+} vf_loader_settings;
+
+void vf_loader_defaults(vf_loader_settings *s);
+
+typedef struct vf_loader vf_loader;
+
+/* Opens a loader over the dataset's selected episodes. Checks the settings
+ * (unknown keys in delta_timestamps/renames/normalize, off-grid deltas,
+ * missing stats for normalization) with messages naming the key. */
+int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_settings *settings);
+void vf_loader_close(vf_loader *l);
+
+/* Number of samples this consumer (rank, consumer) yields per epoch, and the
+ * number of positions in map mode (the selected episodes' frames). */
+int64_t vf_loader_num_samples(const vf_loader *l);
+int64_t vf_loader_num_positions(const vf_loader *l);
+
+/* The next batch of the current epoch; VF_EOF when the epoch is done. */
+int vf_loader_next(vf_loader *l, vf_batch **out);
+/* Starts epoch `epoch` (drops whatever of the current epoch is queued). */
+int vf_loader_set_epoch(vf_loader *l, int64_t epoch);
+
+/* Map mode: one batch holding the samples at the given positions
+ * (0 <= position < vf_loader_num_positions), in order. VF_ERANGE names an
+ * out-of-range position. */
+int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf_batch **out);
+
+/* ---- batches ------------------------------------------------------------ */
+
+typedef struct vf_batch vf_batch;
+
+typedef enum vf_column_type {
+    VF_COL_FLOAT32 = 0,
+    VF_COL_FLOAT64 = 1,
+    VF_COL_INT64 = 2,
+    VF_COL_INT32 = 3,
+    VF_COL_UINT8 = 4,
+    VF_COL_BOOL = 5,    /* 1 byte per value */
+    VF_COL_STRING = 6,  /* strings[], one per sample */
+} vf_column_type;
+
+typedef struct vf_column {
+    const char *name;          /* e.g. "observation.state", "action_is_pad", "task" */
+    vf_column_type type;
+    int ndim;                  /* including the batch dimension */
+    int64_t shape[8];          /* shape[0] = samples in the batch */
+    void *data;                /* contiguous C-order; NULL for strings */
+    size_t nbytes;
+    const char *const *strings;/* VF_COL_STRING only */
+} vf_column;
+
+size_t vf_batch_size(const vf_batch *b);
+size_t vf_batch_num_columns(const vf_batch *b);
+const vf_column *vf_batch_column(const vf_batch *b, size_t i);
+const vf_column *vf_batch_find(const vf_batch *b, const char *name); /* NULL if absent */
+/* Global frame positions of the samples (index column order). */
+const int64_t *vf_batch_positions(const vf_batch *b);
+vf_batch *vf_batch_ref(vf_batch *b);
+void vf_batch_release(vf_batch *b);
+
+/* ---- metrics ------------------------------------------------------------ */
+
+typedef struct vf_loader_stats {
+    uint64_t samples, batches;
+    uint64_t frames_delivered, frames_decoded;
+    uint64_t video_opens;
+    uint64_t cache_hits, cache_misses, cache_evictions;
+    size_t cache_entries;
+    double wait_seconds;       /* time vf_loader_next spent blocked on the queue */
+    double first_batch_seconds;
+    double p50_sample_ms, p95_sample_ms, p99_sample_ms;
+    uint64_t skipped;          /* samples skipped under an explicit policy (counted, reported) */
+} vf_loader_stats;
+
+void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);
+
+/* ---- partition plan (vlafeed plan) --------------------------------------- */
+
+typedef struct vf_plan_summary {
+    vf_partition partition;
+    size_t tasks;              /* partitions */
+    size_t video_opens;        /* MP4 opens to read every task once (sum over cameras) */
+    size_t episodes;
+    int64_t frames;
+} vf_plan_summary;
+
+/* The plan of one strategy over the dataset's selected episodes. */
+int vf_plan_summarize(const vf_dataset *d, vf_partition partition, int world_size, int num_consumers,
+                      vf_plan_summary *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,917 @@
+/*
+ * page.c: decodes one column chunk (its pages) into a vf_pq_column:
+ * definition/repetition levels as bytes and the present values densely,
+ * already converted to the leaf's vf_pq_type.
+ *
+ * A chunk is read with one positional read covering
+ * [dictionary_page_offset or data_page_offset, + total_compressed_size),
+ * then walked page by page until the pages' level counts reach the
+ * chunk's num_values. Supported: DICTIONARY_PAGE (PLAIN), DATA_PAGE (v1:
+ * levels with a 4-byte length prefix, compressed together with the
+ * values) and DATA_PAGE_V2 (levels uncompressed, no prefix,
+ * is_compressed); value encodings PLAIN, PLAIN_DICTIONARY/RLE_DICTIONARY
+ * (switching between dictionary and PLAIN pages inside a chunk is fine),
+ * RLE booleans and BYTE_STREAM_SPLIT; codecs UNCOMPRESSED, SNAPPY, GZIP,
+ * ZSTD. Everything else fails with VF_EUNSUPPORTED naming what it is.
+ *
+ * Bounds: every page size is checked against the chunk buffer, every
+ * value count against the bytes of its page, every level against its
+ * maximum and every dictionary index against the dictionary size. The
+ * entries and bytes one column may decode are capped (vf_pq_set_limits),
+ * because RLE runs let a few bytes claim billions of values.
+ */
+#include "parquet/read_internal.h"
+
+#include <snappy-c.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#define IDX_BATCH 2048
+
+typedef struct chunk_ctx {
+    vf_pq_file *f;
+    const vf_pq_node *leaf;
+    const vf_pq_chunk_meta *meta;
+    vf_pq_column *col;
+    int row_group;
+    int page;
+    int64_t entries_start;     /* col->num_entries when this chunk began */
+    char *where;               /* "file: column 'x', row group g" */
+    uint8_t *scratch;          /* decompressed page */
+    size_t scratch_cap;
+    uint8_t *split;            /* BYTE_STREAM_SPLIT reassembly */
+    size_t split_cap;
+    uint32_t idx[IDX_BATCH];
+    vf_pq_column dict;
+    int has_dict;
+} chunk_ctx;
+
+typedef struct page_header {
+    int type;
+    int32_t uncompressed_size, compressed_size;
+    int has_data, has_dict, has_v2;
+    int32_t num_values;
+    int encoding, def_encoding, rep_encoding;
+    int32_t num_nulls, num_rows;
+    int32_t def_len, rep_len;
+    int is_compressed;
+} page_header;
+
+static int fail(chunk_ctx *c, int code, const char *fmt, ...) VF_PRINTF(3, 4);
+static int fail(chunk_ctx *c, int code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vf_error(code, "%s, page %d: %s", c->where, c->page, msg);
+}
+
+/* ---- column buffers ------------------------------------------------------ */
+
+void vf_pq_column_init(vf_pq_column *c, const vf_pq_node *leaf)
+{
+    memset(c, 0, sizeof *c);
+    c->leaf = leaf;
+    c->type = leaf ? leaf->type : VF_PQ_T_NULL;
+    c->value_size = vf_pq_type_size(c->type);
+    if (c->type == VF_PQ_T_FIXED_BINARY)
+        c->value_size = (size_t)leaf->type_length;
+}
+
+void vf_pq_column_free(vf_pq_column *c)
+{
+    free(c->def);
+    free(c->rep);
+    free(c->values);
+    free(c->offsets);
+    free(c->data);
+    const vf_pq_node *leaf = c->leaf;
+    vf_pq_column_init(c, leaf);
+}
+
+static int is_byte_array(const vf_pq_column *col)
+{
+    return col->type == VF_PQ_T_STRING || col->type == VF_PQ_T_BINARY;
+}
+
+static int64_t grow_to(int64_t cap, int64_t need)
+{
+    int64_t n = cap < 1024 ? 1024 : cap + cap / 2;
+    return n < need ? need : n;
+}
+
+static int reserve_entries(chunk_ctx *c, vf_pq_column *col, int64_t extra)
+{
+    int64_t need = col->num_entries + extra;
+    if (extra < 0 || need > c->f->max_entries)
+        return fail(c, VF_EUNSUPPORTED, "more than %lld level entries in one column (reader limit)",
+                    (long long)c->f->max_entries);
+    if (need <= col->cap_entries)
+        return 0;
+    int64_t cap = grow_to(col->cap_entries, need);
+    if (cap > c->f->max_entries)
+        cap = need;
+    if (col->leaf->max_def > 0) {
+        uint8_t *p = vf_realloc(col->def, (size_t)cap);
+        if (!p)
+            return VF_ENOMEM;
+        col->def = p;
+    }
+    if (col->leaf->max_rep > 0) {
+        uint8_t *p = vf_realloc(col->rep, (size_t)cap);
+        if (!p)
+            return VF_ENOMEM;
+        col->rep = p;
+    }
+    col->cap_entries = cap;
+    return 0;
+}
+
+static int64_t column_bytes(const vf_pq_column *col, int64_t values)
+{
+    if (is_byte_array(col))
+        return values * 8 + col->data_len;
+    return values * (int64_t)col->value_size;
+}
+
+static int reserve_values(chunk_ctx *c, vf_pq_column *col, int64_t extra)
+{
+    int64_t need = col->num_values + extra;
+    if (extra < 0 || need > c->f->max_entries ||
+        (col->value_size && need > c->f->max_bytes / (int64_t)col->value_size) ||
+        column_bytes(col, need) > c->f->max_bytes)
+        return fail(c, VF_EUNSUPPORTED, "column decodes to more than the reader limit (%lld values, %lld bytes)",
+                    (long long)c->f->max_entries, (long long)c->f->max_bytes);
+    if (need <= col->cap_values && (col->values || col->offsets))
+        return 0;
+    int64_t cap = grow_to(col->cap_values, need);
+    if (is_byte_array(col)) {
+        int64_t *o = vf_realloc(col->offsets, (size_t)(cap + 1) * sizeof *o);
+        if (!o)
+            return VF_ENOMEM;
+        if (!col->offsets)
+            o[0] = 0;
+        col->offsets = o;
+    } else {
+        uint8_t *v = vf_realloc(col->values, (size_t)cap * (col->value_size ? col->value_size : 1));
+        if (!v)
+            return VF_ENOMEM;
+        col->values = v;
+    }
+    col->cap_values = cap;
+    return 0;
+}
+
+static int reserve_data(chunk_ctx *c, vf_pq_column *col, int64_t extra)
+{
+    int64_t need = col->data_len + extra;
+    if (extra < 0 || need > c->f->max_bytes)
+        return fail(c, VF_EUNSUPPORTED, "column decodes to more than %lld bytes (reader limit)",
+                    (long long)c->f->max_bytes);
+    if (need <= col->data_cap && col->data)
+        return 0;
+    int64_t cap = grow_to(col->data_cap, need);
+    if (cap > c->f->max_bytes)
+        cap = need;
+    uint8_t *d = vf_realloc(col->data, (size_t)(cap ? cap : 1));
+    if (!d)
+        return VF_ENOMEM;
+    col->data = d;
+    col->data_cap = cap;
+    return 0;
+}
+
+/* ---- PLAIN ------------------------------------------------------------------- */
+
+static inline uint32_t load_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Appends nv PLAIN values from [p, p+len) to col (also used for the
+ * dictionary page). */
+static int decode_plain(chunk_ctx *c, vf_pq_column *col, const uint8_t *p, size_t len, int64_t nv)
+{
+    int r;
+    int physical = col->leaf->physical;
+    /* Every value takes bytes on the page: check the count first, so a
+     * hostile count cannot drive the reservation. */
+    size_t min_size = physical == VF_PQ_BYTE_ARRAY ? 4
+                      : physical == VF_PQ_BOOLEAN  ? 0
+                      : physical == VF_PQ_INT32 || physical == VF_PQ_FLOAT ? 4
+                      : physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? (size_t)VF_MAX(col->leaf->type_length, 1)
+                                                               : 8;
+    if (nv < 0 || (min_size ? (uint64_t)nv > len / min_size : (uint64_t)nv > (uint64_t)len * 8))
+        return fail(c, VF_ECORRUPT, "%lld PLAIN %s values need more than the %zu bytes present", (long long)nv,
+                    vf_pq_physical_name(physical), len);
+    if ((r = reserve_values(c, col, nv)) < 0)
+        return r;
+    if (physical == VF_PQ_BYTE_ARRAY) {
+        /* Lengths are checked one by one; the bytes can never exceed the
+         * page, so one reservation of len covers them. */
+        if ((r = reserve_data(c, col, (int64_t)len)) < 0)
+            return r;
+        int64_t *off = col->offsets + col->num_values;
+        uint8_t *dst = col->data;
+        int64_t pos = col->data_len;
+        const uint8_t *end = p + len;
+        for (int64_t i = 0; i < nv; i++) {
+            if (end - p < 4)
+                return fail(c, VF_ECORRUPT, "BYTE_ARRAY value %lld truncated", (long long)i);
+            uint32_t n = load_u32(p);
+            p += 4;
+            if (n > (size_t)(end - p))
+                return fail(c, VF_ECORRUPT, "BYTE_ARRAY value %lld of %u bytes passes the page end", (long long)i, n);
+            memcpy(dst + pos, p, n);
+            p += n;
+            pos += n;
+            off[i + 1] = pos;
+        }
+        col->data_len = pos;
+        col->num_values += nv;
+        return 0;
+    }
+    uint8_t *out = col->values + (size_t)col->num_values * col->value_size;
+    switch (physical) {
+    case VF_PQ_BOOLEAN: {
+        if ((uint64_t)nv > (uint64_t)len * 8)
+            return fail(c, VF_ECORRUPT, "%lld BOOLEAN values need more than the %zu bytes present", (long long)nv,
+                        len);
+        int64_t groups = nv / 8;
+        vf_pq_unpack_u8(p, out, groups, 1);
+        for (int64_t i = groups * 8; i < nv; i++)
+            out[i] = (p[i >> 3] >> (i & 7)) & 1;
+        break;
+    }
+    case VF_PQ_INT32:
+    case VF_PQ_INT64:
+    case VF_PQ_FLOAT:
+    case VF_PQ_DOUBLE:
+    case VF_PQ_FIXED_LEN_BYTE_ARRAY: {
+        size_t in_size = physical == VF_PQ_INT32 || physical == VF_PQ_FLOAT ? 4
+                         : physical == VF_PQ_FIXED_LEN_BYTE_ARRAY   ? (size_t)col->leaf->type_length
+                                                                    : 8;
+        if (in_size == 0 || (uint64_t)nv > len / in_size)
+            return fail(c, VF_ECORRUPT, "%lld %s values need more than the %zu bytes present", (long long)nv,
+                        vf_pq_physical_name(physical), len);
+        if (col->value_size == in_size) {
+            memcpy(out, p, (size_t)nv * in_size);
+        } else if (col->value_size == 2) { /* INT32 -> 16-bit */
+            uint16_t *o = (uint16_t *)(void *)out;
+            for (int64_t i = 0; i < nv; i++)
+                o[i] = (uint16_t)load_u32(p + 4 * i);
+        } else if (col->value_size == 1) { /* INT32 -> 8-bit */
+            for (int64_t i = 0; i < nv; i++)
+                out[i] = (uint8_t)load_u32(p + 4 * i);
+        } else {
+            return fail(c, VF_EUNSUPPORTED, "cannot convert %s to %s", vf_pq_physical_name(physical),
+                        vf_pq_type_name(col->type));
+        }
+        break;
+    }
+    default:
+        return fail(c, VF_EUNSUPPORTED, "physical type %s is not supported", vf_pq_physical_name(physical));
+    }
+    col->num_values += nv;
+    return 0;
+}
+
+/* BYTE_STREAM_SPLIT: value i's byte k is at k*nv + i. Reassembled into
+ * PLAIN order, then decoded as PLAIN. */
+static int decode_byte_stream_split(chunk_ctx *c, const uint8_t *p, size_t len, int64_t nv)
+{
+    int physical = c->leaf->physical;
+    size_t w = physical == VF_PQ_INT32 || physical == VF_PQ_FLOAT ? 4
+               : physical == VF_PQ_INT64 || physical == VF_PQ_DOUBLE ? 8
+               : physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? (size_t)c->leaf->type_length
+                                                        : 0;
+    if (w == 0)
+        return fail(c, VF_EUNSUPPORTED, "BYTE_STREAM_SPLIT for %s", vf_pq_physical_name(physical));
+    if ((uint64_t)nv > len / w)
+        return fail(c, VF_ECORRUPT, "BYTE_STREAM_SPLIT page too short for %lld values", (long long)nv);
+    size_t total = (size_t)nv * w;
+    if (total > c->split_cap) {
+        uint8_t *s = vf_realloc(c->split, total);
+        if (!s)
+            return VF_ENOMEM;
+        c->split = s;
+        c->split_cap = total;
+    }
+    for (size_t k = 0; k < w; k++) {
+        const uint8_t *stream = p + k * (size_t)nv;
+        for (int64_t i = 0; i < nv; i++)
+            c->split[(size_t)i * w + k] = stream[i];
+    }
+    return decode_plain(c, c->col, c->split, total, nv);
+}
+
+/* ---- dictionary ---------------------------------------------------------------- */
+
+static int decode_dict_indices(chunk_ctx *c, const uint8_t *p, size_t len, int64_t nv)
+{
+    vf_pq_column *col = c->col;
+    const vf_pq_column *dict = &c->dict;
+    if (!c->has_dict)
+        return fail(c, VF_ECORRUPT, "dictionary-encoded data page without a dictionary page");
+    if (len < 1)
+        return fail(c, VF_ECORRUPT, "dictionary-encoded page has no bit width");
+    int width = p[0];
+    if (width > 32)
+        return fail(c, VF_ECORRUPT, "dictionary index bit width %d is larger than 32", width);
+    vf_pq_rle d;
+    vf_pq_rle_init(&d, p + 1, len - 1, width);
+    int r;
+    if ((r = reserve_values(c, col, nv)) < 0)
+        return r;
+    uint32_t dict_n = (uint32_t)dict->num_values;
+    for (int64_t done = 0; done < nv;) {
+        int64_t k = VF_MIN(nv - done, IDX_BATCH);
+        if (vf_pq_rle_read_u32(&d, c->idx, k) < 0)
+            return fail(c, VF_ECORRUPT, "dictionary indices are truncated or malformed");
+        uint32_t mx = 0;
+        for (int64_t i = 0; i < k; i++)
+            mx = c->idx[i] > mx ? c->idx[i] : mx;
+        if (mx >= dict_n)
+            return fail(c, VF_ECORRUPT, "dictionary index %u out of range (dictionary has %u entries)", mx, dict_n);
+        if (is_byte_array(col)) {
+            int64_t bytes = 0;
+            for (int64_t i = 0; i < k; i++)
+                bytes += dict->offsets[c->idx[i] + 1] - dict->offsets[c->idx[i]];
+            if ((r = reserve_data(c, col, bytes)) < 0)
+                return r;
+            int64_t *off = col->offsets + col->num_values;
+            int64_t pos = col->data_len;
+            for (int64_t i = 0; i < k; i++) {
+                int64_t s = dict->offsets[c->idx[i]], n = dict->offsets[c->idx[i] + 1] - s;
+                memcpy(col->data + pos, dict->data + s, (size_t)n);
+                pos += n;
+                off[i + 1] = pos;
+            }
+            col->data_len = pos;
+        } else {
+            size_t w = col->value_size;
+            uint8_t *out = col->values + (size_t)col->num_values * w;
+            const uint32_t *idx = c->idx;
+            switch (w) {
+            case 1:
+                for (int64_t i = 0; i < k; i++)
+                    out[i] = dict->values[idx[i]];
+                break;
+            case 2: {
+                uint16_t *o = (uint16_t *)(void *)out;
+                const uint16_t *dv = (const uint16_t *)(const void *)dict->values;
+                for (int64_t i = 0; i < k; i++)
+                    o[i] = dv[idx[i]];
+                break;
+            }
+            case 4: {
+                uint32_t *o = (uint32_t *)(void *)out;
+                const uint32_t *dv = (const uint32_t *)(const void *)dict->values;
+                for (int64_t i = 0; i < k; i++)
+                    o[i] = dv[idx[i]];
+                break;
+            }
+            case 8: {
+                uint64_t *o = (uint64_t *)(void *)out;
+                const uint64_t *dv = (const uint64_t *)(const void *)dict->values;
+                for (int64_t i = 0; i < k; i++)
+                    o[i] = dv[idx[i]];
+                break;
+            }
+            default:
+                for (int64_t i = 0; i < k; i++)
+                    memcpy(out + (size_t)i * w, dict->values + (size_t)idx[i] * w, w);
+                break;
+            }
+        }
+        col->num_values += k;
+        done += k;
+    }
+    return 0;
+}
+
+/* ---- levels ---------------------------------------------------------------- */
+
+static int bit_width(int v)
+{
+    int w = 0;
+    while (v >> w)
+        w++;
+    return w;
+}
+
+/* Decodes n levels (max level max_level) into out; counts entries equal
+ * to `counted`. */
+static int decode_levels(chunk_ctx *c, const char *kind, int encoding, const uint8_t *p, size_t len, int max_level,
+                         uint8_t *out, int64_t n, int counted, int64_t *count)
+{
+    int width = bit_width(max_level);
+    if (encoding == VF_PQ_ENC_RLE) {
+        vf_pq_rle d;
+        vf_pq_rle_init(&d, p, len, width);
+        if (vf_pq_rle_read_u8(&d, out, n) < 0)
+            return fail(c, VF_ECORRUPT, "%s levels are truncated or malformed", kind);
+    } else if (encoding == VF_PQ_ENC_BIT_PACKED) {
+        /* Deprecated: MSB-first bit packing, no run headers. */
+        if ((uint64_t)n > (uint64_t)len * 8 / (uint64_t)(width ? width : 1))
+            return fail(c, VF_ECORRUPT, "%s levels are truncated", kind);
+        uint64_t bit = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int v = 0;
+            for (int b = 0; b < width; b++, bit++)
+                v = (v << 1) | ((p[bit >> 3] >> (7 - (bit & 7))) & 1);
+            out[i] = (uint8_t)v;
+        }
+    } else {
+        return fail(c, VF_EUNSUPPORTED, "%s level encoding %s (%d) is not supported", kind,
+                    vf_pq_encoding_name(encoding), encoding);
+    }
+    int64_t cnt = 0;
+    uint8_t bad = 0;
+    const uint8_t m = (uint8_t)max_level, t = (uint8_t)counted;
+    for (int64_t i = 0; i < n; i++) {
+        bad |= out[i] > m;
+        cnt += out[i] == t;
+    }
+    if (bad)
+        return fail(c, VF_ECORRUPT, "%s level above the maximum %d", kind, max_level);
+    *count = cnt;
+    return 0;
+}
+
+/* ---- decompression ------------------------------------------------------------ */
+
+static int ensure_scratch(chunk_ctx *c, size_t n)
+{
+    if (n <= c->scratch_cap && c->scratch)
+        return 0;
+    if ((int64_t)n > c->f->max_bytes)
+        return fail(c, VF_EUNSUPPORTED, "page of %zu bytes is above the reader limit", n);
+    size_t cap = n < 65536 ? 65536 : n;
+    uint8_t *s = vf_malloc(cap);
+    if (!s)
+        return VF_ENOMEM;
+    free(c->scratch);
+    c->scratch = s;
+    c->scratch_cap = cap;
+    return 0;
+}
+
+static int inflate_gzip(chunk_ctx *c, const uint8_t *src, size_t src_len, uint8_t *dst, size_t dst_len)
+{
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, 15 + 32) != Z_OK)
+        return fail(c, VF_ENOMEM, "zlib init failed");
+    zs.next_in = (Bytef *)(uintptr_t)src;
+    zs.avail_in = (uInt)src_len;
+    zs.next_out = dst;
+    zs.avail_out = (uInt)dst_len;
+    int r;
+    for (;;) {
+        r = inflate(&zs, Z_FINISH);
+        /* Concatenated gzip members continue after a stream end. */
+        if (r == Z_STREAM_END && zs.avail_in > 0 && zs.avail_out > 0) {
+            if (inflateReset(&zs) != Z_OK)
+                break;
+            continue;
+        }
+        break;
+    }
+    size_t produced = dst_len - zs.avail_out;
+    inflateEnd(&zs);
+    if (r != Z_STREAM_END || produced != dst_len)
+        return fail(c, VF_ECORRUPT, "GZIP data is corrupt or has the wrong size (%zu of %zu bytes)", produced, dst_len);
+    return 0;
+}
+
+/* Decompresses [src, src+src_len) into dst_len bytes; *out points at the
+ * result (src itself when uncompressed). */
+static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t dst_len, const uint8_t **out)
+{
+    int codec = c->meta->codec;
+    if (codec == VF_PQ_UNCOMPRESSED) {
+        if (src_len != dst_len)
+            return fail(c, VF_ECORRUPT, "uncompressed page has %zu bytes but declares %zu", src_len, dst_len);
+        *out = src;
+        return 0;
+    }
+    int r = ensure_scratch(c, dst_len);
+    if (r < 0)
+        return r;
+    switch (codec) {
+    case VF_PQ_SNAPPY: {
+        size_t n;
+        if (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len)
+            return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
+        if (snappy_uncompress((const char *)src, src_len, (char *)c->scratch, &n) != SNAPPY_OK || n != dst_len)
+            return fail(c, VF_ECORRUPT, "SNAPPY data is corrupt");
+        break;
+    }
+    case VF_PQ_GZIP:
+        if (src_len > UINT32_MAX || dst_len > UINT32_MAX)
+            return fail(c, VF_EUNSUPPORTED, "GZIP page larger than 4 GiB");
+        if ((r = inflate_gzip(c, src, src_len, c->scratch, dst_len)) < 0)
+            return r;
+        break;
+    case VF_PQ_ZSTD: {
+        size_t n = ZSTD_decompress(c->scratch, dst_len, src, src_len);
+        if (ZSTD_isError(n) || n != dst_len)
+            return fail(c, VF_ECORRUPT, "ZSTD data is corrupt or has the wrong size (%s)",
+                        ZSTD_isError(n) ? ZSTD_getErrorName(n) : "size mismatch");
+        break;
+    }
+    default:
+        return fail(c, VF_EUNSUPPORTED, "compression codec %s (%d) is not supported", vf_pq_codec_name(codec), codec);
+    }
+    *out = c->scratch;
+    return 0;
+}
+
+/* ---- page headers --------------------------------------------------------------- */
+
+static int32_t i32_field(vf_pq_tr *t, int type)
+{
+    int ok;
+    int64_t v = vf_pq_tr_int_field(t, type, &ok);
+    if (ok && (v < INT32_MIN || v > INT32_MAX))
+        vf_pq_tr_fail(t, "integer out of range");
+    return (int32_t)v;
+}
+
+static void parse_sub_header(vf_pq_tr *t, page_header *h, int which)
+{
+    int16_t last = 0, id;
+    int type;
+    vf_pq_tr_struct_begin(t);
+    while (vf_pq_tr_field(t, &last, &id, &type)) {
+        if (which == 5) { /* DataPageHeader */
+            switch (id) {
+            case 1: h->num_values = i32_field(t, type); break;
+            case 2: h->encoding = i32_field(t, type); break;
+            case 3: h->def_encoding = i32_field(t, type); break;
+            case 4: h->rep_encoding = i32_field(t, type); break;
+            default: vf_pq_tr_skip(t, type); break;
+            }
+        } else if (which == 7) { /* DictionaryPageHeader */
+            switch (id) {
+            case 1: h->num_values = i32_field(t, type); break;
+            case 2: h->encoding = i32_field(t, type); break;
+            default: vf_pq_tr_skip(t, type); break;
+            }
+        } else { /* DataPageHeaderV2 */
+            switch (id) {
+            case 1: h->num_values = i32_field(t, type); break;
+            case 2: h->num_nulls = i32_field(t, type); break;
+            case 3: h->num_rows = i32_field(t, type); break;
+            case 4: h->encoding = i32_field(t, type); break;
+            case 5: h->def_len = i32_field(t, type); break;
+            case 6: h->rep_len = i32_field(t, type); break;
+            case 7:
+                if (type == VF_TC_TRUE || type == VF_TC_FALSE)
+                    h->is_compressed = type == VF_TC_TRUE;
+                else
+                    vf_pq_tr_skip(t, type);
+                break;
+            default: vf_pq_tr_skip(t, type); break;
+            }
+        }
+    }
+    vf_pq_tr_struct_end(t);
+}
+
+static void parse_page_header(vf_pq_tr *t, page_header *h)
+{
+    int16_t last = 0, id;
+    int type;
+    memset(h, 0, sizeof *h);
+    h->type = -1;
+    h->def_encoding = h->rep_encoding = VF_PQ_ENC_RLE;
+    h->is_compressed = 1;
+    vf_pq_tr_struct_begin(t);
+    while (vf_pq_tr_field(t, &last, &id, &type)) {
+        switch (id) {
+        case 1: h->type = i32_field(t, type); break;
+        case 2: h->uncompressed_size = i32_field(t, type); break;
+        case 3: h->compressed_size = i32_field(t, type); break;
+        case 5:
+        case 7:
+        case 8:
+            if (type != VF_TC_STRUCT) {
+                vf_pq_tr_skip(t, type);
+                break;
+            }
+            if (id == 5)
+                h->has_data = 1;
+            else if (id == 7)
+                h->has_dict = 1;
+            else
+                h->has_v2 = 1;
+            parse_sub_header(t, h, id);
+            break;
+        default: vf_pq_tr_skip(t, type); break;
+        }
+    }
+    vf_pq_tr_struct_end(t);
+}
+
+/* ---- pages ------------------------------------------------------------------------ */
+
+static int decode_values(chunk_ctx *c, int encoding, const uint8_t *p, size_t len, int64_t nv)
+{
+    if (nv == 0)
+        return 0;
+    switch (encoding) {
+    case VF_PQ_ENC_PLAIN: return decode_plain(c, c->col, p, len, nv);
+    case VF_PQ_ENC_PLAIN_DICTIONARY:
+    case VF_PQ_ENC_RLE_DICTIONARY: return decode_dict_indices(c, p, len, nv);
+    case VF_PQ_ENC_BYTE_STREAM_SPLIT: return decode_byte_stream_split(c, p, len, nv);
+    case VF_PQ_ENC_RLE:
+        if (c->leaf->physical == VF_PQ_BOOLEAN) {
+            if (len < 4 || load_u32(p) > len - 4)
+                return fail(c, VF_ECORRUPT, "RLE boolean values have a bad length prefix");
+            vf_pq_rle d;
+            vf_pq_rle_init(&d, p + 4, load_u32(p), 1);
+            int r = reserve_values(c, c->col, nv);
+            if (r < 0)
+                return r;
+            if (vf_pq_rle_read_u8(&d, c->col->values + c->col->num_values, nv) < 0)
+                return fail(c, VF_ECORRUPT, "RLE boolean values are truncated or malformed");
+            c->col->num_values += nv;
+            return 0;
+        }
+        break;
+    default: break;
+    }
+    return fail(c, VF_EUNSUPPORTED, "value encoding %s (%d) is not supported for %s", vf_pq_encoding_name(encoding),
+                encoding, vf_pq_physical_name(c->leaf->physical));
+}
+
+/* Levels of a page: decoded into the column; returns the number of
+ * present values through *nv. */
+static int decode_page_levels(chunk_ctx *c, int64_t n, const uint8_t *rep_p, size_t rep_len, int rep_enc,
+                              const uint8_t *def_p, size_t def_len, int def_enc, int64_t *nv)
+{
+    vf_pq_column *col = c->col;
+    const vf_pq_node *leaf = c->leaf;
+    int r;
+    int64_t rows = n, present = n;
+    if (leaf->max_rep > 0) {
+        if ((r = decode_levels(c, "repetition", rep_enc, rep_p, rep_len, leaf->max_rep, col->rep + col->num_entries,
+                               n, 0, &rows)) < 0)
+            return r;
+        if (col->num_entries == c->entries_start && n > 0 && col->rep[col->num_entries] != 0)
+            return fail(c, VF_ECORRUPT, "first repetition level is %d, not 0", col->rep[col->num_entries]);
+    }
+    if (leaf->max_def > 0) {
+        if ((r = decode_levels(c, "definition", def_enc, def_p, def_len, leaf->max_def, col->def + col->num_entries,
+                               n, leaf->max_def, &present)) < 0)
+            return r;
+    }
+    col->num_entries += n;
+    col->num_max_def += present;
+    col->rows += rows;
+    *nv = present;
+    return 0;
+}
+
+static int data_page_v1(chunk_ctx *c, const page_header *h, const uint8_t *payload)
+{
+    const uint8_t *p;
+    int r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p);
+    if (r < 0)
+        return r;
+    size_t len = (size_t)h->uncompressed_size;
+    int64_t n = h->num_values;
+    const uint8_t *levels[2] = {NULL, NULL};
+    size_t lens[2] = {0, 0};
+    int encs[2] = {h->rep_encoding, h->def_encoding};
+    int maxes[2] = {c->leaf->max_rep, c->leaf->max_def};
+    for (int k = 0; k < 2; k++) {
+        if (maxes[k] == 0)
+            continue;
+        if (encs[k] == VF_PQ_ENC_RLE) {
+            if (len < 4 || load_u32(p) > len - 4)
+                return fail(c, VF_ECORRUPT, "%s levels length prefix passes the page end",
+                            k ? "definition" : "repetition");
+            lens[k] = load_u32(p);
+            levels[k] = p + 4;
+            p += 4 + lens[k];
+            len -= 4 + lens[k];
+        } else if (encs[k] == VF_PQ_ENC_BIT_PACKED) {
+            uint64_t bytes = ((uint64_t)n * (uint64_t)bit_width(maxes[k]) + 7) / 8;
+            if (bytes > len)
+                return fail(c, VF_ECORRUPT, "bit-packed levels pass the page end");
+            levels[k] = p;
+            lens[k] = (size_t)bytes;
+            p += bytes;
+            len -= bytes;
+        } else {
+            return fail(c, VF_EUNSUPPORTED, "level encoding %s (%d) is not supported", vf_pq_encoding_name(encs[k]),
+                        encs[k]);
+        }
+    }
+    int64_t nv;
+    if ((r = decode_page_levels(c, n, levels[0], lens[0], encs[0], levels[1], lens[1], encs[1], &nv)) < 0)
+        return r;
+    return decode_values(c, h->encoding, p, len, nv);
+}
+
+static int data_page_v2(chunk_ctx *c, const page_header *h, const uint8_t *payload)
+{
+    if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->compressed_size ||
+        (int64_t)h->rep_len + h->def_len > h->uncompressed_size)
+        return fail(c, VF_ECORRUPT, "DATA_PAGE_V2 level lengths (%d, %d) pass the page size", h->rep_len, h->def_len);
+    size_t lv = (size_t)h->rep_len + (size_t)h->def_len;
+    int64_t nv;
+    int r = decode_page_levels(c, h->num_values, payload, (size_t)h->rep_len, VF_PQ_ENC_RLE, payload + h->rep_len,
+                               (size_t)h->def_len, VF_PQ_ENC_RLE, &nv);
+    if (r < 0)
+        return r;
+    const uint8_t *src = payload + lv, *p = src;
+    size_t src_len = (size_t)h->compressed_size - lv, len = (size_t)h->uncompressed_size - lv;
+    if (h->is_compressed) {
+        if ((r = decompress(c, src, src_len, len, &p)) < 0)
+            return r;
+    } else if (src_len != len) {
+        return fail(c, VF_ECORRUPT, "uncompressed DATA_PAGE_V2 sizes differ (%zu, %zu)", src_len, len);
+    }
+    return decode_values(c, h->encoding, p, len, nv);
+}
+
+static int dictionary_page(chunk_ctx *c, const page_header *h, const uint8_t *payload)
+{
+    if (c->has_dict)
+        return fail(c, VF_ECORRUPT, "second dictionary page in a column chunk");
+    if (c->col->num_entries > c->entries_start)
+        return fail(c, VF_ECORRUPT, "dictionary page after data pages");
+    if (h->encoding != VF_PQ_ENC_PLAIN && h->encoding != VF_PQ_ENC_PLAIN_DICTIONARY)
+        return fail(c, VF_EUNSUPPORTED, "dictionary page encoding %s (%d) is not supported",
+                    vf_pq_encoding_name(h->encoding), h->encoding);
+    if (h->num_values < 0)
+        return fail(c, VF_ECORRUPT, "dictionary page has %d values", h->num_values);
+    const uint8_t *p;
+    int r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p);
+    if (r < 0)
+        return r;
+    vf_pq_column_init(&c->dict, c->leaf);
+    if ((r = decode_plain(c, &c->dict, p, (size_t)h->uncompressed_size, h->num_values)) < 0)
+        return r;
+    c->has_dict = 1;
+    return 0;
+}
+
+/* ---- chunk --------------------------------------------------------------------------- */
+
+int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *col)
+{
+    const vf_pq_node *leaf = f->leaves[leaf_index];
+    const vf_pq_row_group_meta *rg = &f->row_groups[row_group];
+    const vf_pq_chunk_meta *m = &rg->columns[leaf_index];
+    chunk_ctx c;
+    memset(&c, 0, sizeof c);
+    c.f = f;
+    c.leaf = leaf;
+    c.meta = m;
+    c.col = col;
+    c.row_group = row_group;
+    c.page = -1;
+    c.entries_start = col->num_entries;
+    char *path = vf_pq_leaf_path_string(leaf);
+    c.where = vf_asprintf("%s: column '%s', row group %d", f->name, path ? path : "?", row_group);
+    free(path);
+    if (!c.where)
+        return VF_ENOMEM;
+    uint8_t *buf = NULL;
+    int r = 0;
+    int64_t rows_start = col->rows;
+
+    if (leaf->type == VF_PQ_T_NULL) {
+        r = vf_error(VF_EUNSUPPORTED, "%s: physical type %s%s is not supported", c.where,
+                     vf_pq_physical_name(leaf->physical),
+                     leaf->physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? " with this type_length" : "");
+        goto out;
+    }
+    if (!m->has_meta) {
+        r = vf_error(VF_ECORRUPT, "%s: column chunk has no meta_data", c.where);
+        goto out;
+    }
+    if (m->external) {
+        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk stored in another file (file_path)", c.where);
+        goto out;
+    }
+    if (m->physical != (int)leaf->physical) {
+        r = vf_error(VF_ECORRUPT, "%s: chunk type %s differs from the schema's %s", c.where,
+                     vf_pq_physical_name(m->physical), vf_pq_physical_name(leaf->physical));
+        goto out;
+    }
+    if (m->num_values < 0) {
+        r = vf_error(VF_ECORRUPT, "%s: num_values %lld", c.where, (long long)m->num_values);
+        goto out;
+    }
+    if (leaf->max_rep == 0 && m->num_values != rg->num_rows) {
+        r = vf_error(VF_ECORRUPT, "%s: %lld values for %lld rows in a non-repeated column", c.where,
+                     (long long)m->num_values, (long long)rg->num_rows);
+        goto out;
+    }
+    if (m->num_values == 0) {
+        if (rg->num_rows != 0)
+            r = vf_error(VF_ECORRUPT, "%s: no values for %lld rows", c.where, (long long)rg->num_rows);
+        goto out;
+    }
+    int64_t start = m->data_page_offset;
+    if (m->dictionary_page_offset > 0 && m->dictionary_page_offset < start)
+        start = m->dictionary_page_offset;
+    int64_t len = m->total_compressed_size;
+    if (start < 4 || len <= 0 || (uint64_t)start > f->size || (uint64_t)len > f->size - (uint64_t)start) {
+        r = vf_error(VF_ECORRUPT, "%s: column chunk range [%lld, +%lld) is outside the file (%llu bytes)", c.where,
+                     (long long)start, (long long)len, (unsigned long long)f->size);
+        goto out;
+    }
+    if (len > f->max_bytes) {
+        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk of %lld bytes is above the reader limit", c.where,
+                     (long long)len);
+        goto out;
+    }
+    buf = vf_malloc((size_t)len);
+    if (!buf) {
+        r = VF_ENOMEM;
+        goto out;
+    }
+    if ((r = vf_source_read_at(f->src, (uint64_t)start, buf, (size_t)len)) < 0) {
+        vf_error_context(r, "%s", c.where);
+        goto out;
+    }
+    char *what = vf_asprintf("%s: page header", c.where);
+    if (!what) {
+        r = VF_ENOMEM;
+        goto out;
+    }
+    int64_t pos = 0, done = 0;
+    while (done < m->num_values) {
+        c.page++;
+        if (pos >= len) {
+            r = fail(&c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
+                     (long long)m->num_values);
+            break;
+        }
+        vf_pq_tr t;
+        vf_pq_tr_init(&t, buf + pos, (size_t)(len - pos), what);
+        page_header h;
+        parse_page_header(&t, &h);
+        if (t.err) {
+            r = vf_error_context(t.err, "page %d", c.page);
+            break;
+        }
+        pos += (int64_t)vf_pq_tr_consumed(&t);
+        if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > len - pos) {
+            r = fail(&c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
+            break;
+        }
+        const uint8_t *payload = buf + pos;
+        pos += h.compressed_size;
+        if (h.type == VF_PQ_PAGE_DICTIONARY) {
+            if (!h.has_dict) {
+                r = fail(&c, VF_ECORRUPT, "dictionary page without its header");
+                break;
+            }
+            if ((r = dictionary_page(&c, &h, payload)) < 0)
+                break;
+        } else if (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2) {
+            int v2 = h.type == VF_PQ_PAGE_DATA_V2;
+            if (!(v2 ? h.has_v2 : h.has_data)) {
+                r = fail(&c, VF_ECORRUPT, "data page without its header");
+                break;
+            }
+            if (h.num_values < 0 || h.num_values > m->num_values - done) {
+                r = fail(&c, VF_ECORRUPT, "page has %d values but only %lld of the chunk's %lld remain", h.num_values,
+                         (long long)(m->num_values - done), (long long)m->num_values);
+                break;
+            }
+            if ((r = reserve_entries(&c, col, h.num_values)) < 0)
+                break;
+            r = v2 ? data_page_v2(&c, &h, payload) : data_page_v1(&c, &h, payload);
+            if (r < 0)
+                break;
+            done += h.num_values;
+        }
+        /* INDEX_PAGE and unknown page types are skipped. */
+    }
+    free(what);
+    if (r == 0 && col->rows - rows_start != rg->num_rows)
+        r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", c.where,
+                     (long long)(col->rows - rows_start), (long long)rg->num_rows);
+out:
+    free(buf);
+    free(c.scratch);
+    free(c.split);
+    vf_pq_column_free(&c.dict);
+    free(c.where);
+    return r;
+}

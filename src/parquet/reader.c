@@ -1,0 +1,303 @@
+/*
+ * reader.c: the public reader API of parquet.h: open (magics, footer),
+ * schema and metadata accessors, statistics and row-group selection, and
+ * the read entry points that decode a field's leaves (page.c) and
+ * assemble them (assemble.c).
+ *
+ * A vf_pq_file is immutable after open, so reads of different fields or
+ * row groups may run on several threads at once (the source is read
+ * positionally).
+ */
+#include "parquet/read_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_ENTRIES ((int64_t)1 << 34)
+#define DEFAULT_MAX_BYTES ((int64_t)1 << 38)
+
+static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+int vf_pq_open(vf_pq_file **out, vf_source *src)
+{
+    *out = NULL;
+    const char *name = vf_source_name(src);
+    uint64_t size = vf_source_size(src);
+    if (size < 12)
+        return vf_error(VF_ECORRUPT, "%s: %llu bytes is too small for a Parquet file", name, (unsigned long long)size);
+    uint8_t head[4], tail[8];
+    int r = vf_source_read_at(src, 0, head, 4);
+    if (r == 0)
+        r = vf_source_read_at(src, size - 8, tail, 8);
+    if (r < 0)
+        return r;
+    if (memcmp(head, "PAR1", 4) != 0)
+        return vf_error(VF_ECORRUPT, "%s: not a Parquet file (no PAR1 magic at the start)", name);
+    if (memcmp(tail + 4, "PARE", 4) == 0)
+        return vf_error(VF_EUNSUPPORTED, "%s: encrypted Parquet footers are not supported", name);
+    if (memcmp(tail + 4, "PAR1", 4) != 0)
+        return vf_error(VF_ECORRUPT, "%s: no PAR1 magic at the end (truncated or not Parquet)", name);
+    uint32_t footer_len = le32(tail);
+    if (footer_len == 0 || footer_len > size - 12)
+        return vf_error(VF_ECORRUPT, "%s: footer length %u does not fit in the file (%llu bytes)", name, footer_len,
+                        (unsigned long long)size);
+    uint8_t *footer = vf_malloc(footer_len);
+    if (!footer)
+        return VF_ENOMEM;
+    if ((r = vf_source_read_at(src, size - 8 - footer_len, footer, footer_len)) < 0) {
+        free(footer);
+        return r;
+    }
+    vf_pq_file *f = vf_calloc(1, sizeof *f);
+    if (!f) {
+        free(footer);
+        return VF_ENOMEM;
+    }
+    f->src = vf_source_ref(src);
+    f->name = vf_source_name(src);
+    f->size = size;
+    f->max_entries = DEFAULT_MAX_ENTRIES;
+    f->max_bytes = DEFAULT_MAX_BYTES;
+    r = vf_pq_parse_metadata(f, footer, footer_len);
+    free(footer);
+    if (r < 0) {
+        vf_pq_close(f);
+        return r;
+    }
+    *out = f;
+    return 0;
+}
+
+int vf_pq_open_path(vf_pq_file **out, const char *path)
+{
+    *out = NULL;
+    vf_source *src;
+    int r = vf_source_open_file(&src, path);
+    if (r < 0)
+        return r;
+    r = vf_pq_open(out, src);
+    vf_source_close(src);
+    return r;
+}
+
+void vf_pq_close(vf_pq_file *f)
+{
+    if (!f)
+        return;
+    vf_pq_free_metadata(f);
+    vf_source_close(f->src);
+    free(f);
+}
+
+void vf_pq_set_limits(vf_pq_file *f, int64_t max_entries, int64_t max_bytes)
+{
+    f->max_entries = max_entries > 0 ? max_entries : DEFAULT_MAX_ENTRIES;
+    f->max_bytes = max_bytes > 0 ? max_bytes : DEFAULT_MAX_BYTES;
+}
+
+const char *vf_pq_name(const vf_pq_file *f) { return f->name; }
+int64_t vf_pq_num_rows(const vf_pq_file *f) { return f->num_rows; }
+int vf_pq_num_row_groups(const vf_pq_file *f) { return f->num_row_groups; }
+const char *vf_pq_created_by(const vf_pq_file *f) { return f->created_by ? f->created_by : ""; }
+
+int64_t vf_pq_row_group_rows(const vf_pq_file *f, int row_group)
+{
+    if (row_group < 0 || row_group >= f->num_row_groups)
+        return 0;
+    return f->row_groups[row_group].num_rows;
+}
+
+const vf_pq_node *vf_pq_schema(const vf_pq_file *f) { return f->nodes; }
+int vf_pq_num_fields(const vf_pq_file *f) { return f->nodes ? f->nodes[0].num_children : 0; }
+
+const vf_pq_node *vf_pq_field(const vf_pq_file *f, int field_index)
+{
+    if (field_index < 0 || field_index >= vf_pq_num_fields(f))
+        return NULL;
+    return f->nodes[0].children[field_index];
+}
+
+int vf_pq_field_index(const vf_pq_file *f, const char *name)
+{
+    for (int i = 0; name && i < vf_pq_num_fields(f); i++)
+        if (!strcmp(f->nodes[0].children[i]->name, name))
+            return i;
+    return -1;
+}
+
+int vf_pq_num_leaves(const vf_pq_file *f) { return f->num_leaves; }
+
+const vf_pq_node *vf_pq_leaf(const vf_pq_file *f, int leaf_index)
+{
+    if (leaf_index < 0 || leaf_index >= f->num_leaves)
+        return NULL;
+    return f->leaves[leaf_index];
+}
+
+const char *vf_pq_kv(const vf_pq_file *f, const char *key)
+{
+    for (int i = 0; key && i < f->num_kv; i++)
+        if (!strcmp(f->kv_keys[i], key))
+            return f->kv_values[i];
+    return NULL;
+}
+
+int vf_pq_num_kv(const vf_pq_file *f) { return f->num_kv; }
+
+void vf_pq_kv_at(const vf_pq_file *f, int i, const char **key, const char **value)
+{
+    if (i < 0 || i >= f->num_kv) {
+        *key = *value = NULL;
+        return;
+    }
+    *key = f->kv_keys[i];
+    *value = f->kv_values[i];
+}
+
+static const vf_pq_chunk_meta *chunk(const vf_pq_file *f, int row_group, int leaf_index)
+{
+    if (row_group < 0 || row_group >= f->num_row_groups || leaf_index < 0 || leaf_index >= f->num_leaves)
+        return NULL;
+    return &f->row_groups[row_group].columns[leaf_index];
+}
+
+vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_index)
+{
+    const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
+    return m ? (vf_pq_codec)m->codec : VF_PQ_UNCOMPRESSED;
+}
+
+int vf_pq_column_chunk(const vf_pq_file *f, int row_group, int leaf_index, vf_pq_chunk_info *out)
+{
+    memset(out, 0, sizeof *out);
+    const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
+    if (!m)
+        return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
+    out->codec = (vf_pq_codec)m->codec;
+    out->num_values = m->num_values;
+    out->compressed_size = m->total_compressed_size;
+    out->uncompressed_size = m->total_uncompressed_size;
+    out->data_page_offset = m->data_page_offset;
+    out->dictionary_page_offset = m->dictionary_page_offset;
+    out->null_count = m->null_count;
+    out->min = m->has_min ? m->stat_min : NULL;
+    out->min_len = m->stat_min_len;
+    out->max = m->has_max ? m->stat_max : NULL;
+    out->max_len = m->stat_max_len;
+    out->stats_deprecated = m->stats_deprecated;
+    return 0;
+}
+
+static int is_unsigned(vf_pq_type t)
+{
+    return t == VF_PQ_T_UINT8 || t == VF_PQ_T_UINT16 || t == VF_PQ_T_UINT32 || t == VF_PQ_T_UINT64;
+}
+
+static int stat_value(const vf_pq_file *f, const vf_pq_node *leaf, const uint8_t *p, uint32_t len, int64_t *v)
+{
+    if (leaf->physical == VF_PQ_INT32) {
+        if (len != 4)
+            return vf_error(VF_ECORRUPT, "%s: INT32 statistic of %u bytes", f->name, len);
+        uint32_t u = le32(p);
+        *v = is_unsigned(leaf->type) ? (int64_t)u : (int64_t)(int32_t)u;
+        return 0;
+    }
+    if (len != 8)
+        return vf_error(VF_ECORRUPT, "%s: INT64 statistic of %u bytes", f->name, len);
+    uint64_t u = (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+    if (leaf->type == VF_PQ_T_UINT64 && u > (uint64_t)INT64_MAX)
+        return vf_error(VF_ERANGE, "%s: uint64 statistic above the int64 range", f->name);
+    *v = (int64_t)u;
+    return 0;
+}
+
+int vf_pq_stats_i64(const vf_pq_file *f, int row_group, int leaf_index, int64_t *min, int64_t *max)
+{
+    const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
+    if (!m)
+        return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
+    const vf_pq_node *leaf = f->leaves[leaf_index];
+    if (leaf->physical != VF_PQ_INT32 && leaf->physical != VF_PQ_INT64)
+        return vf_error(VF_EINVAL, "%s: leaf '%s' is not an integer column", f->name, leaf->name);
+    /* The deprecated min/max were written with signed ordering: useless
+     * for unsigned columns. */
+    if (!m->has_min || !m->has_max || (m->stats_deprecated && is_unsigned(leaf->type)))
+        return vf_error(VF_ENOENT, "%s: leaf '%s' has no statistics in row group %d", f->name, leaf->name, row_group);
+    int r = stat_value(f, leaf, m->stat_min, m->stat_min_len, min);
+    if (r == 0)
+        r = stat_value(f, leaf, m->stat_max, m->stat_max_len, max);
+    return r;
+}
+
+int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, int64_t hi, int **row_groups,
+                            int *count)
+{
+    *row_groups = NULL;
+    *count = 0;
+    int fi = vf_pq_field_index(f, name);
+    if (fi < 0)
+        return vf_error(VF_ENOENT, "%s: no column '%s'", f->name, name ? name : "(null)");
+    const vf_pq_node *n = vf_pq_field(f, fi);
+    if (!n->is_leaf || n->repetition == VF_PQ_REPEATED ||
+        (n->physical != VF_PQ_INT32 && n->physical != VF_PQ_INT64))
+        return vf_error(VF_EINVAL, "%s: column '%s' is not an integer scalar", f->name, name);
+    int *out = vf_malloc_array(f->num_row_groups ? (size_t)f->num_row_groups : 1, sizeof *out);
+    if (!out)
+        return VF_ENOMEM;
+    int k = 0;
+    for (int g = 0; g < f->num_row_groups; g++) {
+        if (f->row_groups[g].num_rows == 0)
+            continue;
+        int64_t mn, mx;
+        int r = vf_pq_stats_i64(f, g, n->leaf_index, &mn, &mx);
+        if (r < 0 || (mx >= lo && mn <= hi))
+            out[k++] = g; /* without usable statistics a row group is kept */
+    }
+    *row_groups = out;
+    *count = k;
+    return 0;
+}
+
+/* Decodes every leaf of the field over the given row groups, then
+ * assembles. */
+static int read_field_groups(vf_pq_file *f, int field_index, int first_group, int num_groups, vf_pq_array *out)
+{
+    memset(out, 0, sizeof *out);
+    if (field_index < 0 || field_index >= vf_pq_num_fields(f))
+        return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index,
+                        vf_pq_num_fields(f));
+    const vf_pq_plan *plan = &f->fields[field_index];
+    vf_pq_column *cols = vf_calloc(plan->num_leaves ? (size_t)plan->num_leaves : 1, sizeof *cols);
+    if (!cols)
+        return VF_ENOMEM;
+    int r = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < plan->num_leaves; i++)
+        vf_pq_column_init(&cols[i], f->leaves[plan->first_leaf + i]);
+    for (int g = first_group; g < first_group + num_groups && r == 0; g++) {
+        rows += f->row_groups[g].num_rows;
+        for (int i = 0; i < plan->num_leaves && r == 0; i++)
+            r = vf_pq_decode_chunk(f, g, plan->first_leaf + i, &cols[i]);
+    }
+    if (r == 0)
+        r = vf_pq_assemble(f, plan, cols, rows, out);
+    for (int i = 0; i < plan->num_leaves; i++)
+        vf_pq_column_free(&cols[i]);
+    free(cols);
+    return r;
+}
+
+int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array *out)
+{
+    if (row_group < 0 || row_group >= f->num_row_groups) {
+        memset(out, 0, sizeof *out);
+        return vf_error(VF_ERANGE, "%s: row group %d out of range (%d row groups)", f->name, row_group,
+                        f->num_row_groups);
+    }
+    return read_field_groups(f, field_index, row_group, 1, out);
+}
+
+int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out)
+{
+    return read_field_groups(f, field_index, 0, f->num_row_groups, out);
+}

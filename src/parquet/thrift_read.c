@@ -1,0 +1,298 @@
+/*
+ * thrift_read.c: bounded decoder for the Thrift compact protocol (see
+ * thrift.h for the invariants: sticky errors, every count checked against
+ * the remaining bytes, nesting depth limited).
+ *
+ * Wire format in short: integers are zigzag varints (ULEB128), except I8
+ * which is one raw byte; a field header is one byte, high nibble = id delta
+ * (1..15) and low nibble = type, or a zero delta followed by the id as a
+ * zigzag varint; booleans live in the field type (1 true, 2 false); a list
+ * header is one byte, high nibble = size (15: a varint size follows) and
+ * low nibble = element type; binary is a varint length then the bytes; a
+ * map is a varint size then (if non-zero) a byte of key/value types.
+ */
+#include "parquet/thrift.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void vf_pq_tr_init(vf_pq_tr *t, const void *data, size_t len, const char *what)
+{
+    t->start = data;
+    t->p = data;
+    t->end = (const uint8_t *)data + len;
+    t->depth = 0;
+    t->err = 0;
+    t->what = what ? what : "thrift";
+}
+
+int vf_pq_tr_fail(vf_pq_tr *t, const char *reason)
+{
+    if (!t->err) {
+        t->err = vf_error(VF_ECORRUPT, "%s: %s at byte %zu", t->what, reason, vf_pq_tr_consumed(t));
+        t->p = t->end;
+    }
+    return t->err;
+}
+
+static inline int remaining_at_least(vf_pq_tr *t, size_t n)
+{
+    if ((size_t)(t->end - t->p) < n) {
+        vf_pq_tr_fail(t, "truncated thrift data");
+        return 0;
+    }
+    return 1;
+}
+
+uint64_t vf_pq_tr_varint(vf_pq_tr *t)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (t->p >= t->end) {
+            vf_pq_tr_fail(t, "truncated varint");
+            return 0;
+        }
+        uint8_t b = *t->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return v;
+    }
+    vf_pq_tr_fail(t, "varint longer than 10 bytes");
+    return 0;
+}
+
+static inline int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+int32_t vf_pq_tr_i32(vf_pq_tr *t)
+{
+    int64_t v = unzigzag(vf_pq_tr_varint(t));
+    if (v < INT32_MIN || v > INT32_MAX) {
+        vf_pq_tr_fail(t, "i32 out of range");
+        return 0;
+    }
+    return (int32_t)v;
+}
+
+int64_t vf_pq_tr_i64(vf_pq_tr *t) { return unzigzag(vf_pq_tr_varint(t)); }
+
+double vf_pq_tr_double(vf_pq_tr *t)
+{
+    double d = 0;
+    if (!remaining_at_least(t, 8))
+        return 0;
+    memcpy(&d, t->p, 8); /* little-endian host (x86-64, aarch64) */
+    t->p += 8;
+    return d;
+}
+
+int vf_pq_tr_list_bool(vf_pq_tr *t)
+{
+    if (!remaining_at_least(t, 1))
+        return 0;
+    return *t->p++ == 1;
+}
+
+const uint8_t *vf_pq_tr_binary(vf_pq_tr *t, uint32_t *len)
+{
+    *len = 0;
+    uint64_t n = vf_pq_tr_varint(t);
+    if (t->err)
+        return NULL;
+    if (n > (uint64_t)(t->end - t->p)) {
+        vf_pq_tr_fail(t, "binary length past the end");
+        return NULL;
+    }
+    const uint8_t *p = t->p;
+    t->p += n;
+    *len = (uint32_t)n;
+    return p;
+}
+
+char *vf_pq_tr_string(vf_pq_tr *t)
+{
+    uint32_t n;
+    const uint8_t *p = vf_pq_tr_binary(t, &n);
+    if (!p)
+        return NULL;
+    char *s = vf_strndup((const char *)p, n);
+    if (!s && !t->err) {
+        t->err = VF_ENOMEM;
+        t->p = t->end;
+    }
+    return s;
+}
+
+uint32_t vf_pq_tr_list_begin(vf_pq_tr *t, int *elem_type)
+{
+    *elem_type = VF_TC_STOP;
+    if (!remaining_at_least(t, 1))
+        return 0;
+    uint8_t h = *t->p++;
+    uint64_t n = h >> 4;
+    if (n == 15)
+        n = vf_pq_tr_varint(t);
+    if (t->err)
+        return 0;
+    /* Every element takes at least one byte, so a count larger than what
+     * remains is corrupt (and would otherwise drive huge allocations). */
+    if (n > (uint64_t)(t->end - t->p)) {
+        vf_pq_tr_fail(t, "list size larger than the remaining data");
+        return 0;
+    }
+    *elem_type = h & 0x0f;
+    return (uint32_t)n;
+}
+
+void vf_pq_tr_struct_begin(vf_pq_tr *t)
+{
+    if (++t->depth > VF_PQ_THRIFT_MAX_DEPTH)
+        vf_pq_tr_fail(t, "thrift structs nested too deeply");
+}
+
+void vf_pq_tr_struct_end(vf_pq_tr *t)
+{
+    if (t->depth > 0)
+        t->depth--;
+}
+
+int vf_pq_tr_field(vf_pq_tr *t, int16_t *last_id, int16_t *id, int *type)
+{
+    if (t->err || !remaining_at_least(t, 1))
+        return 0;
+    uint8_t h = *t->p++;
+    if (h == VF_TC_STOP)
+        return 0;
+    int delta = h >> 4;
+    *type = h & 0x0f;
+    if (*type > VF_TC_STRUCT) {
+        vf_pq_tr_fail(t, "unknown thrift field type");
+        return 0;
+    }
+    if (delta) {
+        *id = (int16_t)(*last_id + delta);
+    } else {
+        int64_t v = unzigzag(vf_pq_tr_varint(t));
+        if (t->err)
+            return 0;
+        if (v < INT16_MIN || v > INT16_MAX) {
+            vf_pq_tr_fail(t, "field id out of range");
+            return 0;
+        }
+        *id = (int16_t)v;
+    }
+    *last_id = *id;
+    return 1;
+}
+
+int64_t vf_pq_tr_int_field(vf_pq_tr *t, int type, int *ok)
+{
+    *ok = 1;
+    switch (type) {
+    case VF_TC_I8:
+        if (!remaining_at_least(t, 1))
+            break;
+        return (int8_t)*t->p++;
+    case VF_TC_I16:
+    case VF_TC_I32:
+        return vf_pq_tr_i32(t);
+    case VF_TC_I64:
+        return vf_pq_tr_i64(t);
+    default:
+        vf_pq_tr_skip(t, type);
+        break;
+    }
+    *ok = 0;
+    return 0;
+}
+
+static void skip_value(vf_pq_tr *t, int type, int in_container);
+
+static void skip_struct(vf_pq_tr *t)
+{
+    int16_t last = 0, id;
+    int type;
+    vf_pq_tr_struct_begin(t);
+    while (vf_pq_tr_field(t, &last, &id, &type))
+        skip_value(t, type, 0);
+    vf_pq_tr_struct_end(t);
+}
+
+static void skip_value(vf_pq_tr *t, int type, int in_container)
+{
+    if (t->err)
+        return;
+    switch (type) {
+    case VF_TC_TRUE:
+    case VF_TC_FALSE:
+        /* In a field header the value is the type itself; as a list, set or
+         * map element it is one byte. */
+        if (in_container && remaining_at_least(t, 1))
+            t->p++;
+        break;
+    case VF_TC_I8:
+        if (remaining_at_least(t, 1))
+            t->p++;
+        break;
+    case VF_TC_I16:
+    case VF_TC_I32:
+    case VF_TC_I64:
+        (void)vf_pq_tr_varint(t);
+        break;
+    case VF_TC_DOUBLE:
+        if (remaining_at_least(t, 8))
+            t->p += 8;
+        break;
+    case VF_TC_BINARY: {
+        uint32_t n;
+        (void)vf_pq_tr_binary(t, &n);
+        break;
+    }
+    case VF_TC_LIST:
+    case VF_TC_SET: {
+        int elem;
+        uint32_t n = vf_pq_tr_list_begin(t, &elem);
+        if (n && (elem == VF_TC_STOP || elem > VF_TC_STRUCT)) {
+            vf_pq_tr_fail(t, "bad list element type");
+            break;
+        }
+        /* Containers count towards the depth limit like structs. */
+        vf_pq_tr_struct_begin(t);
+        for (uint32_t i = 0; i < n && !t->err; i++)
+            skip_value(t, elem, 1);
+        vf_pq_tr_struct_end(t);
+        break;
+    }
+    case VF_TC_MAP: {
+        uint64_t n = vf_pq_tr_varint(t);
+        if (t->err || n == 0)
+            break;
+        if (!remaining_at_least(t, 1))
+            break;
+        uint8_t kv = *t->p++;
+        int kt = kv >> 4, vt = kv & 0x0f;
+        if (kt == VF_TC_STOP || kt > VF_TC_STRUCT || vt == VF_TC_STOP || vt > VF_TC_STRUCT) {
+            vf_pq_tr_fail(t, "bad map element type");
+            break;
+        }
+        if (n > (uint64_t)(t->end - t->p)) {
+            vf_pq_tr_fail(t, "map size larger than the remaining data");
+            break;
+        }
+        vf_pq_tr_struct_begin(t);
+        for (uint64_t i = 0; i < n && !t->err; i++) {
+            skip_value(t, kt, 1);
+            skip_value(t, vt, 1);
+        }
+        vf_pq_tr_struct_end(t);
+        break;
+    }
+    case VF_TC_STRUCT:
+        skip_struct(t);
+        break;
+    default:
+        vf_pq_tr_fail(t, "unknown thrift type");
+        break;
+    }
+}
+
+void vf_pq_tr_skip(vf_pq_tr *t, int type) { skip_value(t, type, 0); }

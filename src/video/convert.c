@@ -1,0 +1,229 @@
+/*
+ * convert.c: decoded frame -> caller memory, in one of the output layouts.
+ *
+ * RGB goes through libswscale with fast flags (bilinear by default; never
+ * accurate_rnd / full_chroma_int, which cost ~12x). At the source size,
+ * yuv420p -> rgb24 takes swscale's unscaled SIMD path, and the colourspace
+ * is set the way the ffmpeg CLI's scale filter sets it (the frame's matrix,
+ * BT.601 when unspecified; the frame's range), so HWC output is byte-equal to
+ * `ffmpeg -sws_flags <same> -pix_fmt rgb24`.
+ *
+ * CHW layouts are produced from an HWC scratch by a de-interleave (uint8) or
+ * a 256-entry table (float32, exactly v / 255.0f like torch's uint8 / 255),
+ * so all layouts agree value for value. (Converting to planar GBRP directly
+ * takes swscale's generic path: slower, and not equal to the rgb24 path.)
+ *
+ * Depth (gray12le) is copied as raw 12-bit codes into uint16.
+ */
+#include "video/video_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <libavutil/pixdesc.h>
+
+void vf_video_format_defaults(vf_video_format *f)
+{
+    memset(f, 0, sizeof *f);
+    f->layout = VF_VIDEO_RGB_HWC_U8;
+    f->scaler = VF_VIDEO_SCALE_BILINEAR;
+}
+
+size_t vf_video_format_bytes(const vf_video_format *f, int src_width, int src_height)
+{
+    size_t w = (size_t)(f->width > 0 ? f->width : src_width);
+    size_t h = (size_t)(f->height > 0 ? f->height : src_height);
+    switch (f->layout) {
+    case VF_VIDEO_RGB_HWC_U8:
+    case VF_VIDEO_RGB_CHW_U8: return w * h * 3;
+    case VF_VIDEO_RGB_CHW_F32: return w * h * 3 * sizeof(float);
+    case VF_VIDEO_GRAY_U16: return w * h * sizeof(uint16_t);
+    }
+    return 0;
+}
+
+int vf_vid_sws_flags(vf_video_scaler scaler)
+{
+    switch (scaler) {
+    case VF_VIDEO_SCALE_FAST_BILINEAR: return SWS_FAST_BILINEAR;
+    case VF_VIDEO_SCALE_BICUBIC: return SWS_BICUBIC;
+    case VF_VIDEO_SCALE_AREA: return SWS_AREA;
+    case VF_VIDEO_SCALE_POINT: return SWS_POINT;
+    case VF_VIDEO_SCALE_BILINEAR:
+    default: return SWS_BILINEAR;
+    }
+}
+
+void vf_vid_converter_init(vf_vid_converter *c)
+{
+    memset(c, 0, sizeof *c);
+    for (int v = 0; v < 256; v++)
+        c->lut[v] = (float)v / 255.0f;
+}
+
+void vf_vid_converter_free(vf_vid_converter *c)
+{
+    sws_freeContext(c->sws);
+    free(c->scratch);
+    c->sws = NULL;
+    c->scratch = NULL;
+    c->scratch_size = 0;
+}
+
+static int ensure_scratch(vf_vid_converter *c, size_t size)
+{
+    if (c->scratch_size >= size)
+        return 0;
+    uint8_t *p = vf_realloc(c->scratch, size);
+    if (!p)
+        return VF_ENOMEM;
+    c->scratch = p;
+    c->scratch_size = size;
+    return 0;
+}
+
+/* swscale context for frame -> (dst_w, dst_h, dst_fmt), with the CLI's
+ * colourspace handling. */
+static int prepare_sws(vf_vid_converter *c, const AVFrame *frame, int dst_w, int dst_h, enum AVPixelFormat dst_fmt,
+                       int flags, const char *name)
+{
+    c->sws = sws_getCachedContext(c->sws, frame->width, frame->height, frame->format, dst_w, dst_h, dst_fmt, flags,
+                                  NULL, NULL, NULL);
+    if (!c->sws) {
+        const char *fmt_name = av_get_pix_fmt_name(frame->format);
+        return vf_error(VF_EUNSUPPORTED, "%s: cannot convert %s %dx%d to %s %dx%d", name,
+                        fmt_name ? fmt_name : "?", frame->width, frame->height, av_get_pix_fmt_name(dst_fmt),
+                        dst_w, dst_h);
+    }
+    if (dst_fmt == AV_PIX_FMT_RGB24) {
+        int *inv_table, *table, src_full, dst_full, brightness, contrast, saturation;
+        if (sws_getColorspaceDetails(c->sws, &inv_table, &src_full, &table, &dst_full, &brightness, &contrast,
+                                     &saturation) >= 0) {
+            const int *coeffs = sws_getCoefficients(frame->colorspace);
+            if (frame->color_range != AVCOL_RANGE_UNSPECIFIED)
+                src_full = frame->color_range == AVCOL_RANGE_JPEG;
+            sws_setColorspaceDetails(c->sws, coeffs, src_full, coeffs, dst_full, brightness, contrast, saturation);
+        }
+    }
+    return 0;
+}
+
+static int to_rgb24(vf_vid_converter *c, const AVFrame *frame, int w, int h, int flags, uint8_t *dst,
+                    const char *name)
+{
+    int rc = prepare_sws(c, frame, w, h, AV_PIX_FMT_RGB24, flags, name);
+    if (rc < 0)
+        return rc;
+    size_t row = (size_t)w * 3;
+    if (w % 16 == 0) {
+        uint8_t *planes[4] = {dst, NULL, NULL, NULL};
+        int strides[4] = {(int)row, 0, 0, 0};
+        if (sws_scale(c->sws, (const uint8_t *const *)frame->data, frame->linesize, 0, frame->height, planes,
+                      strides) != h)
+            return vf_error(VF_ECORRUPT, "%s: pixel conversion failed", name);
+        return 0;
+    }
+    /* swscale's SIMD rows work in blocks of 8-16 pixels: give it padded rows
+     * and copy the exact width out. */
+    size_t padded = (row + 63) & ~(size_t)63;
+    size_t hwc = (size_t)w * h * 3;
+    size_t need = hwc + padded * (size_t)h;
+    /* The padded area lives after the first hwc bytes so a CHW caller's
+     * scratch HWC (at offset 0) is not overwritten. */
+    if (dst != c->scratch) {
+        rc = ensure_scratch(c, need);
+        if (rc < 0)
+            return rc;
+    } else {
+        uint8_t *old = c->scratch;
+        rc = ensure_scratch(c, need);
+        if (rc < 0)
+            return rc;
+        dst = c->scratch + (dst - old);
+    }
+    uint8_t *tmp = c->scratch + hwc;
+    uint8_t *planes[4] = {tmp, NULL, NULL, NULL};
+    int strides[4] = {(int)padded, 0, 0, 0};
+    if (sws_scale(c->sws, (const uint8_t *const *)frame->data, frame->linesize, 0, frame->height, planes, strides) !=
+        h)
+        return vf_error(VF_ECORRUPT, "%s: pixel conversion failed", name);
+    for (int y = 0; y < h; y++)
+        memcpy(dst + (size_t)y * row, tmp + (size_t)y * padded, row);
+    return 0;
+}
+
+static void hwc_to_chw_u8(const uint8_t *src, uint8_t *dst, size_t pixels)
+{
+    uint8_t *r = dst, *g = dst + pixels, *b = dst + 2 * pixels;
+    for (size_t i = 0; i < pixels; i++) {
+        r[i] = src[3 * i];
+        g[i] = src[3 * i + 1];
+        b[i] = src[3 * i + 2];
+    }
+}
+
+static void hwc_to_chw_f32(const uint8_t *src, float *dst, size_t pixels, const float *lut)
+{
+    float *r = dst, *g = dst + pixels, *b = dst + 2 * pixels;
+    for (size_t i = 0; i < pixels; i++) {
+        r[i] = lut[src[3 * i]];
+        g[i] = lut[src[3 * i + 1]];
+        b[i] = lut[src[3 * i + 2]];
+    }
+}
+
+static int to_gray16(vf_vid_converter *c, const AVFrame *frame, int w, int h, int flags, uint16_t *dst,
+                     const char *name)
+{
+    if (w == frame->width && h == frame->height) {
+        size_t row = (size_t)w * sizeof(uint16_t);
+        for (int y = 0; y < h; y++)
+            memcpy((uint8_t *)dst + (size_t)y * row, frame->data[0] + (size_t)y * frame->linesize[0], row);
+        return 0;
+    }
+    int rc = prepare_sws(c, frame, w, h, frame->format, flags, name);
+    if (rc < 0)
+        return rc;
+    uint8_t *planes[4] = {(uint8_t *)dst, NULL, NULL, NULL};
+    int strides[4] = {w * (int)sizeof(uint16_t), 0, 0, 0};
+    if (sws_scale(c->sws, (const uint8_t *const *)frame->data, frame->linesize, 0, frame->height, planes, strides) !=
+        h)
+        return vf_error(VF_ECORRUPT, "%s: depth resize failed", name);
+    return 0;
+}
+
+int vf_vid_convert(vf_vid_converter *c, const AVFrame *frame, const vf_video_format *format, void *dest,
+                   const char *name)
+{
+    int w = format->width > 0 ? format->width : frame->width;
+    int h = format->height > 0 ? format->height : frame->height;
+    int flags = vf_vid_sws_flags(format->scaler);
+    vf_video_pixfmt pf = vf_vid_pixfmt_from_av(frame->format);
+    const char *fmt_name = av_get_pix_fmt_name(frame->format);
+    if (pf == VF_VIDEO_PIX_UNKNOWN)
+        return vf_error(VF_EUNSUPPORTED, "%s: decoder produced unsupported pixel format %s", name,
+                        fmt_name ? fmt_name : "?");
+    if (format->layout == VF_VIDEO_GRAY_U16) {
+        if (pf != VF_VIDEO_PIX_GRAY12)
+            return vf_error(VF_EINVAL, "%s: 16-bit gray output requested from a %s (colour) stream", name, fmt_name);
+        return to_gray16(c, frame, w, h, flags, dest, name);
+    }
+    if (pf == VF_VIDEO_PIX_GRAY12)
+        return vf_error(VF_EINVAL, "%s: RGB output requested from a gray12le (depth) stream; use 16-bit gray output",
+                        name);
+    if (format->layout == VF_VIDEO_RGB_HWC_U8)
+        return to_rgb24(c, frame, w, h, flags, dest, name);
+
+    size_t pixels = (size_t)w * h;
+    int rc = ensure_scratch(c, pixels * 3);
+    if (rc < 0)
+        return rc;
+    rc = to_rgb24(c, frame, w, h, flags, c->scratch, name);
+    if (rc < 0)
+        return rc;
+    if (format->layout == VF_VIDEO_RGB_CHW_U8)
+        hwc_to_chw_u8(c->scratch, dest, pixels);
+    else
+        hwc_to_chw_f32(c->scratch, dest, pixels, c->lut);
+    return 0;
+}

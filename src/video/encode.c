@@ -1,0 +1,579 @@
+/*
+ * encode.c: the writing side of the video layer, used by the sample writer
+ * (`vlafeed make-sample`): per-episode MP4 encoding, LeRobot's duration
+ * helper, and concatenation that reproduces LeRobot's v3 file layout.
+ *
+ * Encoding follows LeRobot's PyAV path: libsvtav1 (yuv420p, GOP 2, crf 30,
+ * preset 12, svtav1-params fast-decode=0) or libx264 / libx265; codec time
+ * base 1/fps, pts = frame index; the MP4 muxer turns 1/fps into a track
+ * timescale fps * 2^k >= 10000; no faststart (moov after mdat).
+ *
+ * Politeness: SVT-AV1 creates its threads with SCHED_FIFO priority 99 and
+ * falls back to normal threads only when that is refused (EPERM). Run as
+ * root it would get real-time threads that can starve a small machine. So
+ * while the encoder starts its threads we drop CAP_SYS_NICE from the calling
+ * thread's effective set (capabilities are per thread on Linux and are
+ * inherited by the threads it creates); the request is then refused and the
+ * threads run at normal priority. lp=<threads> and pin=0 cap and unpin them.
+ *
+ * Concatenation follows FFmpeg's concat demuxer, which LeRobot uses: file i
+ * starts at the sum of the previous files' container durations
+ * (AVFormatContext.duration, from the MP4 mvhd box in whole milliseconds,
+ * rounded up when written), and timestamps are shifted by that offset
+ * rescaled to the stream time base. Output has moov first (faststart).
+ *
+ * Every output is written to "<path>.tmp-XXXXXX" and renamed into place,
+ * so a failure never leaves a partial file under the final name.
+ */
+#define _GNU_SOURCE
+#include "video/video_internal.h"
+
+#include <linux/capability.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <libavutil/opt.h>
+
+void vf_video_encode_defaults(vf_video_encode_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->codec = VF_VIDEO_CODEC_AV1;
+    s->pixfmt = VF_VIDEO_PIX_YUV420P;
+    s->fps = 30;
+    s->gop = 2;
+    s->crf = 30;
+    s->preset = 12;
+    s->x26x_preset = NULL;
+    s->fast_decode = 0;
+    s->threads = 1;
+    s->b_frames = -1;
+}
+
+/* ---- CAP_SYS_NICE guard ---- */
+
+typedef struct nice_guard {
+    int dropped;
+} nice_guard;
+
+static void nice_guard_begin(nice_guard *g)
+{
+    g->dropped = 0;
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return;
+    if (!(data[0].effective & (1u << CAP_SYS_NICE)))
+        return; /* already unprivileged: nothing to do */
+    data[0].effective &= ~(1u << CAP_SYS_NICE);
+    if (syscall(SYS_capset, &hdr, data) == 0)
+        g->dropped = 1;
+    else
+        vf_log(VF_LOG_WARN, "encoder: cannot drop CAP_SYS_NICE; SVT-AV1 threads may run at real-time priority");
+}
+
+static void nice_guard_end(nice_guard *g)
+{
+    if (!g->dropped)
+        return;
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return;
+    data[0].effective |= 1u << CAP_SYS_NICE;
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        vf_log(VF_LOG_WARN, "encoder: could not restore CAP_SYS_NICE on the calling thread");
+    g->dropped = 0;
+}
+
+/* ---- temporary output names ---- */
+
+/* Creates a fresh file "<path>.tmp-XXXXXX" next to path (same filesystem,
+ * so the final rename is atomic); *out is its newly allocated name. */
+static int temp_name(const char *path, char **out)
+{
+    *out = vf_asprintf("%s.tmp-XXXXXX", path);
+    if (!*out)
+        return VF_ENOMEM;
+    int fd = mkstemp(*out);
+    if (fd < 0) {
+        int e = errno;
+        free(*out);
+        *out = NULL;
+        return vf_error(e == ENOENT ? VF_ENOENT : VF_EIO, "%s: cannot create the output file: %s", path,
+                        strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+static int finish_file(const char *tmp, const char *path)
+{
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return vf_error(VF_EIO, "%s: cannot move the finished file into place: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* ---- writing an episode ---- */
+
+typedef struct encoder {
+    const char *path;
+    AVFormatContext *oc;
+    AVStream *st;
+    AVCodecContext *enc;
+    AVPacket *pkt;
+    int header_written;
+} encoder;
+
+static int drain_packets(encoder *e)
+{
+    for (;;) {
+        int ar = avcodec_receive_packet(e->enc, e->pkt);
+        if (ar == AVERROR(EAGAIN) || ar == AVERROR_EOF)
+            return 0;
+        if (ar < 0)
+            return vf_vid_av_error_named(e->path, ar, "encoding failed");
+        av_packet_rescale_ts(e->pkt, e->enc->time_base, e->st->time_base);
+        e->pkt->stream_index = e->st->index;
+        ar = av_interleaved_write_frame(e->oc, e->pkt);
+        av_packet_unref(e->pkt);
+        if (ar < 0)
+            return vf_vid_av_error_named(e->path, ar, "writing a packet failed");
+    }
+}
+
+static int check_encode_settings(const char *path, const vf_video_encode_settings *s, int64_t num_frames)
+{
+    if (s->width <= 0 || s->height <= 0 || s->width % 2 || s->height % 2)
+        return vf_error(VF_EINVAL, "%s: frame size %dx%d must be positive and even", path, s->width, s->height);
+    if (s->fps <= 0 || s->fps > 1000)
+        return vf_error(VF_EINVAL, "%s: fps %d out of range", path, s->fps);
+    if (num_frames <= 0)
+        return vf_error(VF_EINVAL, "%s: an episode needs at least one frame", path);
+    if (s->gop <= 0 || s->crf < 0 || s->crf > 63 || s->threads < 1)
+        return vf_error(VF_EINVAL, "%s: invalid encoder settings (gop %d, crf %d, threads %d)", path, s->gop, s->crf,
+                        s->threads);
+    if (s->codec == VF_VIDEO_CODEC_AV1 && (s->width < 64 || s->height < 64))
+        return vf_error(VF_EINVAL, "%s: libsvtav1 cannot encode frames smaller than 64x64 pixels (got %dx%d)", path,
+                        s->width, s->height);
+    if (s->pixfmt == VF_VIDEO_PIX_GRAY12 && s->codec != VF_VIDEO_CODEC_HEVC)
+        return vf_error(VF_EINVAL, "%s: gray12le (depth) video is encoded with HEVC only", path);
+    if (s->pixfmt != VF_VIDEO_PIX_YUV420P && s->pixfmt != VF_VIDEO_PIX_GRAY12)
+        return vf_error(VF_EINVAL, "%s: unsupported output pixel format", path);
+    return 0;
+}
+
+static int configure_encoder(encoder *e, const vf_video_encode_settings *s, AVDictionary **opts)
+{
+    const char *name = s->codec == VF_VIDEO_CODEC_AV1    ? "libsvtav1"
+                       : s->codec == VF_VIDEO_CODEC_H264 ? "libx264"
+                       : s->codec == VF_VIDEO_CODEC_HEVC ? "libx265"
+                                                         : NULL;
+    if (!name)
+        return vf_error(VF_EUNSUPPORTED, "%s: unsupported codec for encoding", e->path);
+    const AVCodec *codec = avcodec_find_encoder_by_name(name);
+    if (!codec)
+        return vf_error(VF_EUNSUPPORTED, "%s: encoder %s is not available in this FFmpeg build", e->path, name);
+    e->enc = avcodec_alloc_context3(codec);
+    if (!e->enc)
+        return VF_ENOMEM;
+    AVCodecContext *c = e->enc;
+    c->width = s->width;
+    c->height = s->height;
+    c->pix_fmt = s->pixfmt == VF_VIDEO_PIX_GRAY12 ? AV_PIX_FMT_GRAY12LE : AV_PIX_FMT_YUV420P;
+    c->time_base = (AVRational){1, s->fps};
+    c->framerate = (AVRational){s->fps, 1};
+    c->gop_size = s->gop;
+    c->thread_count = s->threads;
+    if (s->b_frames >= 0)
+        c->max_b_frames = s->b_frames;
+    if (e->oc->oformat->flags & AVFMT_GLOBALHEADER)
+        c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+
+    char buf[256];
+    snprintf(buf, sizeof buf, "%d", s->crf);
+    av_dict_set(opts, "crf", buf, 0);
+    if (s->codec == VF_VIDEO_CODEC_AV1) {
+        if (s->preset >= 0) {
+            snprintf(buf, sizeof buf, "%d", s->preset);
+            av_dict_set(opts, "preset", buf, 0);
+        }
+        int fd = s->fast_decode < 0 ? 0 : s->fast_decode > 2 ? 2 : s->fast_decode;
+        snprintf(buf, sizeof buf, "fast-decode=%d:lp=%d:pin=0", fd, s->threads);
+        av_dict_set(opts, "svtav1-params", buf, 0);
+    } else {
+        if (s->x26x_preset)
+            av_dict_set(opts, "preset", s->x26x_preset, 0);
+        if (s->fast_decode > 0)
+            av_dict_set(opts, "tune", "fastdecode", 0);
+        if (s->codec == VF_VIDEO_CODEC_HEVC) {
+            snprintf(buf, sizeof buf, "log-level=error:pools=%d:frame-threads=1%s", s->threads,
+                     s->pixfmt == VF_VIDEO_PIX_GRAY12 ? ":lossless=1" : "");
+            av_dict_set(opts, "x265-params", buf, 0);
+        }
+    }
+    return 0;
+}
+
+int vf_video_write_episode(const char *path, const vf_video_encode_settings *settings, int64_t num_frames,
+                           vf_video_fill_fn fill, void *ctx)
+{
+    vf_video_encode_settings s;
+    if (settings)
+        s = *settings;
+    else
+        vf_video_encode_defaults(&s);
+    int rc = check_encode_settings(path, &s, num_frames);
+    if (rc < 0)
+        return rc;
+    if (!fill)
+        return vf_error(VF_EINVAL, "%s: no frame callback", path);
+
+    char *tmp;
+    rc = temp_name(path, &tmp);
+    if (rc < 0)
+        return rc;
+    encoder e = {.path = path};
+    AVDictionary *opts = NULL;
+    AVFrame *input = NULL, *yuv = NULL;
+    struct SwsContext *sws = NULL;
+    int wrote_file = 1; /* the temporary file exists from here on */
+
+    int ar = avformat_alloc_output_context2(&e.oc, NULL, "mp4", tmp);
+    if (ar < 0 || !e.oc) {
+        rc = vf_vid_av_error_named(path, ar, "cannot create an MP4 muxer");
+        goto done;
+    }
+    rc = configure_encoder(&e, &s, &opts);
+    if (rc < 0)
+        goto done;
+    {
+        nice_guard guard;
+        nice_guard_begin(&guard);
+        ar = avcodec_open2(e.enc, e.enc->codec, &opts);
+        nice_guard_end(&guard);
+    }
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot open the encoder");
+        goto done;
+    }
+    if (av_dict_count(opts) > 0) {
+        const AVDictionaryEntry *unused = av_dict_get(opts, "", NULL, AV_DICT_IGNORE_SUFFIX);
+        vf_log(VF_LOG_WARN, "%s: encoder ignored option %s", path, unused ? unused->key : "?");
+    }
+    e.st = avformat_new_stream(e.oc, NULL);
+    if (!e.st) {
+        rc = VF_ENOMEM;
+        goto done;
+    }
+    e.st->time_base = e.enc->time_base;
+    e.st->avg_frame_rate = e.enc->framerate;
+    ar = avcodec_parameters_from_context(e.st->codecpar, e.enc);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot set stream parameters");
+        goto done;
+    }
+    ar = avio_open(&e.oc->pb, tmp, AVIO_FLAG_WRITE);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot create the output file");
+        if (ar == AVERROR(ENOENT))
+            rc = vf_error(VF_ENOENT, "%s: cannot create the output file (missing directory?)", path);
+        goto done;
+    }
+    ar = avformat_write_header(e.oc, NULL);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot write the MP4 header");
+        goto done;
+    }
+    e.header_written = 1;
+    e.pkt = av_packet_alloc();
+    input = av_frame_alloc();
+    if (!e.pkt || !input) {
+        rc = VF_ENOMEM;
+        goto done;
+    }
+    int gray = s.pixfmt == VF_VIDEO_PIX_GRAY12;
+    input->format = gray ? AV_PIX_FMT_GRAY12LE : AV_PIX_FMT_RGB24;
+    input->width = s.width;
+    input->height = s.height;
+    ar = av_frame_get_buffer(input, 0);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot allocate a frame");
+        goto done;
+    }
+    if (!gray) {
+        yuv = av_frame_alloc();
+        if (!yuv) {
+            rc = VF_ENOMEM;
+            goto done;
+        }
+        yuv->format = AV_PIX_FMT_YUV420P;
+        yuv->width = s.width;
+        yuv->height = s.height;
+        ar = av_frame_get_buffer(yuv, 0);
+        if (ar < 0) {
+            rc = vf_vid_av_error_named(path, ar, "cannot allocate a frame");
+            goto done;
+        }
+        sws = sws_getContext(s.width, s.height, AV_PIX_FMT_RGB24, s.width, s.height, AV_PIX_FMT_YUV420P,
+                             SWS_BILINEAR, NULL, NULL, NULL);
+        if (!sws) {
+            rc = vf_error(VF_EUNSUPPORTED, "%s: cannot set up RGB -> yuv420p conversion", path);
+            goto done;
+        }
+    }
+    for (int64_t i = 0; i < num_frames; i++) {
+        ar = av_frame_make_writable(input);
+        if (ar < 0) {
+            rc = vf_vid_av_error_named(path, ar, "cannot allocate a frame");
+            goto done;
+        }
+        rc = fill(ctx, i, input->data[0], (size_t)input->linesize[0]);
+        if (rc < 0) {
+            vf_error_context(rc, "%s: frame %lld", path, (long long)i);
+            goto done;
+        }
+        AVFrame *send = input;
+        if (!gray) {
+            ar = av_frame_make_writable(yuv);
+            if (ar < 0) {
+                rc = vf_vid_av_error_named(path, ar, "cannot allocate a frame");
+                goto done;
+            }
+            sws_scale(sws, (const uint8_t *const *)input->data, input->linesize, 0, s.height, yuv->data,
+                      yuv->linesize);
+            send = yuv;
+        }
+        send->pts = i;
+        ar = avcodec_send_frame(e.enc, send);
+        if (ar < 0) {
+            rc = vf_vid_av_error_named(path, ar, "encoding failed");
+            goto done;
+        }
+        rc = drain_packets(&e);
+        if (rc < 0)
+            goto done;
+    }
+    ar = avcodec_send_frame(e.enc, NULL);
+    if (ar < 0 && ar != AVERROR_EOF) {
+        rc = vf_vid_av_error_named(path, ar, "encoder flush failed");
+        goto done;
+    }
+    rc = drain_packets(&e);
+    if (rc < 0)
+        goto done;
+    ar = av_write_trailer(e.oc);
+    e.header_written = 0;
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot finish the MP4");
+        goto done;
+    }
+    ar = avio_closep(&e.oc->pb);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(path, ar, "cannot close the output file");
+        goto done;
+    }
+    rc = finish_file(tmp, path);
+    wrote_file = 0;
+
+done:
+    if (e.header_written)
+        av_write_trailer(e.oc);
+    if (e.oc) {
+        if (e.oc->pb)
+            avio_closep(&e.oc->pb);
+        avformat_free_context(e.oc);
+    }
+    if (wrote_file)
+        unlink(tmp);
+    avcodec_free_context(&e.enc);
+    av_packet_free(&e.pkt);
+    av_frame_free(&input);
+    av_frame_free(&yuv);
+    sws_freeContext(sws);
+    av_dict_free(&opts);
+    free(tmp);
+    return rc;
+}
+
+/* ---- duration ---- */
+
+int vf_video_stream_duration(const char *path, double *seconds)
+{
+    *seconds = 0.0;
+    vf_source *src;
+    int r = vf_source_open_file(&src, path);
+    if (r < 0)
+        return r;
+    vf_vid_demux d;
+    vf_vid_demux_options opt = {.probe_bytes = 0, .find_stream_info = 1};
+    r = vf_vid_demux_open(&d, src, &opt);
+    vf_source_close(src);
+    if (r < 0)
+        return r;
+    if (d.stream->duration != AV_NOPTS_VALUE && d.stream->duration > 0)
+        *seconds = (double)d.stream->duration * av_q2d(d.stream->time_base);
+    else if (d.fmt->duration != AV_NOPTS_VALUE && d.fmt->duration > 0)
+        *seconds = (double)d.fmt->duration / AV_TIME_BASE;
+    else
+        r = vf_error(VF_ECORRUPT, "%s: video has no duration", path);
+    vf_vid_demux_close(&d);
+    return r;
+}
+
+/* ---- concatenation ---- */
+
+int vf_video_concat(const char *const *inputs, size_t count, const char *out)
+{
+    if (count == 0 || !inputs || !out)
+        return vf_error(VF_EINVAL, "concat: no inputs");
+    vf_vid_demux *in = vf_calloc(count, sizeof *in);
+    if (!in)
+        return VF_ENOMEM;
+    size_t opened = 0;
+    int rc = 0;
+    char *tmp = NULL;
+    AVFormatContext *oc = NULL;
+    AVPacket *pkt = NULL;
+    int header_written = 0, wrote_file = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        vf_source *src;
+        rc = vf_source_open_file(&src, inputs[i]);
+        if (rc < 0)
+            goto done;
+        vf_vid_demux_options opt = {.probe_bytes = 0, .find_stream_info = 1};
+        rc = vf_vid_demux_open(&in[i], src, &opt);
+        vf_source_close(src);
+        if (rc < 0)
+            goto done;
+        opened = i + 1;
+        AVCodecParameters *a = in[0].stream->codecpar, *b = in[i].stream->codecpar;
+        if (a->codec_id != b->codec_id || a->width != b->width || a->height != b->height || a->format != b->format)
+            {
+            rc = vf_error(VF_EINVAL, "concat: %s (%s %dx%d) does not match %s (%s %dx%d)", inputs[i],
+                          avcodec_get_name(b->codec_id), b->width, b->height, inputs[0],
+                          avcodec_get_name(a->codec_id), a->width, a->height);
+            goto done;
+        }
+        if (in[i].fmt->duration == AV_NOPTS_VALUE || in[i].fmt->duration <= 0) {
+            rc = vf_error(VF_ECORRUPT, "concat: %s has no container duration", inputs[i]);
+            goto done;
+        }
+    }
+
+    rc = temp_name(out, &tmp);
+    if (rc < 0)
+        goto done;
+    wrote_file = 1;
+    int ar = avformat_alloc_output_context2(&oc, NULL, "mp4", tmp);
+    if (ar < 0 || !oc) {
+        rc = vf_vid_av_error_named(out, ar, "cannot create an MP4 muxer");
+        goto done;
+    }
+    AVStream *ost = avformat_new_stream(oc, NULL);
+    if (!ost) {
+        rc = VF_ENOMEM;
+        goto done;
+    }
+    ar = avcodec_parameters_copy(ost->codecpar, in[0].stream->codecpar);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(out, ar, "cannot copy stream parameters");
+        goto done;
+    }
+    ost->codecpar->codec_tag = 0;
+    ost->time_base = in[0].stream->time_base;
+    ost->avg_frame_rate = in[0].stream->avg_frame_rate;
+    ar = avio_open(&oc->pb, tmp, AVIO_FLAG_WRITE);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(out, ar, "cannot create the output file");
+        goto done;
+    }
+    AVDictionary *mux_opts = NULL;
+    av_dict_set(&mux_opts, "movflags", "+faststart", 0);
+    ar = avformat_write_header(oc, &mux_opts);
+    av_dict_free(&mux_opts);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(out, ar, "cannot write the MP4 header");
+        goto done;
+    }
+    header_written = 1;
+    pkt = av_packet_alloc();
+    if (!pkt) {
+        rc = VF_ENOMEM;
+        goto done;
+    }
+
+    int64_t start_us = 0; /* where the current file begins, concat demuxer style */
+    for (size_t i = 0; i < count; i++) {
+        vf_vid_demux *d = &in[i];
+        AVRational itb = d->stream->time_base;
+        int64_t file_start = d->fmt->start_time != AV_NOPTS_VALUE ? d->fmt->start_time : 0;
+        int64_t delta = av_rescale_q(start_us - file_start, AV_TIME_BASE_Q, itb);
+        for (;;) {
+            ar = av_read_frame(d->fmt, pkt);
+            if (ar == AVERROR_EOF)
+                break;
+            if (ar < 0) {
+                rc = vf_vid_av_error(d, ar, "cannot read a packet");
+                goto done;
+            }
+            if (pkt->stream_index != d->stream_index) {
+                av_packet_unref(pkt);
+                continue;
+            }
+            if (pkt->pts != AV_NOPTS_VALUE)
+                pkt->pts += delta;
+            if (pkt->dts != AV_NOPTS_VALUE)
+                pkt->dts += delta;
+            av_packet_rescale_ts(pkt, itb, ost->time_base);
+            pkt->stream_index = ost->index;
+            pkt->pos = -1;
+            ar = av_interleaved_write_frame(oc, pkt);
+            av_packet_unref(pkt);
+            if (ar < 0) {
+                rc = vf_vid_av_error_named(out, ar, "writing a packet failed");
+                goto done;
+            }
+        }
+        start_us += d->fmt->duration;
+    }
+    ar = av_write_trailer(oc);
+    header_written = 0;
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(out, ar, "cannot finish the MP4");
+        goto done;
+    }
+    ar = avio_closep(&oc->pb);
+    if (ar < 0) {
+        rc = vf_vid_av_error_named(out, ar, "cannot close the output file");
+        goto done;
+    }
+    /* Inputs are closed before the rename so out may replace one of them. */
+    for (size_t i = 0; i < opened; i++)
+        vf_vid_demux_close(&in[i]);
+    opened = 0;
+    rc = finish_file(tmp, out);
+    wrote_file = 0;
+
+done:
+    if (header_written)
+        av_write_trailer(oc);
+    if (oc) {
+        if (oc->pb)
+            avio_closep(&oc->pb);
+        avformat_free_context(oc);
+    }
+    if (wrote_file && tmp)
+        unlink(tmp);
+    av_packet_free(&pkt);
+    for (size_t i = 0; i < opened; i++)
+        vf_vid_demux_close(&in[i]);
+    free(in);
+    free(tmp);
+    return rc;
+}

@@ -1,0 +1,264 @@
+/*
+ * episodes.c: which frames of a camera file belong to which episode.
+ *
+ * LeRobot v3 packs many episodes into one MP4 per camera and records each
+ * episode's [from_timestamp, to_timestamp) in the metadata. Those times are
+ * a float sum of per-episode stream durations, while the real placement
+ * follows FFmpeg's concat demuxer (millisecond-rounded container durations),
+ * so they drift apart by up to ~1 ms per episode (lerobot-format.md §3.4).
+ *
+ * Primary rule: when the episodes' lengths add up to the file's frame count,
+ * frame k of the i-th episode (in from_timestamp order) is ordinal
+ * sum(lengths of earlier episodes) + k. That is exact whatever the drift;
+ * the drift is measured and reported, never used.
+ *
+ * Fallback (frames dropped by a streaming encoder, edited files, episodes
+ * missing from the list): match each frame by time, nearest pts within a
+ * tolerance below half a frame, so one video frame can never serve two
+ * different data rows. Every unmatched frame is reported as a problem record;
+ * vf_video_episode_frame refuses to hand out a missing frame.
+ */
+#include "video/video_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct problem_list {
+    vf_video_problem *items;
+    size_t len, cap;
+} problem_list;
+
+static int add_problem(problem_list *l, vf_video_problem_kind kind, int64_t episode, int64_t frame, int64_t count,
+                       double expected_s, double found_s, const char *fmt, ...) VF_PRINTF(8, 9);
+
+static int add_problem(problem_list *l, vf_video_problem_kind kind, int64_t episode, int64_t frame, int64_t count,
+                       double expected_s, double found_s, const char *fmt, ...)
+{
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        vf_video_problem *n = vf_realloc(l->items, cap * sizeof *n);
+        if (!n)
+            return VF_ENOMEM;
+        l->items = n;
+        l->cap = cap;
+    }
+    vf_video_problem *p = &l->items[l->len++];
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->episode_index = episode;
+    p->frame = frame;
+    p->count = count;
+    p->expected_s = expected_s;
+    p->found_s = found_s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->message, sizeof p->message, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+void vf_video_map_free(vf_video_map *map, vf_video_episode *episodes, size_t count)
+{
+    if (map) {
+        free(map->problems);
+        memset(map, 0, sizeof *map);
+    }
+    for (size_t i = 0; episodes && i < count; i++) {
+        free(episodes[i].frame_ordinals);
+        episodes[i].frame_ordinals = NULL;
+    }
+}
+
+int vf_video_episode_frame(const vf_video_episode *ep, int64_t k, int64_t *ordinal)
+{
+    *ordinal = -1;
+    if (k < 0 || k >= ep->length)
+        return vf_error(VF_ERANGE, "episode %lld: frame %lld out of range (length %lld)", (long long)ep->episode_index,
+                        (long long)k, (long long)ep->length);
+    int64_t o = ep->frame_ordinals ? ep->frame_ordinals[k] : (ep->first_ordinal >= 0 ? ep->first_ordinal + k : -1);
+    if (o < 0)
+        return vf_error(VF_ECORRUPT, "episode %lld: frame %lld is missing from the video (dropped or edited)",
+                        (long long)ep->episode_index, (long long)k);
+    *ordinal = o;
+    return 0;
+}
+
+/* Stable order of episodes by from_timestamp (insertion sort on positions:
+ * a camera file holds tens to hundreds of episodes). */
+static void order_by_start(const vf_video_episode *eps, size_t *order, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t v = order[i] = i, j = i;
+        while (j > 0 && eps[order[j - 1]].from_timestamp > eps[v].from_timestamp) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = v;
+    }
+}
+
+/* First ordinal with time >= seconds (frame_count if none). */
+static int64_t lower_bound(const vf_video_index *ix, double seconds)
+{
+    int64_t lo = 0, hi = ix->frame_count;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (vf_video_index_seconds(ix, mid) < seconds)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int map_by_timestamp(const vf_video_index *ix, vf_video_episode *ep, double fps, double tol,
+                            const char *camera, problem_list *problems)
+{
+    int64_t n = ep->length;
+    int64_t *ord = vf_malloc_array((size_t)n, sizeof *ord);
+    if (!ord)
+        return VF_ENOMEM;
+    int64_t start = lower_bound(ix, ep->from_timestamp - 0.5 / fps);
+    int64_t found = 0;
+    for (int64_t k = 0; k < n; k++) {
+        double t = ep->from_timestamp + (double)k / fps;
+        int64_t o;
+        /* Walk forward from the expected position; fall back to a search. */
+        int64_t guess = start + k;
+        if (guess < ix->frame_count && fabs(vf_video_index_seconds(ix, guess) - t) <= tol)
+            o = guess;
+        else
+            o = vf_video_index_nearest(ix, t);
+        if (o >= 0 && fabs(vf_video_index_seconds(ix, o) - t) <= tol) {
+            ord[k] = o;
+            found++;
+        } else {
+            ord[k] = -1;
+        }
+    }
+    /* Report runs of missing frames. */
+    for (int64_t k = 0; k < n;) {
+        if (ord[k] >= 0) {
+            k++;
+            continue;
+        }
+        int64_t end = k;
+        while (end < n && ord[end] < 0)
+            end++;
+        double t = ep->from_timestamp + (double)k / fps;
+        int64_t near = vf_video_index_nearest(ix, t);
+        double near_s = near >= 0 ? vf_video_index_seconds(ix, near) : NAN;
+        int r = add_problem(problems, VF_VIDEO_PROBLEM_MISSING_FRAMES, ep->episode_index, k, end - k, t, near_s,
+                            "%s%s%sepisode %lld: frames %lld..%lld (%lld of %lld) have no video frame within %.2f ms "
+                            "of their time (first expected at %.6f s, nearest frame at %.6f s)",
+                            ix->name, camera ? ": camera " : ": ", camera ? camera : "", (long long)ep->episode_index,
+                            (long long)k, (long long)end - 1, (long long)(end - k), (long long)n, tol * 1000.0, t,
+                            near_s);
+        if (r < 0) {
+            free(ord);
+            return r;
+        }
+        k = end;
+    }
+    int contiguous = ord[0] >= 0;
+    for (int64_t k = 1; contiguous && k < n; k++)
+        contiguous = ord[k] == ord[0] + k;
+    ep->first_ordinal = ord[0];
+    ep->frames_found = found;
+    ep->drift_ms = ord[0] >= 0 ? (vf_video_index_seconds(ix, ord[0]) - ep->from_timestamp) * 1000.0 : NAN;
+    if (contiguous)
+        free(ord);
+    else
+        ep->frame_ordinals = ord;
+    return 0;
+}
+
+int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_t count,
+                          const vf_video_map_settings *settings, vf_video_map *map)
+{
+    memset(map, 0, sizeof *map);
+    double fps = settings ? settings->fps : 0.0;
+    const char *camera = settings ? settings->camera : NULL;
+    if (!(fps > 0.0) || !isfinite(fps))
+        return vf_error(VF_EINVAL, "%s: episode mapping needs a positive fps (got %g)", ix->name, fps);
+    double tol = settings->tolerance_s > 0.0 ? settings->tolerance_s : 0.45 / fps;
+    if (tol >= 0.5 / fps)
+        return vf_error(VF_EINVAL, "%s: timestamp tolerance %.6f s must stay below half a frame (%.6f s)", ix->name,
+                        tol, 0.5 / fps);
+    int64_t sum = 0;
+    for (size_t i = 0; i < count; i++) {
+        vf_video_episode *ep = &eps[i];
+        ep->first_ordinal = -1;
+        ep->frames_found = 0;
+        ep->drift_ms = NAN;
+        ep->frame_ordinals = NULL;
+        if (!isfinite(ep->from_timestamp) || !isfinite(ep->to_timestamp) || ep->length <= 0 ||
+            ep->length > ((int64_t)1 << 40))
+            return vf_error(VF_EINVAL, "%s%s%s: episode %lld has invalid metadata (from %g, to %g, length %lld)",
+                            ix->name, camera ? ": camera " : "", camera ? camera : "", (long long)ep->episode_index,
+                            ep->from_timestamp, ep->to_timestamp, (long long)ep->length);
+        sum += ep->length;
+    }
+    size_t *order = vf_malloc_array(count ? count : 1, sizeof *order);
+    if (!order)
+        return VF_ENOMEM;
+    order_by_start(eps, order, count);
+
+    problem_list problems = {0};
+    int r = 0;
+    for (size_t i = 0; i < count && r == 0; i++) {
+        vf_video_episode *ep = &eps[order[i]];
+        double span = (ep->to_timestamp - ep->from_timestamp) * fps;
+        if (fabs(span - (double)ep->length) >= 0.5)
+            r = add_problem(&problems, VF_VIDEO_PROBLEM_SPAN_MISMATCH, ep->episode_index, -1, 0,
+                            (double)ep->length / fps, ep->to_timestamp - ep->from_timestamp,
+                            "%s%s%sepisode %lld: (to - from) * fps = %.3f but length is %lld (dropped frames?)",
+                            ix->name, camera ? ": camera " : ": ", camera ? camera : "",
+                            (long long)ep->episode_index, span, (long long)ep->length);
+    }
+
+    if (r == 0 && sum == ix->frame_count) {
+        map->method = VF_VIDEO_MAP_BY_ORDINAL;
+        int64_t start = 0;
+        for (size_t i = 0; i < count && r == 0; i++) {
+            vf_video_episode *ep = &eps[order[i]];
+            ep->first_ordinal = start;
+            ep->frames_found = ep->length;
+            double real = vf_video_index_seconds(ix, start);
+            ep->drift_ms = (real - ep->from_timestamp) * 1000.0;
+            if (fabs(ep->drift_ms) > map->max_abs_drift_ms)
+                map->max_abs_drift_ms = fabs(ep->drift_ms);
+            if (fabs(real - ep->from_timestamp) > tol)
+                r = add_problem(&problems, VF_VIDEO_PROBLEM_DRIFT, ep->episode_index, 0, 0, ep->from_timestamp, real,
+                                "%s%s%sepisode %lld: starts at frame %lld, pts %.6f s, but from_timestamp says %.6f s "
+                                "(drift %.3f ms; the frame-ordinal mapping is used)",
+                                ix->name, camera ? ": camera " : ": ", camera ? camera : "",
+                                (long long)ep->episode_index, (long long)start, real, ep->from_timestamp,
+                                ep->drift_ms);
+            start += ep->length;
+        }
+    } else if (r == 0) {
+        map->method = VF_VIDEO_MAP_BY_TIMESTAMP;
+        r = add_problem(&problems, VF_VIDEO_PROBLEM_COUNT_MISMATCH, -1, -1, 0, NAN, NAN,
+                        "%s%s%s: the %zu episodes hold %lld frames but the video has %lld; frames are matched by "
+                        "timestamp",
+                        ix->name, camera ? ": camera " : "", camera ? camera : "", count, (long long)sum,
+                        (long long)ix->frame_count);
+        for (size_t i = 0; i < count && r == 0; i++) {
+            vf_video_episode *ep = &eps[order[i]];
+            r = map_by_timestamp(ix, ep, fps, tol, camera, &problems);
+            if (r == 0 && isfinite(ep->drift_ms) && fabs(ep->drift_ms) > map->max_abs_drift_ms)
+                map->max_abs_drift_ms = fabs(ep->drift_ms);
+        }
+    }
+    free(order);
+    if (r < 0) {
+        free(problems.items);
+        vf_video_map_free(map, eps, count);
+        return r;
+    }
+    map->problems = problems.items;
+    map->problem_count = problems.len;
+    return 0;
+}

@@ -1,0 +1,504 @@
+/*
+ * reader.c: one file's demuxer + decoder, with random and batched access by
+ * frame ordinal.
+ *
+ * Position tracking: next_ordinal is the ordinal of the next frame the
+ * decoder will output, or -1 when unknown (fresh reader, after an error,
+ * after draining). To reach a target the reader either keeps decoding
+ * forward (when it is already positioned at or before the target and no
+ * keyframe worth seeking to lies in between) or seeks to the last keyframe at
+ * or before the target, flushes the decoder and decodes forward. Every
+ * decoded frame is mapped to its ordinal by pts through the index; frames
+ * before the target are dropped, a frame past the target means the target
+ * never came out, which is an error (or, right after a seek that landed too
+ * late, a retry from an earlier keyframe).
+ *
+ * Bounds: a decode run reads at most frame_count + 64 packets and receives
+ * at most as many frames, so corrupt input cannot loop forever.
+ *
+ * The last decoded frame is kept, so asking again for the same ordinal
+ * (delta windows clamp at episode edges) converts it again without decoding.
+ */
+#include "video/video_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <libavutil/pixdesc.h>
+
+struct vf_video_reader {
+    vf_vid_demux demux;
+    AVCodecContext *dec;
+    AVPacket *pkt;
+    AVFrame *frame;             /* the last decoded frame (ordinal frame_ordinal) */
+    AVFrame *tmp;
+    int64_t frame_ordinal;      /* -1 when frame holds nothing */
+    int64_t next_ordinal;       /* -1 when the position is unknown */
+    int draining;               /* NULL packet sent: decoder must be flushed before reuse */
+    vf_video_index *index;
+    vf_vid_converter conv;
+    vf_video_settings settings;
+    char *camera;
+    vf_video_stats stats;
+    int debug;                  /* VF_LOG=debug: trace decoded frames and seeks */
+};
+
+void vf_video_defaults(vf_video_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->decode_threads = 1;
+    s->forward_skip_frames = 1;
+    s->probe_bytes = 1 << 20;
+    s->max_pixels = (int64_t)8192 * 8192;
+}
+
+const vf_video_index *vf_video_reader_index(const vf_video_reader *r) { return r->index; }
+const char *vf_video_reader_name(const vf_video_reader *r) { return r->index->name; }
+
+void vf_video_get_stats(const vf_video_reader *r, vf_video_stats *stats) { *stats = r->stats; }
+
+size_t vf_video_reader_memory(const vf_video_reader *r)
+{
+    const vf_video_index *ix = r->index;
+    size_t bytes = sizeof *r + (size_t)ix->frame_count * (sizeof(int64_t) + 1);
+    size_t bytes_per_sample = ix->pixfmt == VF_VIDEO_PIX_GRAY12 ? 2 : 1;
+    size_t planes = ix->pixfmt == VF_VIDEO_PIX_GRAY12 ? 2 : 3; /* in halves of a luma plane */
+    size_t picture = (size_t)ix->width * (size_t)ix->height * bytes_per_sample * planes / 2;
+    /* Reference pictures (AV1 keeps up to 8) plus one in flight per thread. */
+    bytes += picture * (size_t)(8 + r->settings.decode_threads);
+    bytes += r->conv.scratch_size + 64 * 1024 /* AVIO buffer */ + 256 * 1024 /* contexts */;
+    return bytes;
+}
+
+/* "<file>: camera X" prefix for messages. */
+static const char *cam_sep(const vf_video_reader *r) { return r->camera ? ": camera " : ""; }
+static const char *cam_name(const vf_video_reader *r) { return r->camera ? r->camera : ""; }
+
+void vf_video_close(vf_video_reader *r)
+{
+    if (!r)
+        return;
+    avcodec_free_context(&r->dec);
+    av_packet_free(&r->pkt);
+    av_frame_free(&r->frame);
+    av_frame_free(&r->tmp);
+    vf_vid_converter_free(&r->conv);
+    vf_video_index_free(r->index);
+    vf_vid_demux_close(&r->demux);
+    free(r->camera);
+    free(r);
+}
+
+static int open_decoder(vf_video_reader *r)
+{
+    vf_vid_demux *d = &r->demux;
+    AVCodecParameters *par = d->stream->codecpar;
+    const vf_video_index *ix = r->index;
+    if (ix->codec == VF_VIDEO_CODEC_UNKNOWN)
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: unsupported video codec %s (AV1, H.264 and HEVC are supported)",
+                        d->name, cam_sep(r), cam_name(r), ix->codec_name);
+    if (par->format >= 0 && ix->pixfmt == VF_VIDEO_PIX_UNKNOWN)
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: unsupported pixel format %s (yuv420p and gray12le are supported)",
+                        d->name, cam_sep(r), cam_name(r), ix->pixfmt_name);
+    if (ix->width <= 0 || ix->height <= 0)
+        return vf_error(VF_ECORRUPT, "%s: video stream has no valid size (%dx%d)", d->name, ix->width, ix->height);
+    if ((int64_t)ix->width * ix->height > r->settings.max_pixels)
+        return vf_error(VF_EUNSUPPORTED, "%s: frame size %dx%d exceeds the limit of %lld pixels", d->name, ix->width,
+                        ix->height, (long long)r->settings.max_pixels);
+    const AVCodec *codec = vf_vid_find_decoder(par->codec_id);
+    if (!codec)
+        return vf_error(VF_EUNSUPPORTED, "%s: no decoder for %s in this FFmpeg build%s", d->name, ix->codec_name,
+                        par->codec_id == AV_CODEC_ID_AV1 ? " (libdav1d needed)" : "");
+    r->dec = avcodec_alloc_context3(codec);
+    if (!r->dec)
+        return VF_ENOMEM;
+    int ar = avcodec_parameters_to_context(r->dec, par);
+    if (ar < 0)
+        return vf_vid_av_error(d, ar, "cannot configure the decoder");
+    r->dec->pkt_timebase = d->stream->time_base;
+    r->dec->thread_count = r->settings.decode_threads;
+    r->dec->max_pixels = r->settings.max_pixels;
+    /* libdav1d derives its thread pool from thread_count (and, with more than
+     * one thread, its frame delay); nothing else to set for it. h264/hevc
+     * use frame+slice threads when thread_count > 1. */
+    ar = avcodec_open2(r->dec, codec, NULL);
+    if (ar < 0)
+        return vf_vid_av_error(d, ar, "cannot open the decoder");
+    return 0;
+}
+
+int vf_video_open(vf_video_reader **out, vf_source *src, const vf_video_settings *settings)
+{
+    *out = NULL;
+    vf_video_reader *r = vf_calloc(1, sizeof *r);
+    if (!r)
+        return VF_ENOMEM;
+    if (settings)
+        r->settings = *settings;
+    else
+        vf_video_defaults(&r->settings);
+    if (r->settings.decode_threads < 1)
+        r->settings.decode_threads = 1;
+    if (r->settings.forward_skip_frames < 0)
+        r->settings.forward_skip_frames = 0;
+    if (r->settings.max_pixels <= 0)
+        r->settings.max_pixels = (int64_t)8192 * 8192;
+    if (r->settings.camera) {
+        r->camera = vf_strdup(r->settings.camera);
+        if (!r->camera) {
+            free(r);
+            return VF_ENOMEM;
+        }
+    }
+    r->settings.camera = r->camera;
+    r->frame_ordinal = -1;
+    r->next_ordinal = -1;
+    r->debug = vf_log_level() >= VF_LOG_DEBUG;
+    vf_vid_converter_init(&r->conv);
+    r->demux.stream_index = -1;
+
+    vf_vid_demux_options opt = {.probe_bytes = r->settings.probe_bytes, .find_stream_info = 1};
+    int rc = vf_vid_demux_open(&r->demux, src, &opt);
+    if (rc < 0)
+        goto fail;
+    rc = vf_vid_index_build(&r->demux, 0, &r->index);
+    if (rc < 0)
+        goto fail;
+    rc = open_decoder(r);
+    if (rc < 0)
+        goto fail;
+    r->pkt = av_packet_alloc();
+    r->frame = av_frame_alloc();
+    r->tmp = av_frame_alloc();
+    if (!r->pkt || !r->frame || !r->tmp) {
+        rc = VF_ENOMEM;
+        goto fail;
+    }
+    *out = r;
+    return 0;
+fail:
+    if (r->camera && rc != VF_ENOMEM && !strstr(vf_last_error(), r->camera))
+        vf_error_context(rc, "camera %s", r->camera);
+    vf_video_close(r);
+    return rc;
+}
+
+int vf_video_open_file(vf_video_reader **out, const char *path, const vf_video_settings *settings)
+{
+    *out = NULL;
+    vf_source *src;
+    int r = vf_source_open_file(&src, path);
+    if (r < 0) {
+        if (settings && settings->camera)
+            vf_error_context(r, "camera %s", settings->camera);
+        return r;
+    }
+    r = vf_video_open(out, src, settings);
+    vf_source_close(src);
+    return r;
+}
+
+/* ---- positioning ---- */
+
+static void forget_position(vf_video_reader *r)
+{
+    r->next_ordinal = -1;
+}
+
+static int seek_to(vf_video_reader *r, int64_t key_ordinal)
+{
+    vf_vid_demux *d = &r->demux;
+    const vf_video_index *ix = r->index;
+    int64_t ts;
+    int flags = AVSEEK_FLAG_BACKWARD;
+    if (key_ordinal < 0) {
+        /* No keyframe at or before the target: start of the stream. */
+        ts = ix->pts[0];
+        flags |= AVSEEK_FLAG_ANY;
+    } else {
+        /* Demuxers seek by presentation time (FFmpeg's mov maps it onto its
+         * decode-time sample table itself). */
+        ts = ix->pts[key_ordinal];
+    }
+    avcodec_flush_buffers(r->dec);
+    r->draining = 0;
+    r->next_ordinal = -1;
+    r->stats.seeks++;
+    d->io_error = 0;
+    if (VF_UNLIKELY(r->debug))
+        vf_log(VF_LOG_DEBUG, "%s: seek to keyframe %lld (ts %lld)", d->name, (long long)key_ordinal, (long long)ts);
+    int ar = av_seek_frame(d->fmt, d->stream_index, ts, flags);
+    if (ar < 0)
+        return vf_vid_av_error(d, ar, "seek failed");
+    return 0;
+}
+
+/* Receives the next decoded frame into r->frame and sets its ordinal.
+ * Returns 0, or VF_EOF when the decoder is fully drained, or an error. */
+static int decode_next(vf_video_reader *r, int64_t *packets_left)
+{
+    vf_vid_demux *d = &r->demux;
+    const vf_video_index *ix = r->index;
+    for (;;) {
+        int ar = avcodec_receive_frame(r->dec, r->tmp);
+        if (ar == 0) {
+            if (r->tmp->decode_error_flags || (r->tmp->flags & AV_FRAME_FLAG_CORRUPT)) {
+                av_frame_unref(r->tmp);
+                return vf_error(VF_ECORRUPT, "%s%s%s: decoder reported a damaged frame", d->name, cam_sep(r),
+                                cam_name(r));
+            }
+            int64_t pts = r->tmp->pts != AV_NOPTS_VALUE ? r->tmp->pts : r->tmp->best_effort_timestamp;
+            int64_t ordinal = pts != AV_NOPTS_VALUE ? vf_video_index_find_pts(ix, pts) : -1;
+            if (ordinal < 0) {
+                av_frame_unref(r->tmp);
+                return vf_error(VF_ECORRUPT, "%s%s%s: decoded frame with pts %lld matches no frame of the index",
+                                d->name, cam_sep(r), cam_name(r), (long long)pts);
+            }
+            av_frame_unref(r->frame);
+            av_frame_move_ref(r->frame, r->tmp);
+            r->frame_ordinal = ordinal;
+            r->next_ordinal = ordinal + 1;
+            r->stats.frames_decoded++;
+            if (VF_UNLIKELY(r->debug))
+                vf_log(VF_LOG_DEBUG, "%s: decoded frame %lld (pts %lld)", d->name, (long long)ordinal, (long long)pts);
+            return 0;
+        }
+        if (ar == AVERROR_EOF)
+            return VF_EOF;
+        if (ar != AVERROR(EAGAIN))
+            return vf_vid_av_error(d, ar, "decoding failed");
+        if (r->draining)
+            return VF_EOF; /* EAGAIN while draining should not happen; end the run */
+        /* The decoder wants input. */
+        for (;;) {
+            if (*packets_left <= 0)
+                return vf_error(VF_ECORRUPT, "%s%s%s: decoder produced no frame after too many packets", d->name,
+                                cam_sep(r), cam_name(r));
+            (*packets_left)--;
+            ar = av_read_frame(d->fmt, r->pkt);
+            if (ar == AVERROR_EOF) {
+                if (d->io_error < 0)
+                    return vf_vid_av_error(d, ar, "read failed");
+                ar = avcodec_send_packet(r->dec, NULL);
+                r->draining = 1;
+                if (ar < 0 && ar != AVERROR_EOF)
+                    return vf_vid_av_error(d, ar, "decoder flush failed");
+                break;
+            }
+            if (ar < 0)
+                return vf_vid_av_error(d, ar, "cannot read a packet");
+            if (r->pkt->stream_index != d->stream_index) {
+                av_packet_unref(r->pkt);
+                continue;
+            }
+            r->stats.packets_read++;
+            if (r->pkt->flags & AV_PKT_FLAG_CORRUPT) {
+                av_packet_unref(r->pkt);
+                return vf_error(VF_ECORRUPT, "%s%s%s: corrupt (truncated?) video packet", d->name, cam_sep(r),
+                                cam_name(r));
+            }
+            ar = avcodec_send_packet(r->dec, r->pkt);
+            av_packet_unref(r->pkt);
+            if (ar < 0 && ar != AVERROR(EAGAIN))
+                return vf_vid_av_error(d, ar, "decoding failed");
+            break;
+        }
+    }
+}
+
+/* Leaves r->frame holding frame `target`. */
+static int reach(vf_video_reader *r, int64_t target)
+{
+    const vf_video_index *ix = r->index;
+    vf_vid_demux *d = &r->demux;
+    if (r->frame_ordinal == target && r->frame->data[0]) {
+        r->stats.reused++;
+        return 0;
+    }
+    int64_t key = vf_video_index_keyframe_before(ix, target);
+    /* Continuing is allowed while draining too: the frames still inside the
+     * decoder (reorder delay at the end of the file) come out without input. */
+    int continuing = r->next_ordinal >= 0 && r->next_ordinal <= target &&
+                     (key < 0 || r->next_ordinal >= key ||
+                      key - r->next_ordinal <= (int64_t)r->settings.forward_skip_frames);
+    int rc;
+    if (continuing) {
+        r->stats.continued++;
+    } else {
+        rc = seek_to(r, key);
+        if (rc < 0)
+            goto fail;
+    }
+    int retries = 0;
+    int first_after_seek = !continuing;
+    int64_t packets_left = ix->frame_count + 64;
+    for (;;) {
+        rc = decode_next(r, &packets_left);
+        if (rc == VF_EOF) {
+            rc = vf_error(VF_ECORRUPT, "%s%s%s: frame %lld never came out of the decoder (the file ends early or "
+                                       "is damaged)",
+                          d->name, cam_sep(r), cam_name(r), (long long)target);
+            goto fail;
+        }
+        if (rc < 0)
+            goto fail;
+        if (r->frame_ordinal == target)
+            return 0;
+        if (r->frame_ordinal > target) {
+            if (first_after_seek && retries < 3 && key > 0) {
+                /* The seek landed after the target: start from an earlier keyframe. */
+                retries++;
+                key = vf_video_index_keyframe_before(ix, key - 1);
+                rc = seek_to(r, key);
+                if (rc < 0)
+                    goto fail;
+                packets_left = ix->frame_count + 64;
+                continue;
+            }
+            rc = vf_error(VF_ECORRUPT, "%s%s%s: frame %lld was skipped by the decoder (got frame %lld)", d->name,
+                          cam_sep(r), cam_name(r), (long long)target, (long long)r->frame_ordinal);
+            goto fail;
+        }
+        first_after_seek = 0;
+    }
+fail:
+    forget_position(r);
+    r->frame_ordinal = -1;
+    av_frame_unref(r->frame);
+    return rc;
+}
+
+static int check_format(const vf_video_reader *r, const vf_video_format *format)
+{
+    if (!format)
+        return 0;
+    if ((unsigned)format->layout > VF_VIDEO_GRAY_U16 || format->width < 0 || format->height < 0 ||
+        (format->width == 0) != (format->height == 0) || (unsigned)format->scaler > VF_VIDEO_SCALE_POINT)
+        return vf_error(VF_EINVAL, "%s: invalid output format (layout %d, %dx%d, scaler %d)", r->index->name,
+                        (int)format->layout, format->width, format->height, (int)format->scaler);
+    return 0;
+}
+
+static int deliver(vf_video_reader *r, const vf_video_format *format, void *dest)
+{
+    vf_video_format def;
+    if (!format) {
+        vf_video_format_defaults(&def);
+        format = &def;
+    }
+    int rc = vf_vid_convert(&r->conv, r->frame, format, dest, r->index->name);
+    if (rc < 0) {
+        if (r->camera)
+            vf_error_context(rc, "camera %s", r->camera);
+        return rc;
+    }
+    r->stats.frames_delivered++;
+    return 0;
+}
+
+int vf_video_read_frame(vf_video_reader *r, int64_t ordinal, const vf_video_format *format, void *dest)
+{
+    int rc = check_format(r, format);
+    if (rc < 0)
+        return rc;
+    if (ordinal < 0 || ordinal >= r->index->frame_count)
+        return vf_error(VF_ERANGE, "%s%s%s: frame %lld out of range (the file has %lld frames)", r->index->name,
+                        cam_sep(r), cam_name(r), (long long)ordinal, (long long)r->index->frame_count);
+    rc = reach(r, ordinal);
+    if (rc < 0)
+        return rc;
+    return deliver(r, format, dest);
+}
+
+/* Sorts request positions by ordinal, stable (qsort has no context argument
+ * in C11 and is not stable; a merge sort needs neither globals nor ties). */
+static void sort_positions(const vf_video_request *req, size_t *pos, size_t *tmp, size_t n)
+{
+    if (n < 2)
+        return;
+    size_t half = n / 2;
+    sort_positions(req, pos, tmp, half);
+    sort_positions(req, pos + half, tmp, n - half);
+    size_t i = 0, j = half, k = 0;
+    while (i < half && j < n) {
+        const vf_video_request *a = &req[pos[i]], *b = &req[pos[j]];
+        if (b->frame_ordinal < a->frame_ordinal)
+            tmp[k++] = pos[j++];
+        else
+            tmp[k++] = pos[i++];
+    }
+    while (i < half)
+        tmp[k++] = pos[i++];
+    while (j < n)
+        tmp[k++] = pos[j++];
+    memcpy(pos, tmp, n * sizeof *pos);
+}
+
+static void name_request(const vf_video_reader *r, const vf_video_request *q, int rc)
+{
+    if (q->episode >= 0 && q->frame_in_episode >= 0)
+        vf_error_context(rc, "episode %lld frame %lld", (long long)q->episode, (long long)q->frame_in_episode);
+    else if (q->episode >= 0)
+        vf_error_context(rc, "episode %lld", (long long)q->episode);
+    (void)r;
+}
+
+int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t count,
+                         const vf_video_format *format)
+{
+    int rc = check_format(r, format);
+    if (rc < 0)
+        return rc;
+    if (count == 0)
+        return 0;
+    size_t *pos = vf_malloc_array(count, 2 * sizeof *pos);
+    if (!pos)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < count; i++)
+        pos[i] = i;
+    sort_positions(requests, pos, pos + count, count);
+
+    vf_video_format def;
+    if (!format) {
+        vf_video_format_defaults(&def);
+        format = &def;
+    }
+    size_t bytes = vf_video_format_bytes(format, r->index->width, r->index->height);
+    int first_error = 0;
+    char first_message[512] = "";
+    for (size_t i = 0; i < count;) {
+        size_t j = i + 1;
+        int64_t ordinal = requests[pos[i]].frame_ordinal;
+        while (j < count && requests[pos[j]].frame_ordinal == ordinal)
+            j++;
+        vf_video_request *lead = &requests[pos[i]];
+        if (ordinal < 0 || ordinal >= r->index->frame_count)
+            rc = vf_error(VF_ERANGE, "%s%s%s: frame %lld out of range (the file has %lld frames)", r->index->name,
+                          cam_sep(r), cam_name(r), (long long)ordinal, (long long)r->index->frame_count);
+        else
+            rc = reach(r, ordinal);
+        if (rc == 0)
+            rc = deliver(r, format, lead->dest);
+        if (rc == 0) {
+            for (size_t k = i + 1; k < j; k++) {
+                vf_video_request *q = &requests[pos[k]];
+                if (q->dest != lead->dest)
+                    memcpy(q->dest, lead->dest, bytes);
+                r->stats.frames_delivered++;
+            }
+        } else {
+            name_request(r, lead, rc);
+            if (!first_error) {
+                first_error = rc;
+                snprintf(first_message, sizeof first_message, "%s", vf_last_error());
+            }
+        }
+        for (size_t k = i; k < j; k++)
+            requests[pos[k]].status = rc;
+        i = j;
+    }
+    free(pos);
+    if (first_error)
+        return vf_error(first_error, "%s", first_message);
+    return 0;
+}

@@ -1,0 +1,398 @@
+/*
+ * video.h: the video layer of vlafeed, its whole interface to the layers
+ * above (dataset, sample, engine, tools).
+ *
+ * Owns: demuxing MP4 (and Matroska) through a vf_source, the per-file frame
+ * index (every frame's pts in presentation order, keyframes), decoders
+ * (libdav1d for AV1, FFmpeg's h264 and hevc), random and batched frame
+ * access by frame ordinal, pixel conversion straight into caller memory,
+ * a bounded cache of open decoders, the episode -> frame-ordinal mapping for
+ * concatenated LeRobot files, and the encoder side used by the sample writer
+ * (episode encoding, concatenation that reproduces LeRobot's layout, frame
+ * identity stamps for exactness tests).
+ *
+ * Depends on: base, io, and FFmpeg 5.1 (libavformat, libavcodec, libswscale,
+ * libavutil). No FFmpeg type appears in this header.
+ *
+ * Invariants:
+ *  - Frames are addressed by ordinal: 0..frame_count-1 in presentation
+ *    order, as the index lists them. A decoded frame is matched to its
+ *    ordinal by its pts; a frame that cannot be matched is an error, never a
+ *    silently different frame.
+ *  - Every function that can fail returns 0 or a negative VF_E* code and sets
+ *    a message that names the file (and the camera / episode / frame when the
+ *    caller supplied them).
+ *  - A reader (demuxer + decoder) is used by one thread at a time. The cache
+ *    hands a reader to one thread (checkout) until it is given back.
+ *  - Decode loops are bounded by the index: corrupt input ends in an error,
+ *    never a hang.
+ */
+#ifndef VF_VIDEO_H
+#define VF_VIDEO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "io/io.h"
+
+/* ======================================================================
+ * Codecs, pixel formats
+ * ==================================================================== */
+
+typedef enum vf_video_codec {
+    VF_VIDEO_CODEC_UNKNOWN = 0,
+    VF_VIDEO_CODEC_AV1 = 1,  /* decoded with libdav1d, encoded with libsvtav1 */
+    VF_VIDEO_CODEC_H264 = 2, /* FFmpeg h264 / libx264 */
+    VF_VIDEO_CODEC_HEVC = 3, /* FFmpeg hevc / libx265 */
+} vf_video_codec;
+
+typedef enum vf_video_pixfmt {
+    VF_VIDEO_PIX_UNKNOWN = 0,
+    VF_VIDEO_PIX_YUV420P = 1,  /* 8-bit 4:2:0 (also accepted: yuvj420p) */
+    VF_VIDEO_PIX_GRAY12 = 2,   /* gray12le: LeRobot depth maps, codes 0..4095 */
+} vf_video_pixfmt;
+
+/* "av1", "h264", "hevc" or "unknown". */
+const char *vf_video_codec_name(vf_video_codec codec);
+
+/* Sets FFmpeg's own (process-wide) log level from a VF_LOG_* level, or
+ * silences it with -1. For applications and tests; the library never calls
+ * it. FFmpeg's default prints info lines such as "libdav1d 1.0.0". */
+void vf_video_set_ffmpeg_log_level(int vf_log_level);
+
+/* ======================================================================
+ * Frame index
+ * ==================================================================== */
+
+/* How the index was built. */
+enum {
+    VF_VIDEO_INDEX_FROM_ENTRIES = 1, /* the container's sample table (MP4 stts/stss), no packet read */
+    VF_VIDEO_INDEX_FROM_PACKETS = 2, /* a walk over every packet (reordering streams, non-MP4) */
+};
+
+/* The per-file frame index. Built once per file; read-only afterwards, so it
+ * may be shared between threads. All arrays have frame_count entries and
+ * are owned by the index. */
+typedef struct vf_video_index {
+    char *name;                 /* the source's name (path or URL) */
+    vf_video_codec codec;
+    char codec_name[32];        /* FFmpeg's name, e.g. "av1" */
+    vf_video_pixfmt pixfmt;
+    char pixfmt_name[32];       /* FFmpeg's name, e.g. "yuv420p" */
+    int width, height;
+    int time_base_num, time_base_den; /* unit of pts[] */
+    double avg_fps;             /* container average frame rate, 0 if unknown */
+    int64_t frame_count;
+    int64_t keyframe_count;
+    int64_t *pts;               /* presentation timestamps, strictly ascending (what a seek uses) */
+    uint8_t *keyframe;          /* 1 where decoding can start */
+    int64_t stream_duration;    /* AVStream.duration in time_base ticks, -1 if unknown */
+    int64_t container_duration_us; /* AVFormatContext.duration (mvhd), -1 if unknown */
+    int built_from;             /* VF_VIDEO_INDEX_FROM_* */
+} vf_video_index;
+
+/* Builds the index of the first video stream of src (takes no ownership of
+ * src). *out is owned by the caller: free with vf_video_index_free. */
+int vf_video_index_build(vf_video_index **out, vf_source *src);
+int vf_video_index_build_file(vf_video_index **out, const char *path);
+void vf_video_index_free(vf_video_index *index);
+
+/* Ordinal of the frame whose pts is exactly pts, or -1. */
+int64_t vf_video_index_find_pts(const vf_video_index *index, int64_t pts);
+/* Ordinal of the frame whose pts is nearest to seconds (ties: the earlier),
+ * or -1 when the index is empty. */
+int64_t vf_video_index_nearest(const vf_video_index *index, double seconds);
+/* The last keyframe at or before ordinal, or -1 if none. */
+int64_t vf_video_index_keyframe_before(const vf_video_index *index, int64_t ordinal);
+/* pts of ordinal in seconds. ordinal must be in range. */
+double vf_video_index_seconds(const vf_video_index *index, int64_t ordinal);
+/* VF_ECORRUPT naming the file (and camera) if the file holds fewer than
+ * expected frames; 0 otherwise. camera may be NULL. */
+int vf_video_index_expect_frames(const vf_video_index *index, int64_t expected, const char *camera);
+
+/* ======================================================================
+ * Episodes inside one camera file
+ * ==================================================================== */
+
+/* One episode stored in a camera file, as the dataset metadata describes it
+ * (videos/<key>/from_timestamp, to_timestamp; length), plus the mapping
+ * vf_video_map_episodes computes. */
+typedef struct vf_video_episode {
+    /* in */
+    int64_t episode_index;     /* the caller's id, used in problems and messages */
+    double from_timestamp;     /* seconds inside the file */
+    double to_timestamp;       /* exclusive end, seconds */
+    int64_t length;            /* frames (data rows) of the episode, > 0 */
+    /* out */
+    int64_t first_ordinal;     /* ordinal of frame 0, -1 when no frame was found */
+    int64_t frames_found;      /* frames of the episode located in the file */
+    double drift_ms;           /* pts of first_ordinal minus from_timestamp, ms (NAN if unmapped) */
+    int64_t *frame_ordinals;   /* NULL when frame k is first_ordinal + k for every k;
+                                * else [length] ordinals with -1 where a frame is
+                                * missing. Owned by the map (vf_video_map_free). */
+} vf_video_episode;
+
+typedef enum vf_video_problem_kind {
+    VF_VIDEO_PROBLEM_DRIFT = 1,          /* informational: ordinal mapping is exact, but the
+                                          * metadata start differs from the real pts by more
+                                          * than the tolerance */
+    VF_VIDEO_PROBLEM_COUNT_MISMATCH = 2, /* sum of lengths != frames in the file: fell back to timestamps */
+    VF_VIDEO_PROBLEM_MISSING_FRAMES = 3, /* frames [frame, frame+count) of the episode have no
+                                          * frame within the tolerance (dropped, edited, past the end) */
+    VF_VIDEO_PROBLEM_SPAN_MISMATCH = 4,  /* (to - from) * fps differs from length by half a frame or more */
+} vf_video_problem_kind;
+
+typedef struct vf_video_problem {
+    vf_video_problem_kind kind;
+    int64_t episode_index;     /* -1 for whole-file problems */
+    int64_t frame;             /* first frame (k within the episode) concerned, -1 if none */
+    int64_t count;             /* frames concerned (MISSING_FRAMES), else 0 */
+    double expected_s, found_s;/* the times compared, seconds (NAN when not applicable) */
+    char message[200];
+} vf_video_problem;
+
+enum { VF_VIDEO_MAP_BY_ORDINAL = 1, VF_VIDEO_MAP_BY_TIMESTAMP = 2 };
+
+typedef struct vf_video_map_settings {
+    double fps;                /* the dataset's fps, > 0 */
+    double tolerance_s;        /* timestamp match tolerance; <= 0 means 0.45 / fps */
+    const char *camera;        /* used in messages; may be NULL */
+} vf_video_map_settings;
+
+typedef struct vf_video_map {
+    int method;                /* VF_VIDEO_MAP_BY_* */
+    double max_abs_drift_ms;
+    size_t problem_count;
+    vf_video_problem *problems;/* owned by the map */
+} vf_video_map;
+
+/* Maps every episode of one camera file to frame ordinals (see
+ * lerobot-format.md §3.4). Episodes may be passed in any order; they are
+ * processed by from_timestamp. When the lengths sum to the file's frame
+ * count, episode e starts at the summed lengths of the earlier episodes
+ * (exact whatever the timestamp drift), and each start is checked against
+ * from_timestamp (drift_ms; DRIFT problem beyond the tolerance). Otherwise
+ * every frame is matched by timestamp: the first frame with pts >= from -
+ * 0.5/fps, then the nearest pts to from + k/fps within the tolerance; every
+ * frame without a match is reported. Returns an error only for invalid
+ * arguments (non-finite times, length <= 0); data problems are records.
+ * Free with vf_video_map_free(map, episodes, count). */
+int vf_video_map_episodes(const vf_video_index *index, vf_video_episode *episodes, size_t count,
+                          const vf_video_map_settings *settings, vf_video_map *map);
+void vf_video_map_free(vf_video_map *map, vf_video_episode *episodes, size_t count);
+
+/* The ordinal of frame k of a mapped episode. VF_ERANGE if k is outside
+ * [0, length); VF_ECORRUPT if that frame is missing from the file. The
+ * message names the episode; the caller adds file and camera. */
+int vf_video_episode_frame(const vf_video_episode *episode, int64_t k, int64_t *ordinal);
+
+/* ======================================================================
+ * Output formats (pixel conversion straight into caller memory)
+ * ==================================================================== */
+
+typedef enum vf_video_layout {
+    VF_VIDEO_RGB_HWC_U8 = 0,   /* uint8 [H][W][3] */
+    VF_VIDEO_RGB_CHW_U8 = 1,   /* uint8 [3][H][W], planes R, G, B */
+    VF_VIDEO_RGB_CHW_F32 = 2,  /* float32 [3][H][W], value / 255 (equal to uint8 / 255.0f) */
+    VF_VIDEO_GRAY_U16 = 3,     /* uint16 [H][W]: raw codes of a gray stream (12-bit depth: 0..4095) */
+} vf_video_layout;
+
+typedef enum vf_video_scaler {
+    VF_VIDEO_SCALE_BILINEAR = 0,      /* SWS_BILINEAR (PyAV's default) */
+    VF_VIDEO_SCALE_FAST_BILINEAR = 1, /* SWS_FAST_BILINEAR */
+    VF_VIDEO_SCALE_BICUBIC = 2,       /* SWS_BICUBIC (the ffmpeg CLI's default) */
+    VF_VIDEO_SCALE_AREA = 3,          /* SWS_AREA */
+    VF_VIDEO_SCALE_POINT = 4,         /* SWS_POINT */
+} vf_video_scaler;
+
+typedef struct vf_video_format {
+    vf_video_layout layout;
+    int width, height;         /* output size; 0 x 0 = the stream's size */
+    vf_video_scaler scaler;    /* used when resizing (and by swscale's chroma path) */
+} vf_video_format;
+
+/* A zeroed vf_video_format is valid: RGB HWC uint8 at the source size,
+ * bilinear. */
+void vf_video_format_defaults(vf_video_format *format);
+
+/* Bytes one frame occupies in format for a src_width x src_height stream. */
+size_t vf_video_format_bytes(const vf_video_format *format, int src_width, int src_height);
+
+/* ======================================================================
+ * Readers: demuxer + decoder for one file, random and batched access
+ * ==================================================================== */
+
+typedef struct vf_video_reader vf_video_reader;
+
+typedef struct vf_video_settings {
+    int decode_threads;        /* threads per decoder; default 1 (parallelism comes from
+                                * many readers on the engine's threads) */
+    int forward_skip_frames;   /* keep decoding forward instead of seeking when the target's
+                                * keyframe is at most this many frames past the position;
+                                * default 1 */
+    int64_t probe_bytes;       /* avformat probesize; default 1 MiB */
+    int64_t max_pixels;        /* refuse streams with more pixels per frame; default 8192*8192 */
+    const char *camera;        /* optional label for messages ("observation.images.top"); copied */
+} vf_video_settings;
+
+void vf_video_defaults(vf_video_settings *settings);
+
+/* Opens src (a new reference is taken; the caller keeps its own) and builds
+ * the index. settings may be NULL (defaults). Errors name the source: missing
+ * or unreadable file, not an MP4, no video stream, unsupported codec or pixel
+ * format, truncated or corrupt container. Close with vf_video_close. */
+int vf_video_open(vf_video_reader **out, vf_source *src, const vf_video_settings *settings);
+int vf_video_open_file(vf_video_reader **out, const char *path, const vf_video_settings *settings);
+void vf_video_close(vf_video_reader *reader);
+
+/* The reader's index (owned by the reader, valid until close). */
+const vf_video_index *vf_video_reader_index(const vf_video_reader *reader);
+const char *vf_video_reader_name(const vf_video_reader *reader);
+/* An estimate of the memory the reader holds (index, decoder pictures,
+ * scratch), used by the cache's byte bound. */
+size_t vf_video_reader_memory(const vf_video_reader *reader);
+
+/* Decodes frame `ordinal` and writes it in `format` to dest (which holds
+ * vf_video_format_bytes bytes). Seeks to the keyframe at or before the
+ * target unless the decoder is already positioned in the same run, then
+ * decodes forward. VF_ERANGE for an ordinal outside the index. */
+int vf_video_read_frame(vf_video_reader *reader, int64_t ordinal, const vf_video_format *format, void *dest);
+
+/* One request of a batch. */
+typedef struct vf_video_request {
+    int64_t frame_ordinal;     /* in */
+    void *dest;                /* in: vf_video_format_bytes bytes */
+    int64_t episode;           /* in, optional (-1): named in error messages */
+    int64_t frame_in_episode;  /* in, optional (-1): named in error messages */
+    int status;                /* out: 0 or the negative code of this request */
+} vf_video_request;
+
+/* Serves many requests on one file: sorted by ordinal, each forward decode
+ * run is decoded once and every request in it (duplicates too) is served
+ * from it. The requests array is not reordered. Returns 0 when every
+ * request succeeded, else the first failure's code (with its message); each
+ * request's status says which ones failed. */
+int vf_video_read_frames(vf_video_reader *reader, vf_video_request *requests, size_t count,
+                         const vf_video_format *format);
+
+typedef struct vf_video_stats {
+    uint64_t frames_decoded;   /* frames that came out of the decoder */
+    uint64_t frames_delivered; /* frames written to destinations (duplicates counted) */
+    uint64_t packets_read;
+    uint64_t seeks;
+    uint64_t continued;        /* targets reached by decoding forward without a seek */
+    uint64_t reused;           /* targets served from the frame already decoded */
+} vf_video_stats;
+
+void vf_video_get_stats(const vf_video_reader *reader, vf_video_stats *stats);
+
+/* ======================================================================
+ * Decoder cache
+ * ==================================================================== */
+
+typedef struct vf_video_cache vf_video_cache;
+
+/* Opens the source behind a cache key (a path or URL). Default: local file. */
+typedef int (*vf_video_open_source_fn)(void *ctx, const char *key, vf_source **out);
+
+typedef struct vf_video_cache_settings {
+    size_t max_entries;        /* open readers kept, busy ones included; default 32 */
+    size_t max_bytes;          /* estimated bytes kept (vf_video_reader_memory); default 1 GiB */
+    vf_video_settings video;   /* settings for the readers it opens */
+    vf_video_open_source_fn open_source; /* NULL: vf_source_open_file */
+    void *open_source_ctx;
+} vf_video_cache_settings;
+
+typedef struct vf_video_cache_stats {
+    uint64_t hits, misses, evictions;
+    size_t entries, busy, bytes;
+} vf_video_cache_stats;
+
+void vf_video_cache_defaults(vf_video_cache_settings *settings);
+int vf_video_cache_open(vf_video_cache **out, const vf_video_cache_settings *settings);
+/* Closes every reader. All checked-out readers must have been returned. */
+void vf_video_cache_close(vf_video_cache *cache);
+
+/* Hands the caller a reader for key for its exclusive use: an idle cached
+ * one (hit) or a newly opened one (miss). Opening happens outside the lock.
+ * Give it back with vf_video_cache_return (keep it) or vf_video_cache_discard
+ * (close it, e.g. after a decode error). Idle readers are evicted least
+ * recently used first when a bound is exceeded; busy readers never. */
+int vf_video_cache_checkout(vf_video_cache *cache, const char *key, vf_video_reader **reader);
+void vf_video_cache_return(vf_video_cache *cache, vf_video_reader *reader);
+void vf_video_cache_discard(vf_video_cache *cache, vf_video_reader *reader);
+void vf_video_cache_get_stats(vf_video_cache *cache, vf_video_cache_stats *stats);
+
+/* ======================================================================
+ * Encoder side (the sample writer)
+ * ==================================================================== */
+
+typedef struct vf_video_encode_settings {
+    vf_video_codec codec;      /* AV1 (libsvtav1, default), H264 (libx264), HEVC (libx265) */
+    vf_video_pixfmt pixfmt;    /* YUV420P (default) from RGB frames; GRAY12 (HEVC only,
+                                * lossless like LeRobot's depth) from uint16 frames */
+    int width, height;         /* libsvtav1 needs both >= 64 */
+    int fps;                   /* frames per second, > 0 */
+    int gop;                   /* keyframe interval; default 2 (LeRobot) */
+    int crf;                   /* default 30 (LeRobot) */
+    int preset;                /* libsvtav1 preset; default 12 (LeRobot); -1 = encoder default */
+    const char *x26x_preset;   /* libx264/libx265 preset name; NULL = encoder default */
+    int fast_decode;           /* libsvtav1 fast-decode (0..2), tune=fastdecode for x26x; default 0 */
+    int threads;               /* encoder threads (svt lp=, x264 threads, x265 pools); default 1 */
+    int b_frames;              /* -1 = encoder default (x264: 3, like LeRobot); 0 = none */
+} vf_video_encode_settings;
+
+void vf_video_encode_defaults(vf_video_encode_settings *settings);
+
+/* Fills frame `frame` (0-based). pixels: RGB24 rows of width*3 bytes (GRAY12:
+ * uint16 codes, width*2 bytes), stride bytes apart. Return 0, or a negative
+ * code (with a message) to abort the encode. */
+typedef int (*vf_video_fill_fn)(void *ctx, int64_t frame, uint8_t *pixels, size_t stride);
+
+/* Encodes num_frames frames into a new MP4 at path (written to a temporary
+ * name and renamed, so a failure leaves no partial file). Timestamps like
+ * LeRobot/PyAV: pts = frame index at 1/fps; the MP4 track timescale becomes
+ * fps * 2^k >= 10000 (30 fps -> 15360); moov after mdat. libsvtav1 runs with
+ * lp=threads, no pinning, and cannot raise its threads to real-time priority
+ * (CAP_SYS_NICE is dropped from the calling thread while it starts them). */
+int vf_video_write_episode(const char *path, const vf_video_encode_settings *settings, int64_t num_frames,
+                           vf_video_fill_fn fill, void *ctx);
+
+/* stream.duration * time_base of the first video stream, in seconds (the
+ * container duration when the stream has none): LeRobot's
+ * get_video_duration_in_s. */
+int vf_video_stream_duration(const char *path, double *seconds);
+
+/* Concatenates MP4 files by packet remux (no re-encode), placing each file
+ * at the summed container durations of the earlier ones (FFmpeg's concat
+ * demuxer; the MP4 mvhd duration is whole milliseconds rounded up), with
+ * moov first (faststart). This reproduces LeRobot's timestamp drift. out may
+ * be one of the inputs (written to a temporary name, then renamed). All
+ * inputs must share codec and size. */
+int vf_video_concat(const char *const *inputs, size_t count, const char *out);
+
+/* ======================================================================
+ * Frame identity stamps (tests of frame exactness)
+ * ==================================================================== */
+
+/* Limits of the stamped fields. */
+#define VF_VIDEO_IDENTITY_MAX_EPISODE ((1 << 24) - 1)
+#define VF_VIDEO_IDENTITY_MAX_FRAME ((1 << 24) - 1)
+#define VF_VIDEO_IDENTITY_MAX_CAMERA 255
+/* Smallest image a stamp fits in. */
+#define VF_VIDEO_IDENTITY_MIN_WIDTH 18
+#define VF_VIDEO_IDENTITY_MIN_HEIGHT 16
+
+/* Paints (episode, frame, camera) plus a CRC-16 over an RGB24 image of
+ * w x h (rows stride bytes apart) as a 9 x 8 grid of black and white blocks
+ * covering the image. Survives AV1 crf 30 and H.264 down to about 96 x 64,
+ * and resizing. To stamp part of a picture, pass a pointer into it. */
+int vf_video_stamp_identity(uint8_t *rgb, int w, int h, size_t stride, int64_t episode, int64_t frame,
+                            int camera);
+/* Reads a stamp back. VF_ECORRUPT when a block is ambiguous or the checksum
+ * fails (not a stamped frame, or damaged beyond recovery). */
+int vf_video_read_identity(const uint8_t *rgb, int w, int h, size_t stride, int64_t *episode, int64_t *frame,
+                           int *camera);
+
+#endif

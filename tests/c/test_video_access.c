@@ -1,0 +1,350 @@
+/*
+ * test_video_access.c: frame exactness of random and batched access.
+ *
+ * For AV1 and H.264, GOP 2 and GOP 30: episodes with identity stamps are
+ * encoded, concatenated LeRobot-style (timestamp drift included), indexed and
+ * mapped; then every (episode, k) is fetched by random access in a shuffled
+ * order and by batched requests with duplicates, and each returned frame must
+ * carry exactly its identity. Also: sequential decoder reuse (one seek, no
+ * frame decoded twice), GOP-aware decode counts, output layouts agreeing with
+ * each other, identities surviving resize, per-request errors in a batch.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+
+#include "test_video_helpers.h"
+
+#define W 96
+#define H 64
+
+static void check_all_frames(const camera_file *cf, int gop, const char *label, int camera)
+{
+    vf_video_reader *r = NULL;
+    vf_video_settings vs;
+    vf_video_defaults(&vs);
+    vs.camera = "observation.images.test";
+    CHECK_OK(vf_video_open_file(&r, cf->path, &vs));
+    if (!r)
+        return;
+    const vf_video_index *ix = vf_video_reader_index(r);
+    CHECK_EQ_INT(ix->frame_count, cf->total_frames);
+    CHECK_EQ_INT(ix->width, W);
+    CHECK_EQ_INT(ix->height, H);
+    CHECK_EQ_INT(ix->time_base_den, 15360);
+    int64_t expect_keys = 0;
+    for (size_t e = 0; e < cf->count; e++)
+        expect_keys += (cf->eps[e].length + gop - 1) / gop;
+    CHECK_EQ_INT(ix->keyframe_count, expect_keys);
+
+    vf_video_episode eps[16];
+    memcpy(eps, cf->eps, sizeof eps);
+    vf_video_map map;
+    vf_video_map_settings ms = {.fps = 30, .camera = "observation.images.test"};
+    CHECK_OK(vf_video_map_episodes(ix, eps, cf->count, &ms, &map));
+    CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_ORDINAL);
+    CHECK(map.max_abs_drift_ms > 0.0); /* lengths not multiples of 3 at 30 fps drift */
+    CHECK(map.max_abs_drift_ms < 5.0);
+
+    /* Every (episode, k) by random access, shuffled. */
+    int64_t n = cf->total_frames;
+    int64_t *order = malloc((size_t)n * sizeof *order);
+    int64_t *ep_of = malloc((size_t)n * sizeof *ep_of), *k_of = malloc((size_t)n * sizeof *k_of);
+    int64_t m = 0;
+    for (size_t e = 0; e < cf->count; e++)
+        for (int64_t k = 0; k < eps[e].length; k++) {
+            ep_of[m] = (int64_t)e;
+            k_of[m] = k;
+            order[m] = m;
+            m++;
+        }
+    shuffle_i64(order, (size_t)n, 42);
+    uint8_t *buf = malloc(W * H * 3);
+    int wrong = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t e = ep_of[order[i]], k = k_of[order[i]], ordinal;
+        CHECK_OK(vf_video_episode_frame(&eps[e], k, &ordinal));
+        int rc = vf_video_read_frame(r, ordinal, NULL, buf);
+        CHECK_OK(rc);
+        if (rc == 0 && !has_identity(buf, W, H, eps[e].episode_index, k, camera))
+            wrong++;
+    }
+    if (wrong)
+        fprintf(stderr, "%s: %d frames wrong by random access\n", label, wrong);
+    CHECK_EQ_INT(wrong, 0);
+    vf_video_stats st;
+    vf_video_get_stats(r, &st);
+    CHECK_EQ_INT(st.frames_delivered, n);
+    /* Random access decodes at most a GOP per frame. */
+    CHECK(st.frames_decoded <= (uint64_t)(n * gop));
+
+    /* Batched: every frame twice plus some triples, shuffled. */
+    size_t count = (size_t)n * 2 + 5;
+    vf_video_request *req = calloc(count, sizeof *req);
+    uint8_t *dests = malloc(count * W * H * 3);
+    int64_t *which = malloc(count * sizeof *which);
+    for (size_t i = 0; i < count; i++)
+        which[i] = (int64_t)(i % (size_t)n);
+    shuffle_i64(which, count, 7);
+    for (size_t i = 0; i < count; i++) {
+        int64_t e = ep_of[which[i]], k = k_of[which[i]], ordinal;
+        vf_video_episode_frame(&eps[e], k, &ordinal);
+        req[i].frame_ordinal = ordinal;
+        req[i].dest = dests + i * W * H * 3;
+        req[i].episode = eps[e].episode_index;
+        req[i].frame_in_episode = k;
+        req[i].status = 1;
+    }
+    vf_video_stats before, after;
+    vf_video_get_stats(r, &before);
+    CHECK_OK(vf_video_read_frames(r, req, count, NULL));
+    vf_video_get_stats(r, &after);
+    wrong = 0;
+    for (size_t i = 0; i < count; i++) {
+        CHECK_EQ_INT(req[i].status, 0);
+        if (!has_identity(req[i].dest, W, H, req[i].episode, req[i].frame_in_episode, camera))
+            wrong++;
+    }
+    if (wrong)
+        fprintf(stderr, "%s: %d frames wrong by batched requests\n", label, wrong);
+    CHECK_EQ_INT(wrong, 0);
+    /* Sorted, the whole file is one forward run: each frame decoded once. */
+    CHECK_EQ_INT(after.frames_delivered - before.frames_delivered, count);
+    CHECK(after.frames_decoded - before.frames_decoded <= (uint64_t)n);
+    CHECK(after.seeks - before.seeks <= 1);
+    if (after.seeks - before.seeks > 1)
+        fprintf(stderr, "%s: batch took %llu seeks, decoded %llu\n", label,
+                (unsigned long long)(after.seeks - before.seeks),
+                (unsigned long long)(after.frames_decoded - before.frames_decoded));
+
+    free(req);
+    free(dests);
+    free(which);
+    free(buf);
+    free(order);
+    free(ep_of);
+    free(k_of);
+    vf_video_map_free(&map, eps, cf->count);
+    vf_video_close(r);
+}
+
+static void test_codec_gop(const char *dir, vf_video_codec codec, int gop, const char *label)
+{
+    static const int64_t lengths[] = {7, 11, 5, 9}; /* 32 frames; 7, 11, 5 are not multiples of 3: drift */
+    camera_file cf;
+    int camera = 2;
+    int rc = build_camera_file(&cf, dir, label, codec, W, H, gop, lengths, 4, 10, camera);
+    CHECK_OK(rc);
+    if (rc == 0)
+        check_all_frames(&cf, gop, label, camera);
+    if (cf.path)
+        remove(cf.path);
+    free_camera_file(&cf);
+}
+
+/* Sequential reading reuses the decoder: one seek, each frame decoded once. */
+static void test_sequential_reuse(const char *dir)
+{
+    char *path = vf_asprintf("%s/seq.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_AV1, W, H, 2, 3, 24, 0));
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, path, NULL));
+    if (!r) {
+        free(path);
+        return;
+    }
+    uint8_t *buf = malloc(W * H * 3);
+    for (int64_t k = 0; k < 24; k++) {
+        CHECK_OK(vf_video_read_frame(r, k, NULL, buf));
+        CHECK(has_identity(buf, W, H, 3, k, 0));
+    }
+    vf_video_stats st;
+    vf_video_get_stats(r, &st);
+    CHECK_EQ_INT(st.seeks, 1);
+    CHECK_EQ_INT(st.frames_decoded, 24);
+    CHECK_EQ_INT(st.continued, 23);
+
+    /* Same frame again: served from the decoded frame. */
+    CHECK_OK(vf_video_read_frame(r, 23, NULL, buf));
+    CHECK(has_identity(buf, W, H, 3, 23, 0));
+    vf_video_get_stats(r, &st);
+    CHECK_EQ_INT(st.reused, 1);
+    CHECK_EQ_INT(st.frames_decoded, 24);
+
+    /* Backwards needs a seek; forward in the same GOP does not. GOP 2:
+     * keyframes at even ordinals. */
+    CHECK_OK(vf_video_read_frame(r, 10, NULL, buf));
+    CHECK(has_identity(buf, W, H, 3, 10, 0));
+    vf_video_get_stats(r, &st);
+    CHECK_EQ_INT(st.seeks, 2);
+    CHECK_OK(vf_video_read_frame(r, 11, NULL, buf));
+    CHECK(has_identity(buf, W, H, 3, 11, 0));
+    vf_video_stats st2;
+    vf_video_get_stats(r, &st2);
+    CHECK_EQ_INT(st2.seeks, 2);
+    CHECK_EQ_INT(st2.frames_decoded, st.frames_decoded + 1);
+    /* Far ahead: seek to the target's keyframe, decode 2 frames. */
+    CHECK_OK(vf_video_read_frame(r, 21, NULL, buf));
+    CHECK(has_identity(buf, W, H, 3, 21, 0));
+    vf_video_stats st3;
+    vf_video_get_stats(r, &st3);
+    CHECK_EQ_INT(st3.seeks, 3);
+    CHECK_EQ_INT(st3.frames_decoded, st2.frames_decoded + 2);
+
+    free(buf);
+    vf_video_close(r);
+    remove(path);
+    free(path);
+}
+
+/* HWC, CHW, float CHW and resized outputs agree; identities survive resize. */
+static void test_layouts(const char *dir)
+{
+    char *path = vf_asprintf("%s/layouts.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_AV1, 160, 128, 2, 5, 6, 9));
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, path, NULL));
+    if (!r) {
+        free(path);
+        return;
+    }
+    const int w = 160, h = 128;
+    size_t px = (size_t)w * h;
+    uint8_t *hwc = malloc(px * 3), *chw = malloc(px * 3);
+    float *f32 = malloc(px * 3 * sizeof(float));
+    vf_video_format f;
+    vf_video_format_defaults(&f);
+    CHECK_EQ_INT(vf_video_format_bytes(&f, w, h), px * 3);
+    CHECK_OK(vf_video_read_frame(r, 3, &f, hwc));
+    CHECK(has_identity(hwc, w, h, 5, 3, 9));
+    f.layout = VF_VIDEO_RGB_CHW_U8;
+    CHECK_OK(vf_video_read_frame(r, 3, &f, chw));
+    f.layout = VF_VIDEO_RGB_CHW_F32;
+    CHECK_EQ_INT(vf_video_format_bytes(&f, w, h), px * 3 * sizeof(float));
+    CHECK_OK(vf_video_read_frame(r, 3, &f, f32));
+    int mismatch_chw = 0, mismatch_f32 = 0;
+    for (size_t p = 0; p < px; p++)
+        for (int c = 0; c < 3; c++) {
+            uint8_t v = hwc[p * 3 + (size_t)c];
+            mismatch_chw += chw[(size_t)c * px + p] != v;
+            mismatch_f32 += f32[(size_t)c * px + p] != (float)v / 255.0f;
+        }
+    CHECK_EQ_INT(mismatch_chw, 0);
+    CHECK_EQ_INT(mismatch_f32, 0);
+    /* The frame has real content (not all one value). */
+    int distinct = 0;
+    for (size_t p = 1; p < px * 3; p++)
+        distinct |= hwc[p] != hwc[0];
+    CHECK(distinct);
+
+    /* Resized: HWC and CHW agree, and the identity still reads. */
+    const int rw = 224, rh = 160;
+    size_t rpx = (size_t)rw * rh;
+    uint8_t *rhwc = malloc(rpx * 3), *rchw = malloc(rpx * 3);
+    float *rf32 = malloc(rpx * 3 * sizeof(float));
+    vf_video_format_defaults(&f);
+    f.width = rw;
+    f.height = rh;
+    CHECK_OK(vf_video_read_frame(r, 4, &f, rhwc));
+    CHECK(has_identity(rhwc, rw, rh, 5, 4, 9));
+    f.layout = VF_VIDEO_RGB_CHW_U8;
+    CHECK_OK(vf_video_read_frame(r, 4, &f, rchw));
+    f.layout = VF_VIDEO_RGB_CHW_F32;
+    CHECK_OK(vf_video_read_frame(r, 4, &f, rf32));
+    mismatch_chw = mismatch_f32 = 0;
+    for (size_t p = 0; p < rpx; p++)
+        for (int c = 0; c < 3; c++) {
+            uint8_t v = rhwc[p * 3 + (size_t)c];
+            mismatch_chw += rchw[(size_t)c * rpx + p] != v;
+            mismatch_f32 += rf32[(size_t)c * rpx + p] != (float)v / 255.0f;
+        }
+    CHECK_EQ_INT(mismatch_chw, 0);
+    CHECK_EQ_INT(mismatch_f32, 0);
+    /* A width that is not a multiple of 16 (swscale's padded-row path). */
+    const int ow = 100, oh = 70;
+    uint8_t *odd = malloc((size_t)ow * oh * 3);
+    vf_video_format_defaults(&f);
+    f.width = ow;
+    f.height = oh;
+    CHECK_OK(vf_video_read_frame(r, 5, &f, odd));
+    CHECK(has_identity(odd, ow, oh, 5, 5, 9));
+    /* Downscale to a small training size. */
+    f.width = 48;
+    f.height = 32;
+    uint8_t small[48 * 32 * 3];
+    CHECK_OK(vf_video_read_frame(r, 2, &f, small));
+    CHECK(has_identity(small, 48, 32, 5, 2, 9));
+
+    /* Bad formats and a depth layout on a colour stream are refused. */
+    f.width = 10;
+    f.height = 0;
+    CHECK_ERR(vf_video_read_frame(r, 2, &f, small), VF_EINVAL, "invalid output format");
+    vf_video_format_defaults(&f);
+    f.layout = VF_VIDEO_GRAY_U16;
+    CHECK_ERR(vf_video_read_frame(r, 2, &f, hwc), VF_EINVAL, "16-bit gray output requested");
+
+    free(odd);
+    free(rhwc);
+    free(rchw);
+    free(rf32);
+    free(hwc);
+    free(chw);
+    free(f32);
+    vf_video_close(r);
+    remove(path);
+    free(path);
+}
+
+/* A batch with a bad request: the others are still served. */
+static void test_batch_errors(const char *dir)
+{
+    char *path = vf_asprintf("%s/batch.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_H264, W, H, 2, 1, 8, 4));
+    vf_video_reader *r = NULL;
+    vf_video_settings vs;
+    vf_video_defaults(&vs);
+    vs.camera = "cam_left";
+    CHECK_OK(vf_video_open_file(&r, path, &vs));
+    if (!r) {
+        free(path);
+        return;
+    }
+    uint8_t *dest = malloc(4 * W * H * 3);
+    vf_video_request req[4] = {
+        {.frame_ordinal = 6, .dest = dest, .episode = 1, .frame_in_episode = 6},
+        {.frame_ordinal = 99, .dest = dest + W * H * 3, .episode = 1, .frame_in_episode = 99},
+        {.frame_ordinal = 1, .dest = dest + 2 * W * H * 3, .episode = 1, .frame_in_episode = 1},
+        {.frame_ordinal = -3, .dest = dest + 3 * W * H * 3, .episode = -1, .frame_in_episode = -1},
+    };
+    /* The first failure in ordinal order is reported. */
+    CHECK_ERR(vf_video_read_frames(r, req, 4, NULL), VF_ERANGE, "frame -3 out of range");
+    CHECK_EQ_INT(req[0].status, 0);
+    CHECK_EQ_INT(req[1].status, VF_ERANGE);
+    CHECK_EQ_INT(req[2].status, 0);
+    CHECK_EQ_INT(req[3].status, VF_ERANGE);
+    CHECK(has_identity(req[0].dest, W, H, 1, 6, 4));
+    CHECK(has_identity(req[2].dest, W, H, 1, 1, 4));
+    CHECK_ERR(vf_video_read_frame(r, 8, NULL, dest), VF_ERANGE, "cam_left");
+    CHECK_OK(vf_video_read_frames(r, req, 0, NULL));
+    free(dest);
+    vf_video_close(r);
+    remove(path);
+    free(path);
+}
+
+int main(void)
+{
+    vf_video_set_ffmpeg_log_level(vf_log_level() >= VF_LOG_DEBUG ? VF_LOG_INFO : -1);
+    setenv("SVT_LOG", "1", 0);
+    char *dir = vf_test_tmpdir("video-access");
+    test_codec_gop(dir, VF_VIDEO_CODEC_AV1, 2, "av1-gop2");
+    test_codec_gop(dir, VF_VIDEO_CODEC_AV1, 30, "av1-gop30");
+    test_codec_gop(dir, VF_VIDEO_CODEC_H264, 2, "h264-gop2");
+    test_codec_gop(dir, VF_VIDEO_CODEC_H264, 30, "h264-gop30");
+    test_codec_gop(dir, VF_VIDEO_CODEC_HEVC, 30, "hevc-gop30");
+    test_sequential_reuse(dir);
+    test_layouts(dir);
+    test_batch_errors(dir);
+    vf_test_rmtree(dir);
+    free(dir);
+    return vf_test_finish("test_video_access");
+}
