@@ -197,15 +197,7 @@ static void test_shape_mismatch(const char *root)
 int main(void)
 {
     char *root = vf_test_fixture("lerobot-g1-v21");
-    vf_pq_file *probe = NULL;
-    char *probe_path = vf_path_join(root, "data/chunk-000/episode_000000.parquet");
-    /* TEMPORARY until the Parquet reader is merged (pq_pending.c). */
-    int reader = vf_pq_open_path(&probe, probe_path) != VF_EUNSUPPORTED;
-    vf_pq_close(probe);
-    free(probe_path);
-    if (!reader) {
-        fprintf(stderr, "Parquet reader not merged yet; skipping\n");
-    } else if (vf_dir_exists(root)) {
+    if (vf_dir_exists(root)) {
         test_read_fixture(root);
         test_shape_mismatch(root);
     } else {
