@@ -46,7 +46,14 @@ typedef struct vf_ds_fs {
     /* Names in a directory (not . or ..), each and the array newly
      * allocated (free each, then the array); VF_ENOENT when absent. */
     int (*list_dir)(void *ctx, const char *rel, char ***names, size_t *count);
+    /* Decode caps applied to every Parquet file opened through this fs
+     * (vf_pq_set_limits; 0 keeps the reader's defaults). The fuzzer lowers
+     * them so hostile files cannot ask for gigabytes. */
+    int64_t pq_max_entries, pq_max_bytes;
 } vf_ds_fs;
+
+/* Opens the Parquet file at rel through d's fs, with its decode caps. */
+int vf_ds_open_parquet(const vf_dataset *d, const char *rel, vf_pq_file **out);
 
 /* The local file system under root (the hooks borrow root; keep it alive
  * while the fs is used). */

@@ -353,8 +353,23 @@ static int local_list_dir(void *ctx, const char *rel, char ***names, size_t *cou
     return 0;
 }
 
+int vf_ds_open_parquet(const vf_dataset *d, const char *rel, vf_pq_file **out)
+{
+    *out = NULL;
+    vf_source *src;
+    int r = d->fs.open_source(d->fs.ctx, rel, &src);
+    if (r < 0)
+        return r;
+    r = vf_pq_open(out, src);
+    vf_source_close(src);
+    if (r == 0 && (d->fs.pq_max_entries || d->fs.pq_max_bytes))
+        vf_pq_set_limits(*out, d->fs.pq_max_entries, d->fs.pq_max_bytes);
+    return r;
+}
+
 void vf_ds_fs_local(vf_ds_fs *fs, const char *root)
 {
+    memset(fs, 0, sizeof *fs);
     fs->ctx = (void *)root;
     fs->read_all = local_read_all;
     fs->open_source = local_open_source;

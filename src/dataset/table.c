@@ -335,13 +335,8 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan *plans, s
                           vf_ds_table *t, int flags, int pass)
 {
     const vf_ds_file *df = &d->data_files[file_id];
-    vf_source *src;
-    int r = d->fs.open_source(d->fs.ctx, df->rel, &src);
-    if (r < 0)
-        return r;
     vf_pq_file *f;
-    r = vf_pq_open(&f, src);
-    vf_source_close(src);
+    int r = vf_ds_open_parquet(d, df->rel, &f);
     if (r < 0)
         return r;
     /* The row groups this file's episodes need. */

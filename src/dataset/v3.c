@@ -127,17 +127,6 @@ static int list_episodes_files(vf_dataset *d, episodes_file **out, size_t *out_c
 
 /* ---- column conversion ------------------------------------------------- */
 
-static int open_parquet(vf_dataset *d, const char *rel, vf_pq_file **out)
-{
-    vf_source *src;
-    int r = d->fs.open_source(d->fs.ctx, rel, &src);
-    if (r < 0)
-        return r;
-    r = vf_pq_open(out, src);
-    vf_source_close(src);
-    return r;
-}
-
 /* Reads a whole integer column as int64. Absent: VF_ENOENT (message set
  * only when required). */
 static int read_i64_column(vf_pq_file *f, const char *file, const char *name, int required, int64_t **out, int64_t *len)
@@ -294,7 +283,7 @@ static int load_episodes_file(vf_dataset *d, const char *rel)
     if (!file)
         return VF_ENOMEM;
     vf_pq_file *f;
-    int r = open_parquet(d, rel, &f);
+    int r = vf_ds_open_parquet(d, rel, &f);
     if (r < 0)
         return r;
     int64_t rows = vf_pq_num_rows(f);
@@ -394,7 +383,7 @@ static int load_tasks(vf_dataset *d)
     if (!file)
         return VF_ENOMEM;
     vf_pq_file *f;
-    int r = open_parquet(d, rel, &f);
+    int r = vf_ds_open_parquet(d, rel, &f);
     if (r == VF_ENOENT && d->total_tasks == 0)
         return 0; /* LeRobot does not load tasks when there are none */
     if (r < 0)

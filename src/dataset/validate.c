@@ -172,13 +172,8 @@ static int check_data_files(vf_dataset *d)
         vf_ds_file *df = &d->data_files[i];
         if (df->exists == 0)
             continue;
-        vf_source *src;
         vf_pq_file *f = NULL;
-        int o = d->fs.open_source(d->fs.ctx, df->rel, &src);
-        if (o == 0) {
-            o = vf_pq_open(&f, src);
-            vf_source_close(src);
-        }
+        int o = vf_ds_open_parquet(d, df->rel, &f);
         if (o == VF_ENOMEM)
             return o;
         if (o < 0) {
