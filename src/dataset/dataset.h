@@ -89,6 +89,9 @@ typedef struct vf_ds_file {
     const char *path;      /* absolute */
     int64_t chunk_index, file_index;
     int exists;            /* -1 unknown (not checked), 0, 1 */
+    size_t *episodes;      /* public positions of the selected episodes using it, ascending */
+    size_t num_episodes;
+    int64_t expected_rows; /* data files: Σ length of ALL episodes stored there */
 } vf_ds_file;
 
 typedef struct vf_ds_camera {

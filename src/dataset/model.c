@@ -537,10 +537,32 @@ static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_
         return r;
     for (size_t i = 0; i < d->num_selected; i++) {
         vf_ds_episode *e = &d->episodes[d->selected[i]];
+        long id = camera < 0 ? find_file(files, n, e->data_chunk, e->data_file)
+                             : find_file(files, n, e->video[camera].chunk_index, e->video[camera].file_index);
         if (camera < 0)
-            e->data_file_id = (int)find_file(files, n, e->data_chunk, e->data_file);
+            e->data_file_id = (int)id;
         else
-            e->video[camera].file = (int)find_file(files, n, e->video[camera].chunk_index, e->video[camera].file_index);
+            e->video[camera].file = (int)id;
+        files[id].num_episodes++;
+    }
+    /* Each file's selected episodes (positions, ascending). */
+    for (size_t i = 0; i < n; i++) {
+        files[i].episodes = vf_ds_alloc(d, files[i].num_episodes, sizeof *files[i].episodes);
+        if (!files[i].episodes)
+            return VF_ENOMEM;
+        files[i].num_episodes = 0;
+    }
+    for (size_t i = 0; i < d->num_selected; i++) {
+        const vf_ds_episode *e = &d->episodes[d->selected[i]];
+        vf_ds_file *f = &files[camera < 0 ? e->data_file_id : e->video[camera].file];
+        f->episodes[f->num_episodes++] = i;
+    }
+    /* Data files: rows the file must hold = lengths of ALL its episodes. */
+    for (size_t i = 0; camera < 0 && i < d->num_all_episodes; i++) {
+        const vf_ds_episode *e = &d->episodes[i];
+        long id = find_file(files, n, e->data_chunk, e->data_file);
+        if (id >= 0 && e->pub.length > 0 && files[id].expected_rows <= INT64_MAX - e->pub.length)
+            files[id].expected_rows += e->pub.length;
     }
     *out = files;
     *out_count = n;

@@ -318,10 +318,19 @@ void vf_ds_table_free(vf_ds_table *t)
 
 typedef struct ep_plan {
     size_t pos;             /* public position */
+    int file;               /* data file id */
     int64_t out_row;        /* first output row */
     vf_ds_rg_span *spans;
     int num_spans;
 } ep_plan;
+
+static int cmp_plan_file(const void *a, const void *b)
+{
+    const ep_plan *x = *(const ep_plan *const *)a, *y = *(const ep_plan *const *)b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return (x > y) - (x < y); /* request order */
+}
 
 static int cmp_int(const void *a, const void *b)
 {
@@ -331,7 +340,7 @@ static int cmp_int(const void *a, const void *b)
 
 /* Reads one data file's share of the table. pass 0: values (and string
  * lengths), pass 1: string bytes. */
-static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan *plans, size_t num_plans,
+static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, size_t num_plans,
                           vf_ds_table *t, int flags, int pass)
 {
     const vf_ds_file *df = &d->data_files[file_id];
@@ -342,23 +351,17 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan *plans, s
     /* The row groups this file's episodes need. */
     size_t total_spans = 0;
     for (size_t i = 0; i < num_plans && r == 0; i++) {
-        const vf_ds_episode *e = &d->episodes[d->selected[plans[i].pos]];
-        if (e->data_file_id != (int)file_id)
-            continue;
-        if (!plans[i].spans)
-            r = vf_ds_locate_row_groups(d, plans[i].pos, f, &plans[i].spans, &plans[i].num_spans);
-        total_spans += (size_t)plans[i].num_spans;
+        if (!plans[i]->spans)
+            r = vf_ds_locate_row_groups(d, plans[i]->pos, f, &plans[i]->spans, &plans[i]->num_spans);
+        total_spans += (size_t)plans[i]->num_spans;
     }
     int *groups = r == 0 ? vf_malloc_array(total_spans ? total_spans : 1, sizeof *groups) : NULL;
     if (r == 0 && !groups)
         r = VF_ENOMEM;
     size_t ng = 0;
-    for (size_t i = 0; i < num_plans && r == 0; i++) {
-        const vf_ds_episode *e = &d->episodes[d->selected[plans[i].pos]];
-        if (e->data_file_id == (int)file_id)
-            for (int s = 0; s < plans[i].num_spans; s++)
-                groups[ng++] = plans[i].spans[s].row_group;
-    }
+    for (size_t i = 0; i < num_plans && r == 0; i++)
+        for (int s = 0; s < plans[i]->num_spans; s++)
+            groups[ng++] = plans[i]->spans[s].row_group;
     if (r == 0) {
         qsort(groups, ng, sizeof *groups, cmp_int);
         size_t u = 0;
@@ -392,15 +395,13 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan *plans, s
                 break;
             }
             for (size_t i = 0; i < num_plans && r == 0; i++) {
-                const vf_ds_episode *e = &d->episodes[d->selected[plans[i].pos]];
-                if (e->data_file_id != (int)file_id)
-                    continue;
+                const vf_ds_episode *e = &d->episodes[d->selected[plans[i]->pos]];
                 read_ctx x = {vf_pq_name(f), e->pub.episode_index, cname, 0};
-                for (int s = 0; s < plans[i].num_spans && r == 0; s++) {
-                    const vf_ds_rg_span *sp = &plans[i].spans[s];
+                for (int s = 0; s < plans[i]->num_spans && r == 0; s++) {
+                    const vf_ds_rg_span *sp = &plans[i]->spans[s];
                     if (sp->row_group != groups[gi])
                         continue;
-                    int64_t out_row = plans[i].out_row + sp->episode_row;
+                    int64_t out_row = plans[i]->out_row + sp->episode_row;
                     x.episode_row = sp->episode_row;
                     if (verify) {
                         r = verify_rows(&x, &a, sp, verify == 1 ? e->pub.from_index + sp->episode_row : -1);
@@ -436,6 +437,7 @@ int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_po
         }
         const vf_ds_episode *e = &d->episodes[d->selected[positions[i]]];
         plans[i].pos = positions[i];
+        plans[i].file = e->data_file_id;
         plans[i].out_row = rows;
         out->episode_start[i] = rows;
         if (e->pub.length < 0 || rows > (INT64_C(1) << 40) - e->pub.length) {
@@ -479,7 +481,14 @@ int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_po
                 r = VF_ENOMEM;
         }
     }
-    /* Files in order of first use. */
+    /* Plans grouped by data file (stable: request order within a file). */
+    ep_plan **by_file = r == 0 ? vf_malloc_array(num_positions ? num_positions : 1, sizeof *by_file) : NULL;
+    if (r == 0 && !by_file)
+        r = VF_ENOMEM;
+    for (size_t i = 0; r == 0 && i < num_positions; i++)
+        by_file[i] = &plans[i];
+    if (r == 0)
+        qsort(by_file, num_positions, sizeof *by_file, cmp_plan_file);
     int has_strings = 0;
     for (size_t ci = 0; ci < out->num_columns; ci++)
         has_strings |= out->columns[ci].type == VF_DS_STRING;
@@ -497,15 +506,16 @@ int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_po
                     r = VF_ENOMEM;
             }
         }
-        for (size_t i = 0; i < num_positions && r == 0; i++) {
-            int fid = d->episodes[d->selected[plans[i].pos]].data_file_id;
-            int seen = 0;
-            for (size_t k = 0; k < i && !seen; k++)
-                seen = d->episodes[d->selected[plans[k].pos]].data_file_id == fid;
-            if (!seen)
-                r = read_file_part(d, (size_t)fid, plans, num_positions, out, flags, pass);
+        /* One data file at a time, its episodes in request order. */
+        for (size_t i = 0; i < num_positions && r == 0;) {
+            size_t j = i;
+            while (j < num_positions && by_file[j]->file == by_file[i]->file)
+                j++;
+            r = read_file_part(d, (size_t)by_file[i]->file, by_file + i, j - i, out, flags, pass);
+            i = j;
         }
     }
+    free(by_file);
     for (size_t i = 0; plans && i < num_positions; i++)
         free(plans[i].spans);
     free(plans);

@@ -130,15 +130,9 @@ static int check_metadata(vf_dataset *d)
 }
 
 /* First selected episode using a file (for the problem's episode field). */
-static int64_t first_user(const vf_dataset *d, int camera, size_t file)
+static int64_t first_user(const vf_dataset *d, const vf_ds_file *f)
 {
-    for (size_t i = 0; i < d->num_selected; i++) {
-        const vf_ds_episode *e = &d->episodes[d->selected[i]];
-        int id = camera < 0 ? e->data_file_id : e->video[camera].file;
-        if (id == (int)file)
-            return e->pub.episode_index;
-    }
-    return -1;
+    return f->num_episodes ? d->episodes[d->selected[f->episodes[0]]].pub.episode_index : -1;
 }
 
 static int check_files(vf_dataset *d)
@@ -148,7 +142,7 @@ static int check_files(vf_dataset *d)
         vf_ds_file *f = &d->data_files[i];
         f->exists = d->fs.exists(d->fs.ctx, f->rel);
         if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
-            r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, -1, i), "", "data file missing");
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), "", "data file missing");
     }
     for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
         vf_ds_camera *cam = &d->cameras[c];
@@ -156,7 +150,7 @@ static int check_files(vf_dataset *d)
             vf_ds_file *f = &cam->files[i];
             f->exists = d->fs.exists(d->fs.ctx, f->rel);
             if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
-                r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, (int)c, i), cam->pub.key,
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), cam->pub.key,
                                   "video file missing");
         }
     }
@@ -177,18 +171,13 @@ static int check_data_files(vf_dataset *d)
         if (o == VF_ENOMEM)
             return o;
         if (o < 0) {
-            r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, -1, i), "", "unreadable: %s",
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, df), "", "unreadable: %s",
                               vf_last_error());
             continue;
         }
-        int64_t expected = 0;
-        for (size_t k = 0; k < d->num_all_episodes; k++) {
-            const vf_ds_episode *e = &d->episodes[k];
-            if (e->data_chunk == df->chunk_index && e->data_file == df->file_index && e->pub.length > 0)
-                expected += e->pub.length;
-        }
+        int64_t expected = df->expected_rows;
         if (vf_pq_num_rows(f) != expected)
-            r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, -1, i), "",
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, df), "",
                               "file has %lld rows, the episodes stored in it have %lld",
                               (long long)vf_pq_num_rows(f), (long long)expected);
         for (size_t k = 0; k < d->num_features && r == 0; k++) {
@@ -196,16 +185,15 @@ static int check_data_files(vf_dataset *d)
             if (feat->kind == VF_FEATURE_VIDEO || feat->kind == VF_FEATURE_LANGUAGE)
                 continue;
             if (vf_pq_field_index(f, feat->name) < 0)
-                r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, -1, i), feat->name,
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, df), feat->name,
                                   "column declared in info.json is missing from the data file");
         }
-        for (size_t s = 0; s < d->num_selected && r == 0; s++) {
-            const vf_ds_episode *e = &d->episodes[d->selected[s]];
-            if (e->data_file_id != (int)i)
-                continue;
+        for (size_t k = 0; k < df->num_episodes && r == 0; k++) {
+            size_t pos = df->episodes[k];
+            const vf_ds_episode *e = &d->episodes[d->selected[pos]];
             vf_ds_rg_span *spans;
             int n;
-            int l = vf_ds_locate_row_groups(d, s, f, &spans, &n);
+            int l = vf_ds_locate_row_groups(d, pos, f, &spans, &n);
             if (l == VF_ENOMEM)
                 r = l;
             else if (l < 0)
