@@ -77,7 +77,8 @@ def episode_stats_columns(ep, n):
 
 
 def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_column="task",
-             extra_index_column=False, mutate_episode=None, data_extra_rows=0, row_group_per_episode=True):
+             extra_index_column=False, mutate_episode=None, data_extra_rows=0, row_group_per_episode=True,
+             string_feature=False):
     """Writes a 5-episode, 2-camera v3.0 dataset under root.
 
     episodes_split: (chunk, file, [episode indices]) per episodes-metadata file.
@@ -85,6 +86,7 @@ def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_
     data_extra_rows: rows appended to the last episode of data file-000.
     row_group_per_episode: False writes each data file as one row group, as
     the v2.1 -> v3.0 converter does (episodes then start mid-group).
+    string_feature: adds a `string` feature "observation.note" to the data.
     """
     root = pathlib.Path(root)
     for d in ["meta", "data"]:
@@ -96,6 +98,8 @@ def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_
     schema = pa.schema([("action", vec), ("observation.state", vec), ("timestamp", pa.float32()),
                         ("frame_index", pa.int64()), ("episode_index", pa.int64()), ("index", pa.int64()),
                         ("task_index", pa.int64())])
+    if string_feature:
+        schema = schema.append(pa.field("observation.note", pa.string()))
     tables = {}
     for ep, n in enumerate(LENGTHS):
         key = DATA_FILES[ep]
@@ -110,6 +114,8 @@ def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_
             "episode_index": pa.array(np.full(n + extra, ep), pa.int64()),
             "index": pa.array(froms[ep] + k, pa.int64()),
             "task_index": pa.array(np.full(n + extra, ep % 2), pa.int64()),
+            **({"observation.note": pa.array([f"ep{ep}-frame{i}-\u00e9" * (i % 3) for i in k])}
+               if string_feature else {}),
         }, schema=schema))
     for key, parts in tables.items():
         path = root / DATA_PATH.format(chunk_index=key[0], file_index=key[1])
@@ -186,6 +192,8 @@ def write_v3(root, *, episodes_split=((0, 0, [0, 1, 2]), (0, 1, [3, 4])), tasks_
                          "info": {"video.height": 64, "video.width": 96, "video.codec": "av1",
                                   "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": FPS,
                                   "video.channels": 3, "has_audio": False}}
+    if string_feature:
+        features["observation.note"] = {"dtype": "string", "shape": [1], "names": None}
     for name in ["timestamp", "frame_index", "episode_index", "index", "task_index"]:
         features[name] = {"dtype": "float32" if name == "timestamp" else "int64", "shape": [1], "names": None}
     info = {"codebase_version": "v3.0", "robot_type": "so101_follower", "total_episodes": len(LENGTHS),
@@ -467,6 +475,19 @@ def test_v3_table_index_gap(tmp_path):
     # episode 4 in chunk-001 starts at a global index its file does not have
     with pytest.raises(native.VlafeedError, match=r"chunk-001/file-000.parquet: episode 4: "):
         native.dataset_read_table(str(root), ["action"], episodes=[4])
+
+
+def test_v3_table_strings(tmp_path):
+    root = write_v3(tmp_path / "ds", string_feature=True)
+    doc = info(root)
+    assert errors(doc) == []
+    assert {"name": "observation.note", "dtype": "string", "shape": [1], "kind": "string"} in doc["features"]
+    starts, cols = native.dataset_read_table(str(root), ["observation.note", "frame_index"], episodes=[3, 1])
+    notes, dtype, width = cols["observation.note"]
+    assert (dtype, width) == ("str", 1)
+    want = [f"ep{ep}-frame{i}-\u00e9" * (i % 3) for ep in (1, 3) for i in range(LENGTHS[ep])]
+    assert notes == want
+    assert starts == [0, LENGTHS[1], LENGTHS[1] + LENGTHS[3]]
 
 
 def test_v3_table_shape_mismatch_names_file_episode_column(tmp_path):
