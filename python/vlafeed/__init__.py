@@ -12,9 +12,15 @@ layer over it:
   ``torch.utils.data.DataLoader(ds, batch_size=None)``.
 
 torch is imported only when tensors are made, so the C parts work without it.
+
+Importing vlafeed sets what the engine and FFmpeg print to the VF_LOG
+environment variable's level (default: warnings and errors, so decoders do
+not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 """
-from vlafeed._native import __version__, VlafeedError  # noqa: F401
+from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F401
 from vlafeed.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.loader import Loader
 
-__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader"]
+set_log_level()
+
+__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "set_log_level"]

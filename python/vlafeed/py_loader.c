@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "vlafeed/dataset.h"
 #include "vlafeed/loader.h"
 
@@ -1144,7 +1145,32 @@ static PyObject *py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
     return result;
 }
 
+static PyObject *py_set_log_level(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *level_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:set_log_level", &level_obj))
+        return NULL;
+    int level;
+    if (level_obj == Py_None) {
+        level = vf_log_level(); /* the VF_LOG environment variable, default warnings */
+    } else {
+        level = (int)PyLong_AsLong(level_obj);
+        if (level == -1 && PyErr_Occurred())
+            return NULL;
+        if (level < 0 || level > 3) {
+            PyErr_SetString(PyExc_ValueError, "log level must be 0 (errors), 1 (warnings), 2 (info) or 3 (debug)");
+            return NULL;
+        }
+    }
+    vf_set_log_level(level);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef loader_functions[] = {
+    {"set_log_level", (PyCFunction)py_set_log_level, METH_VARARGS,
+     "set_log_level(level=None): how much vlafeed and FFmpeg print (0 errors, 1 warnings, 2 info,\n"
+     "3 debug); None: the VF_LOG environment variable's level (default warnings)."},
     {"plan", (PyCFunction)(void (*)(void))py_plan, METH_VARARGS | METH_KEYWORDS,
      "plan(root, episodes=None, world_size=1, num_consumers=1) -> dict\n\n"
      "The `vlafeed plan --json` document: tasks and MP4 opens per partition strategy."},

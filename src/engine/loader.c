@@ -372,6 +372,8 @@ int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
     int r = check_process(l);
     if (r < 0)
         return r;
+    if (epoch == l->epoch && l->next_deliver == 0)
+        return 0; /* that epoch has not delivered anything yet: keep what is being built */
     drain(l);
     l->epoch = epoch;
     l->next_submit = l->next_deliver = 0;

@@ -20,6 +20,7 @@
 
 typedef struct frame_job {
     vf_sample_video_file *file;
+    const vf_sample_column *column; /* the camera's output column (format) */
     size_t episode_slot;     /* into file->episodes */
     int64_t frame;           /* frame index within the episode */
     void *dest;
@@ -64,6 +65,11 @@ static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_vi
     state = atomic_load(&f->state);
     if (state == 0) {
         const vf_video_index *ix = vf_video_reader_index(reader);
+        const vf_camera *cam = vf_dataset_camera(spec->dataset, (size_t)f->camera);
+        if (cam->width > 0 && cam->height > 0 && (ix->width != cam->width || ix->height != cam->height))
+            vf_log(VF_LOG_WARN, "%s: camera %s: the stream is %dx%d but info.json declares %dx%d; frames are "
+                   "scaled to the declared size", f->path, f->camera_key, ix->width, ix->height, cam->width,
+                   cam->height);
         vf_video_map_settings ms = {spec->fps, 0.0, f->camera_key};
         int r = vf_video_map_episodes(ix, f->episodes, f->num_episodes, &ms, &f->map);
         if (r < 0) {
@@ -120,7 +126,7 @@ static int run_group(assemble_ctx *x, size_t g)
     if (r == 0) {
         vf_video_stats before, after;
         vf_video_get_stats(reader, &before);
-        r = vf_video_read_frames(reader, req, count, &x->spec->video_format);
+        r = vf_video_read_frames(reader, req, count, &x->jobs[lo].column->format);
         vf_video_get_stats(reader, &after);
         atomic_fetch_add(&x->counters->frames_decoded, after.frames_decoded - before.frames_decoded);
         if (r == 0)
@@ -259,6 +265,7 @@ int vf_sample_assemble(const vf_sample_spec *s, vf_video_cache *cache, vf_sample
                 for (size_t k = 0; k < steps; k++) {
                     frame_job *j = &jobs[nj++];
                     j->file = slot->file;
+                    j->column = c;
                     j->episode_slot = slot->episode;
                     j->frame = rows[k] - first;
                     j->dest = base + k * (size_t)c->values_per_step;

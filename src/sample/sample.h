@@ -81,6 +81,9 @@ typedef struct vf_sample_column {
     int64_t shape[7];
     size_t sample_bytes;       /* bytes of one sample of this column */
     int64_t values_per_step;   /* TABLE: values per row; VIDEO: bytes per frame */
+    vf_video_format format;    /* VIDEO: layout and output size (always explicit: the
+                                * declared size, or the resize), so a stream whose real
+                                * size differs can never overrun the batch slot */
     /* Normalization: y = (x - shift[i]) / scale[i], then (min/max) 2y - 1.
      * Per element for vectors, per channel for float32 CHW images. */
     vf_normalization norm;
@@ -121,8 +124,6 @@ typedef struct vf_sample_spec {
     size_t num_columns;
     vf_sample_window_spec *windows;
     size_t num_windows;
-    vf_video_format video_format;  /* layout and (resized) size of every camera's output */
-    int out_width, out_height;     /* 0 when there is no camera */
     /* Tabular data: every selected episode's rows of the needed columns. */
     vf_ds_table table;
     int task_index_column;         /* column of table holding task_index, -1 when no task column */

@@ -349,17 +349,18 @@ static int build_columns(builder *b)
                             f->name);
         int w = set->resize_width ? set->resize_width : camera->width;
         int h = set->resize_height ? set->resize_height : camera->height;
-        if (w <= 0 || h <= 0)
-            return vf_error(VF_ECORRUPT, "camera '%s': info.json gives no frame size (video.width/height)", f->name);
-        if (s->out_width && (s->out_width != w || s->out_height != h))
-            return vf_error(VF_EUNSUPPORTED, "cameras have different sizes (%dx%d and %dx%d for '%s'); pass resize "
-                                             "to bring them to one size",
-                            s->out_width, s->out_height, w, h, f->name);
-        s->out_width = w;
-        s->out_height = h;
+        if (w <= 0 || h <= 0 || w > 16384 || h > 16384)
+            return vf_error(VF_ECORRUPT, "camera '%s': info.json gives no usable frame size (video.width/height %dx%d)",
+                            f->name, camera->width, camera->height);
         vf_sample_column *c = add_column(b, output_name(set, f->name), VF_SAMPLE_SRC_VIDEO);
         if (!c)
             return VF_ENOMEM;
+        vf_video_format_defaults(&c->format);
+        c->format.layout = set->image_format == VF_IMAGE_FLOAT32_CHW ? VF_VIDEO_RGB_CHW_F32
+                           : set->image_format == VF_IMAGE_UINT8_CHW ? VF_VIDEO_RGB_CHW_U8
+                                                                     : VF_VIDEO_RGB_HWC_U8;
+        c->format.width = w;
+        c->format.height = h;
         c->feature = f;
         c->camera = cam;
         c->window = window_of(s, f->name);
@@ -657,18 +658,12 @@ int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *d, const vf_sam
     s->dataset = d;
     s->fps = vf_dataset_fps(d);
     s->task_index_column = -1;
-    vf_video_format_defaults(&s->video_format);
     int r = check_settings(&b);
     if (r == 0)
         r = build_windows(&b);
     if (r == 0)
         r = build_columns(&b);
     if (r == 0) {
-        s->video_format.layout = set->image_format == VF_IMAGE_FLOAT32_CHW ? VF_VIDEO_RGB_CHW_F32
-                                 : set->image_format == VF_IMAGE_UINT8_CHW ? VF_VIDEO_RGB_CHW_U8
-                                                                           : VF_VIDEO_RGB_HWC_U8;
-        s->video_format.width = set->resize_width;
-        s->video_format.height = set->resize_height;
         s->num_episodes = vf_dataset_num_episodes(d);
         s->episode_start = vf_calloc(s->num_episodes + 1, sizeof *s->episode_start);
         if (!s->episode_start)

@@ -447,6 +447,61 @@ static void test_selection(const char *root)
     vf_dataset_close(d);
 }
 
+/* The second camera declares another size in info.json than its stream has:
+ * each camera gets its own output size (the declared one), never an overrun. */
+static void test_per_camera_sizes(const char *root)
+{
+    char *info = vf_path_join(root, "meta/info.json");
+    uint8_t *text;
+    size_t len;
+    if (vf_read_file(info, &text, &len) < 0) {
+        CHECK(0);
+        free(info);
+        return;
+    }
+    /* The second occurrence of the size is cam1's. */
+    char *edited = vf_strdup((const char *)text);
+    char *h = strstr(edited, "\"video.height\": 64");
+    h = h ? strstr(h + 1, "\"video.height\": 64") : NULL;
+    char *w = h ? strstr(h, "\"video.width\": 96") : NULL;
+    CHECK(h && w);
+    if (h && w) {
+        memcpy(h + strlen("\"video.height\": "), "32", 2);
+        memcpy(w + strlen("\"video.width\": "), "48", 2);
+        FILE *f = fopen(info, "wb");
+        fwrite(edited, 1, strlen(edited), f);
+        fclose(f);
+        vf_dataset *d = open_dataset(root, NULL, 0);
+        vf_loader_settings ls;
+        vf_loader_defaults(&ls);
+        ls.sample.image_format = VF_IMAGE_UINT8_HWC;
+        vf_loader *l = open_map(d, &ls);
+        int64_t p = 9, ep, fr;
+        vf_batch *b = NULL;
+        if (l)
+            CHECK_OK(vf_loader_get_items(l, &p, 1, &b));
+        if (b) {
+            const vf_column *c0 = col(b, "observation.images.cam0"), *c1 = col(b, "observation.images.cam1");
+            CHECK_EQ_INT(c0->shape[1], 64);
+            CHECK_EQ_INT(c0->shape[2], 96);
+            CHECK_EQ_INT(c1->shape[1], 32);
+            CHECK_EQ_INT(c1->shape[2], 48);
+            locate(d, p, &ep, &fr);
+            CHECK(frame_is(c0->data, 96, 64, ep, fr, 0));
+            CHECK(frame_is(c1->data, 48, 32, ep, fr, 1));
+            vf_batch_release(b);
+        }
+        vf_loader_close(l);
+        vf_dataset_close(d);
+        f = fopen(info, "wb");
+        fwrite(text, 1, len, f);
+        fclose(f);
+    }
+    free(edited);
+    free(text);
+    free(info);
+}
+
 int main(void)
 {
     test_delta_offsets();
@@ -461,6 +516,7 @@ int main(void)
     test_errors(d);
     vf_dataset_close(d);
     test_selection(root);
+    test_per_camera_sizes(root);
     remove_dataset(root);
     return vf_test_finish("test_sample");
 }
