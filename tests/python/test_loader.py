@@ -380,3 +380,25 @@ def test_real_v21_fixture(g1_dir, cli, tmp_path):
     np.testing.assert_array_equal(item[cam].numpy(), ppm_pixels(out))
     assert item["action"].shape == (3, ds.meta.features["action"]["shape"][0])
     assert item["action_is_pad"].tolist() == [False, False, False]
+
+
+def test_keys_renames_resize_normalize(sample_root):
+    ds = vlafeed.LeRobotDataset(sample_root, keys=["observation.images.cam1", "action", "index"],
+                                renames={"observation.images.cam1": "observation.images.base_0_rgb"},
+                                delta_timestamps={"observation.images.cam1": [-0.1, 0.0]}, resize=(48, 32),
+                                normalize={"action": "mean_std"})
+    item = ds[4]
+    assert list(item) == ["observation.images.base_0_rgb", "action", "index",
+                          "observation.images.base_0_rgb_is_pad", "task"]
+    assert item["observation.images.base_0_rgb"].shape == (2, 3, 32, 48)
+    e, k = locate(ds, 4)
+    mean = ds.meta.stats["action"]["mean"].astype(np.float32)
+    std = ds.meta.stats["action"]["std"].astype(np.float32)
+    raw = np.array([action(e, k, d) for d in range(STATE_DIM)], np.float32)
+    np.testing.assert_allclose(item["action"].numpy(), (raw - mean) / (std + np.float32(1e-8)), rtol=1e-6)
+    # Tabular-only: no camera decoded at all.
+    loader = vlafeed.Loader(sample_root, mode="stream", keys=["observation.state"], include_task=False, batch_size=50)
+    batches = list(loader)
+    assert list(batches[0]) == ["observation.state"]
+    assert sum(b["observation.state"].shape[0] for b in batches) == loader.dataset.num_frames
+    assert loader.stats()["frames_decoded"] == 0
