@@ -4,7 +4,9 @@
  *   bench_video [FILE] [--seconds S] [--threads N] [--seed N]
  *
  * FILE defaults to a fixture video. Each measurement runs for about S
- * seconds (default 2) and prints one line "name value unit [extra]":
+ * seconds (default 2) and prints one line "name value unit (extra)". The
+ * value is frames per CPU second of this process (the wall-clock rate is in
+ * the extra part), so a busy machine does not distort it:
  *   seq_rgb          sequential decode + RGB24 HWC (decoder reused), frames/s
  *   seq_chw_f32      the same into float32 CHW (LeRobot's tensor layout)
  *   random_rgb       uniform random single frames, decoder reused, frames/s
@@ -25,10 +27,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "video/video.h"
 
 #define DEFAULT_FILE "../shared/fixtures/lerobot-g1-v21/videos/chunk-000/observation.images.cam_high/episode_000001.mp4"
+
+/* CPU seconds used by the process: on a shared machine, frames per CPU
+ * second is the figure that does not depend on what else runs. */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t next_rand(void)
@@ -57,7 +69,7 @@ static int bench_sequential(const char *path, const vf_video_settings *vs, doubl
     f.layout = layout;
     void *buf = malloc(vf_video_format_bytes(&f, ix->width, ix->height));
     int64_t frames = 0;
-    double t0 = vf_now_seconds(), t;
+    double t0 = vf_now_seconds(), c0 = cpu_seconds(), t;
     do {
         for (int64_t k = 0; k < ix->frame_count; k++) {
             if (vf_video_read_frame(r, k, &f, buf) < 0) {
@@ -69,7 +81,9 @@ static int bench_sequential(const char *path, const vf_video_settings *vs, doubl
         }
         t = vf_now_seconds() - t0;
     } while (t < seconds);
-    printf("%s %.1f frames/s (%lld frames)\n", name, frames / t, (long long)frames);
+    double c = cpu_seconds() - c0;
+    printf("%s %.1f frames/cpu-s (%.1f frames/s wall, %lld frames)\n", name, frames / c, frames / t,
+           (long long)frames);
     free(buf);
     vf_video_close(r);
     return 0;
@@ -89,7 +103,7 @@ static int bench_random(const char *path, const vf_video_settings *vs, double se
     vf_video_request *req = calloc((size_t)slots, sizeof *req);
     int64_t frames = 0;
     uint64_t decoded = 0;
-    double t0 = vf_now_seconds(), t;
+    double t0 = vf_now_seconds(), c0 = cpu_seconds(), t;
     do {
         for (int rep = 0; rep < 16; rep++) {
             if (batch > 0) {
@@ -121,8 +135,9 @@ static int bench_random(const char *path, const vf_video_settings *vs, double se
     vf_video_get_stats(r, &st);
     decoded += st.frames_decoded;
     const char *name = batch > 0 ? "batch64_rgb" : reopen ? "random_reopen" : "random_rgb";
-    printf("%s %.1f frames/s (%lld frames, %.2f decoded per delivered)\n", name, frames / t, (long long)frames,
-           (double)decoded / (double)frames);
+    double c = cpu_seconds() - c0;
+    printf("%s %.1f frames/cpu-s (%.1f frames/s wall, %lld frames, %.2f decoded per delivered)\n", name, frames / c,
+           frames / t, (long long)frames, (double)decoded / (double)frames);
     free(buf);
     free(req);
     vf_video_close(r);
@@ -154,7 +169,7 @@ static int bench_convert(const char *path, double seconds)
         f.width = cases[c].w;
         f.height = cases[c].h;
         int64_t frames = 0;
-        double t0 = vf_now_seconds(), t;
+        double t0 = vf_now_seconds(), c0 = cpu_seconds(), t;
         do {
             for (int i = 0; i < 50; i++) {
                 if (vf_video_read_frame(r, 1, &f, buf) < 0) /* decoded once, then reused */
@@ -163,7 +178,8 @@ static int bench_convert(const char *path, double seconds)
             }
             t = vf_now_seconds() - t0;
         } while (t < seconds / 4);
-        printf("%s %.1f frames/s (%.3f ms/frame)\n", cases[c].name, frames / t, 1000.0 * t / frames);
+        double cpu = cpu_seconds() - c0;
+        printf("%s %.1f frames/cpu-s (%.3f ms cpu/frame)\n", cases[c].name, frames / cpu, 1000.0 * cpu / frames);
     }
     free(buf);
     vf_video_close(r);
@@ -205,7 +221,7 @@ static int bench_chw_paths(const char *path, double seconds)
     uint8_t *hwc = malloc(px * 3), *chw = malloc(px * 3), *chw2 = malloc(px * 3);
     struct SwsContext *to_rgb = sws_getContext(w, h, frame->format, w, h, AV_PIX_FMT_RGB24, SWS_BILINEAR, 0, 0, 0);
     struct SwsContext *to_gbrp = sws_getContext(w, h, frame->format, w, h, AV_PIX_FMT_GBRP, SWS_BILINEAR, 0, 0, 0);
-    double t0 = vf_now_seconds(), t;
+    double t0 = vf_now_seconds(), c0 = cpu_seconds(), t;
     int64_t n = 0;
     do {
         uint8_t *d[4] = {hwc};
@@ -219,8 +235,10 @@ static int bench_chw_paths(const char *path, double seconds)
         n++;
         t = vf_now_seconds() - t0;
     } while (t < seconds / 4);
-    printf("chw_via_hwc %.1f frames/s (%.3f ms/frame)\n", n / t, 1000.0 * t / n);
+    double cpu = cpu_seconds() - c0;
+    printf("chw_via_hwc %.1f frames/cpu-s (%.3f ms cpu/frame; scalar de-interleave)\n", n / cpu, 1000.0 * cpu / n);
     t0 = vf_now_seconds();
+    c0 = cpu_seconds();
     n = 0;
     do {
         uint8_t *d[4] = {chw2 + px, chw2 + 2 * px, chw2}; /* GBRP planes: G, B, R */
@@ -232,8 +250,9 @@ static int bench_chw_paths(const char *path, double seconds)
     size_t differ = 0;
     for (size_t i = 0; i < px * 3; i++)
         differ += chw[i] != chw2[i];
-    printf("chw_via_gbrp %.1f frames/s (%.3f ms/frame; %.1f%% of values differ from the rgb24 path)\n", n / t,
-           1000.0 * t / n, 100.0 * (double)differ / (double)(px * 3));
+    cpu = cpu_seconds() - c0;
+    printf("chw_via_gbrp %.1f frames/cpu-s (%.3f ms cpu/frame; %.1f%% of values differ from the rgb24 path)\n",
+           n / cpu, 1000.0 * cpu / n, 100.0 * (double)differ / (double)(px * 3));
     sws_freeContext(to_rgb);
     sws_freeContext(to_gbrp);
     free(hwc);
