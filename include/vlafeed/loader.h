@@ -18,8 +18,17 @@
  * is closed). A batch belongs to the caller from vf_loader_next/get_items
  * until vf_batch_release; its column memory comes from the loader's buffer
  * pool and goes back there on the last release (vf_batch_ref adds one, so
- * zero-copy views in Python can keep a batch alive). Strings in settings are
- * copied at open.
+ * zero-copy views in Python can keep a batch alive). A batch stays valid
+ * after vf_loader_close until its last release, as long as the dataset is
+ * open (task strings point into it). Strings in settings are copied at open.
+ *
+ * Work: stream loaders start assembling batches at open (fast first
+ * batch), map loaders at the first vf_loader_next; at most prefetch_batches
+ * + threads batches are built ahead of the caller (backpressure). Each
+ * batch's frames are requested together and grouped per video file, one
+ * sorted vf_video_read_frames call per file; engine threads check readers
+ * out of the loader's decoder cache, so a file is open at most once per
+ * thread that is decoding it.
  *
  * Order: what comes at position k of an epoch is a pure function of
  * (dataset fingerprint, seed, epoch, settings, rank, world_size, consumer),
