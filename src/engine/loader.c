@@ -34,6 +34,7 @@ typedef struct job {
     vf_batch *batch;
     int rc;
     char *message;
+    double done_at;            /* when the batch was ready (first-batch latency) */
 } job;
 
 struct vf_loader {
@@ -176,6 +177,7 @@ static void produce(void *arg)
         }
         j->rc = r;
     }
+    j->done_at = vf_now_seconds();
     /* Never blocks: the queue holds window + 1 and at most window jobs are out. */
     if (vf_queue_push(l->done, j) < 0) {
         vf_batch_release(j->batch);
@@ -424,6 +426,7 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
     l->next_deliver++;
     int rc = j->rc;
     vf_batch *b = j->batch;
+    double ready_at = j->done_at;
     j->batch = NULL;
     if (rc < 0)
         vf_error(rc, "%s", j->message ? j->message : "batch assembly failed");
@@ -431,7 +434,7 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
     if (rc == 0) {
         if (!l->have_first) {
             l->have_first = 1;
-            l->first_batch_seconds = vf_now_seconds() - l->started_at;
+            l->first_batch_seconds = ready_at - l->started_at; /* ready, whenever the caller asked */
         }
         l->samples += b->size;
         l->batches++;

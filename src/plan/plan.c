@@ -118,8 +118,6 @@ int vf_plan_partition(const vf_plan_input *in, vf_partition partition, size_t co
             key = (size_t)((unsigned __int128)pos * consumers / (unsigned __int128)(total ? total : 1));
             start_new = key != prev_key;
         }
-        if (partition == VF_PARTITION_SEQUENTIAL && e == 0)
-            key = 0;
         prev_key = key;
         if (start_new) {
             t[nt].first_episode = e;
