@@ -47,7 +47,7 @@ void vf_video_defaults(vf_video_settings *s)
 {
     memset(s, 0, sizeof *s);
     s->decode_threads = 1;
-    s->forward_skip_frames = 1;
+    s->forward_skip_frames = 0;
     s->probe_bytes = 1 << 20;
     s->max_pixels = (int64_t)8192 * 8192;
 }
