@@ -40,31 +40,6 @@ static void usage(FILE *f)
             "  -h, --help       this help\n");
 }
 
-static int parse_episodes(const char *text, int64_t **out, size_t *count)
-{
-    size_t cap = 1;
-    for (const char *p = text; *p; p++)
-        cap += *p == ',';
-    int64_t *v = malloc(cap * sizeof *v);
-    if (!v)
-        return -1;
-    size_t n = 0;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        long long x = strtoll(p, &end, 10);
-        if (end == p || x < 0 || (*end && *end != ',')) {
-            fprintf(stderr, "vlafeed plan: --episodes: '%s' is not a list of episode indices\n", text);
-            free(v);
-            return -1;
-        }
-        v[n++] = x;
-        p = *end ? end + 1 : end;
-    }
-    *out = v;
-    *count = n;
-    return 0;
-}
 
 int vf_cmd_plan(int argc, char **argv)
 {
@@ -93,7 +68,7 @@ int vf_cmd_plan(int argc, char **argv)
         } else if (vf_cli_is(a, "--episodes", NULL)) {
             free(episodes);
             episodes = NULL;
-            if (!v || parse_episodes(v, &episodes, &num_episodes) < 0)
+            if (vf_cli_episode_list("--episodes", v, &episodes, &num_episodes) < 0)
                 goto usage_error;
             i++;
         } else if (a[0] == '-' && a[1]) {
