@@ -1192,9 +1192,10 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     }
     c->chunk_end = start + len;
     /* Reserve the values up front (the usual case has no nulls), but no
-     * more than the chunk's bytes could plausibly expand to. */
+     * more than the chunk's bytes could plausibly expand to; exactly for
+     * the first chunk, geometrically when appending row groups. */
     int64_t guess = VF_MIN(m->num_values, len * 64 + 4096);
-    if ((r = reserve_values_ex(c, col, VF_MIN(guess, f->max_entries - col->num_values), 1)) < 0)
+    if ((r = reserve_values_ex(c, col, VF_MIN(guess, f->max_entries - col->num_values), col->num_values == 0)) < 0)
         goto out;
     int64_t pos = start, done = 0;
     while (done < m->num_values) {
