@@ -697,3 +697,11 @@ def test_cli_parquet(tmp_path, cli):
     assert res.returncode == 1 and "bad.parquet" in res.stderr
     res = subprocess.run([cli, "parquet", str(path), "--column", "nope"], capture_output=True, text=True)
     assert res.returncode == 1 and "nope" in res.stderr
+
+
+def test_map_reads_as_list_of_key_value_structs(tmp_path):
+    path = tmp_path / "map.parquet"
+    values = [[("a", 1), ("b", None)], None, [], [("c", 3)]]
+    pq.write_table(pa.table({"m": pa.array(values, pa.map_(pa.string(), pa.int32()))}), path)
+    expected = [None if row is None else [{"key": k, "value": v} for k, v in row] for row in values]
+    assert _native.parquet_read(str(path))["m"] == expected
