@@ -290,49 +290,65 @@ class VideoFile:
         return min(cands, key=lambda j: (abs(self.seconds[j] - t), j))
 
     def frames_rgb(self, ordinals) -> list[np.ndarray]:
-        """uint8 HWC rgb24 frames for the given ordinals."""
-        out = {}
-        todo = sorted({int(o) for o in ordinals} - set(self._cache))
-        for o in todo:
-            if o in self._cache:
-                continue
+        """uint8 HWC rgb24 frames for the given ordinals (any order, repeats ok)."""
+        ordinals = [int(o) for o in ordinals]
+        for o in ordinals:
             if not 0 <= o < len(self.pts):
                 raise IndexError(f"{self.path}: frame ordinal {o} outside [0, {len(self.pts)})")
-            self._decode_to(o)
+        todo = sorted(set(ordinals) - set(self._cache))
+        got = self._decode(todo) if todo else {}
+        out = []
         for o in ordinals:
-            self._cache.move_to_end(int(o))
-            out[int(o)] = self._cache[int(o)]
-        return [out[int(o)] for o in ordinals]
+            if o in got:
+                out.append(got[o])
+            else:
+                self._cache.move_to_end(o)
+                out.append(self._cache[o])
+        return out
 
-    def _decode_to(self, target: int):
-        """Seeks to the keyframe at or before target and decodes forward to it,
-        caching the frames passed on the way."""
-        k = bisect.bisect_right(self.keyframes, target) - 1
+    def _keyframe_before(self, o: int) -> int:
+        k = bisect.bisect_right(self.keyframes, o) - 1
         if k < 0:
-            raise ValueError(f"{self.path}: no keyframe at or before frame {target}")
-        kf_pts = self.pts[self.keyframes[k]]
-        want = self.pts[target]
-        got = []
+            raise ValueError(f"{self.path}: no keyframe at or before frame {o}")
+        return self.keyframes[k]
+
+    def _decode(self, targets: list[int]) -> dict:
+        """Decodes sorted target ordinals: seek to the keyframe at or before a
+        target, decode forward to its exact pts, and keep going forward to the
+        next target while that is no further than seeking again."""
+        frames = {}
+        want_pts = {self.pts[o]: o for o in targets}
         with av.open(str(self.path)) as c:
             s = c.streams.video[0]
             s.thread_type = "NONE"
-            c.seek(kf_pts, stream=s, backward=True, any_frame=False)
-            for f in c.decode(s):
-                if f.pts is None or f.pts < kf_pts:
-                    continue
-                got.append(f)
-                if f.pts >= want:
-                    break
-        if not got or got[-1].pts != want:
-            raise ValueError(f"{self.path}: decoding from keyframe pts {kf_pts} did not reach pts {want}")
-        rgbs = self._to_rgb(got)
-        for f, rgb in zip(got, rgbs):
-            o = bisect.bisect_left(self.pts, f.pts)
-            if o < len(self.pts) and self.pts[o] == f.pts:
-                self._cache[o] = rgb
-                self._cache.move_to_end(o)
+            i = 0
+            while i < len(targets):
+                kf = self._keyframe_before(targets[i])
+                c.seek(self.pts[kf], stream=s, backward=True, any_frame=False)
+                last = None
+                for f in c.decode(s):
+                    if f.pts is None or f.pts < self.pts[kf]:
+                        continue
+                    o = want_pts.get(f.pts)
+                    if o is not None and o not in frames:
+                        frames[o] = f
+                    while i < len(targets) and targets[i] in frames:
+                        i += 1
+                    last = bisect.bisect_left(self.pts, f.pts)
+                    if i >= len(targets) or self._keyframe_before(targets[i]) > last + 1:
+                        break
+                else:
+                    if i < len(targets):
+                        raise ValueError(f"{self.path}: decoding ended before frame {targets[i]} (last {last})")
+        order = sorted(frames)
+        rgbs = self._to_rgb([frames[o] for o in order])
+        out = dict(zip(order, rgbs))
+        for o, rgb in out.items():
+            self._cache[o] = rgb
+            self._cache.move_to_end(o)
         while len(self._cache) > self._cache_frames:
             self._cache.popitem(last=False)
+        return out
 
     def _to_rgb(self, frames) -> list[np.ndarray]:
         if self.rgb_converter == "pyav":
@@ -718,6 +734,23 @@ def read_identity(rgb_hwc: np.ndarray) -> tuple[int, int, int]:
     if b[7] != crc >> 8 or b[8] != crc & 0xFF:
         raise IdentityError("identity stamp: checksum mismatch")
     return (b[0] << 16 | b[1] << 8 | b[2], b[3] << 16 | b[4] << 8 | b[5], b[6])
+
+
+def make_sample_dataset(cli: str, out, **options) -> Path:
+    """Runs `vlafeed make-sample OUT --key value ...` once; an existing
+    complete dataset at out is reused (the parity and reference suites share
+    their datasets within a pytest session)."""
+    out = Path(out)
+    if (out / "meta" / "info.json").exists():
+        return out
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    cmd = [cli, "make-sample", str(out), "--quiet"]
+    for k, v in options.items():
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
 
 
 def find_cli(root: Path | None = None) -> str | None:
