@@ -753,6 +753,29 @@ def make_sample_dataset(cli: str, out, **options) -> Path:
     return out
 
 
+# The datasets the parity suites share (vlafeed make-sample options).
+SAMPLE_SPECS = {
+    # 160x128 keeps the stamp readable (>= 128 px high: top half) and the
+    # files small; 0.25 MB per MP4 gives 3-4 episodes per file and several
+    # files per camera, so drift and rollover are both present.
+    "av1": dict(codec="av1", episodes=7, cameras=2, size="160x128", max_video_mb=0.25, min_length=25,
+                max_length=50, seed=3),
+    "h264": dict(codec="h264", episodes=7, cameras=2, size="160x128", max_video_mb=0.09, min_length=25,
+                 max_length=50, seed=4),
+    # A long GOP with B-frames: decode order != presentation order.
+    "h264-gop12": dict(codec="h264", episodes=3, cameras=1, size="160x128", gop=12, min_length=30, max_length=45,
+                       seed=5),
+}
+
+
+def sample_dataset(tmp_path_factory, cli: str, name: str) -> Path:
+    """The make-sample dataset `name` of SAMPLE_SPECS, written once per pytest
+    session (under the session's base temp dir) and shared by the suites."""
+    base = tmp_path_factory.getbasetemp() / "vf-samples"
+    base.mkdir(exist_ok=True)
+    return make_sample_dataset(cli, base / name, **SAMPLE_SPECS[name])
+
+
 def find_cli(root: Path | None = None) -> str | None:
     """The vlafeed command: $VF_CLI, <repo>/build/vlafeed, or None."""
     import shutil
@@ -761,3 +784,43 @@ def find_cli(root: Path | None = None) -> str | None:
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
     return None
+
+
+# ---------------------------------------------------------------------------
+# comparison helpers for the parity suites
+
+def describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor{tuple(value.shape)} {value.dtype}"
+    return f"{type(value).__name__} {value!r:.80}"
+
+
+def item_differences(want: dict, got: dict, exact_key_order: bool = True) -> list[str]:
+    """Every difference between two item dicts: key sets and order, types,
+    shapes, dtypes, values (exact: tensors with torch.equal, strings ==).
+    Empty when equal."""
+    diffs = []
+    if exact_key_order and list(want) != list(got):
+        diffs.append(f"keys differ:\n  want {list(want)}\n  got  {list(got)}")
+    elif set(want) != set(got):
+        diffs.append(f"key sets differ: missing {sorted(set(want) - set(got))}, extra {sorted(set(got) - set(want))}")
+    for k in want:
+        if k not in got:
+            continue
+        a, b = want[k], got[k]
+        if isinstance(a, torch.Tensor):
+            if not isinstance(b, torch.Tensor):
+                diffs.append(f"{k}: want {describe(a)}, got {describe(b)}")
+            elif a.dtype != b.dtype or a.shape != b.shape:
+                diffs.append(f"{k}: want {describe(a)}, got {describe(b)}")
+            elif not torch.equal(a, b):
+                if a.dtype in (torch.float32, torch.float64, torch.uint8) and a.ndim >= 3:
+                    d = (a.double() - b.double()).abs()
+                    scale = 255.0 if a.dtype != torch.uint8 else 1.0
+                    diffs.append(f"{k}: pixels differ at {int((d > 0).sum())}/{d.numel()} values, "
+                                 f"max |diff| {float(d.max()) * scale:.3f}/255")
+                else:
+                    diffs.append(f"{k}: values differ:\n  want {a.tolist()}\n  got  {b.tolist()}")
+        elif a != b:
+            diffs.append(f"{k}: want {a!r}, got {b!r}")
+    return diffs

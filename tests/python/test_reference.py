@@ -27,24 +27,11 @@ import torch
 import lerobot_reference as R
 
 FPS = 30
-SAMPLES = {
-    # 160x128 keeps the stamp readable (>= 128 px high: top half) and the
-    # files small; 0.25 MB per MP4 gives 3-4 episodes per file and several
-    # files per camera, so drift and rollover are both present.
-    "av1": dict(codec="av1", episodes=7, cameras=2, size="160x128", max_video_mb=0.25, min_length=25,
-                max_length=50, seed=3),
-    "h264": dict(codec="h264", episodes=7, cameras=2, size="160x128", max_video_mb=0.09, min_length=25,
-                 max_length=50, seed=4),
-    # A long GOP with B-frames: decode order != presentation order.
-    "h264-gop12": dict(codec="h264", episodes=3, cameras=1, size="160x128", gop=12, min_length=30, max_length=45,
-                       seed=5),
-}
+SAMPLES = R.SAMPLE_SPECS
 
 
 def sample(tmp_path_factory, cli, name):
-    base = tmp_path_factory.getbasetemp() / "vf-samples"
-    base.mkdir(exist_ok=True)
-    return R.make_sample_dataset(cli, base / name, **SAMPLES[name])
+    return R.sample_dataset(tmp_path_factory, cli, name)
 
 
 @pytest.fixture(scope="module", params=["av1", "h264", "h264-gop12"])
