@@ -55,4 +55,6 @@ const char *vf_version(void);
 }
 #endif
 
+#include "vlafeed/dataset.h"
+
 #endif

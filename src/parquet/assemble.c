@@ -13,10 +13,11 @@
  * A STRUCT takes its slots from its first leaf and assembles every child
  * from that child's own first leaf; the lengths must agree.
  *
- * Fast paths: when every entry of a leaf has def == max_def (no nulls and
- * no empty lists anywhere on the path), a leaf's dense values become the
- * array's values without a copy, and a top-level list over a leaf gets
- * its offsets from a word-at-a-time scan of the repetition levels.
+ * Fast paths: when every entry of a leaf has def == max_def (page.c then
+ * stores no definition levels: no nulls and no empty lists anywhere on the
+ * path), a leaf's dense values become the array's values without a copy,
+ * and a top-level list over a leaf takes the row starts page.c collected
+ * as its offsets (max_rep 1) or scans the repetition levels 8 at a time.
  *
  * Invariants checked (hostile files): lengths of struct children equal
  * the struct's, list offsets end at the child's length, and the
@@ -44,44 +45,63 @@ static int mismatch(asm_ctx *a, const vf_pq_plan *p, const char *what, int64_t g
 
 static inline int is_slot(const vf_pq_column *c, const vf_pq_plan *p, int64_t i)
 {
-    int d = c->def ? c->def[i] : 0, r = c->rep ? c->rep[i] : 0;
+    int d = c->def ? c->def[i] : c->leaf->max_def, r = c->rep ? c->rep[i] : 0;
     return r <= p->slot_rep && d >= p->slot_def;
 }
 
-static int64_t count_slots(const vf_pq_column *c, const vf_pq_plan *p)
+/* The general paths need per-entry repetition levels. */
+static int need_rep(asm_ctx *a, vf_pq_column *c)
+{
+    if (c->leaf->max_rep == 1 && !c->rep && c->rows > 0 && !c->row_starts)
+        return vf_error(VF_ECORRUPT, "%s: repetition levels of '%s' already consumed", a->f->name, c->leaf->name);
+    return vf_pq_column_derive_rep(c);
+}
+
+static int count_slots(asm_ctx *a, vf_pq_column *c, const vf_pq_plan *p, int64_t *slots)
 {
     int64_t n = c->num_entries, s = 0;
-    if (c->num_max_def == n && (!c->rep || p->slot_rep >= c->leaf->max_rep))
-        return n; /* every entry is a present leaf value at the deepest level */
+    if (!c->def) { /* every entry is a present value at the deepest level */
+        if (c->leaf->max_rep == 0 || p->slot_rep >= c->leaf->max_rep) {
+            *slots = n;
+            return 0;
+        }
+        if (p->slot_rep == 0) {
+            *slots = c->rows;
+            return 0;
+        }
+    }
+    int r = need_rep(a, c);
+    if (r < 0)
+        return r;
     if (!c->rep) {
-        if (!c->def)
-            return n;
         for (int64_t i = 0; i < n; i++)
             s += c->def[i] >= p->slot_def;
-        return s;
-    }
-    if (!c->def || c->num_max_def == n) {
+    } else if (!c->def) {
         for (int64_t i = 0; i < n; i++)
             s += c->rep[i] <= p->slot_rep;
-        return s;
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            s += c->rep[i] <= p->slot_rep && c->def[i] >= p->slot_def;
     }
-    for (int64_t i = 0; i < n; i++)
-        s += c->rep[i] <= p->slot_rep && c->def[i] >= p->slot_def;
-    return s;
+    *slots = s;
+    return 0;
 }
 
 /* Validity of the slots of p (NULL when all valid); sets null_count. */
-static int build_validity(const vf_pq_column *c, const vf_pq_plan *p, int64_t slots, vf_pq_array *out)
+static int build_validity(asm_ctx *a, vf_pq_column *c, const vf_pq_plan *p, int64_t slots, vf_pq_array *out)
 {
     out->null_count = 0;
     out->valid = NULL;
-    if (!c->def || c->num_max_def == c->num_entries || p->valid_def <= p->slot_def)
+    if (!c->def || p->valid_def <= p->slot_def)
         return 0;
+    int r = need_rep(a, c);
+    if (r < 0)
+        return r;
     uint8_t *v = vf_malloc(slots ? (size_t)slots : 1);
     if (!v)
         return VF_ENOMEM;
     int64_t s = 0, nulls = 0;
-    for (int64_t i = 0; i < c->num_entries; i++) {
+    for (int64_t i = 0; i < c->num_entries && s < slots; i++) {
         if (!is_slot(c, p, i))
             continue;
         uint8_t ok = c->def[i] >= p->valid_def;
@@ -101,7 +121,10 @@ static int assemble_leaf(asm_ctx *a, const vf_pq_plan *p, vf_pq_column *c, vf_pq
 {
     if (c->type == VF_PQ_T_NULL || p->type != c->type)
         return vf_error(VF_EUNSUPPORTED, "%s: field '%s' has an unsupported type", a->f->name, p->name);
-    int64_t slots = count_slots(c, p);
+    int64_t slots;
+    int r = count_slots(a, c, p, &slots);
+    if (r < 0)
+        return r;
     int byte_array = c->type == VF_PQ_T_STRING || c->type == VF_PQ_T_BINARY;
     size_t w = c->value_size;
     out->length = slots;
@@ -128,8 +151,7 @@ static int assemble_leaf(asm_ctx *a, const vf_pq_plan *p, vf_pq_column *c, vf_pq
     }
     if (slots < c->num_values)
         return mismatch(a, p, "fewer slots than values", slots, c->num_values);
-    int r = build_validity(c, p, slots, out);
-    if (r < 0)
+    if ((r = build_validity(a, c, p, slots, out)) < 0)
         return r;
     if (!out->valid)
         return mismatch(a, p, "values do not match the definition levels", c->num_values, slots);
@@ -196,25 +218,40 @@ static int assemble_list(asm_ctx *a, const vf_pq_plan *p, vf_pq_column *c, vf_pq
 {
     const vf_pq_plan *child = &p->children[0];
     int64_t n = c->num_entries;
-    int64_t slots = count_slots(c, p);
-    int64_t *o = vf_malloc_array((size_t)slots + 1, sizeof *o);
-    if (!o)
-        return VF_ENOMEM;
-    out->offsets = o;
+    int64_t slots, child_count;
+    int r = count_slots(a, c, p, &slots);
+    if (r < 0)
+        return r;
     out->length = slots;
-    int64_t child_count;
-    if (c->num_max_def == n && p->slot_rep == 0 && child->slot_rep >= c->leaf->max_rep) {
-        /* All present, the child is at the leaf level: fixed-list fast path. */
-        offsets_from_rep0(c->rep, n, o);
+    if (!c->def && p->slot_rep == 0 && child->slot_rep >= c->leaf->max_rep) {
+        /* All present and the child is at the leaf level (LeRobot vectors):
+         * the row starts are the offsets. */
+        if (c->leaf->max_rep == 1 && c->row_starts) {
+            out->offsets = c->row_starts;
+            c->row_starts = NULL;
+            out->offsets[slots] = n;
+        } else {
+            if ((r = need_rep(a, c)) < 0)
+                return r;
+            if (!(out->offsets = vf_malloc_array((size_t)slots + 1, sizeof *out->offsets)))
+                return VF_ENOMEM;
+            if (c->rep)
+                offsets_from_rep0(c->rep, n, out->offsets);
+            else
+                out->offsets[0] = 0;
+        }
         child_count = n;
     } else {
-        int r = build_validity(c, p, slots, out);
-        if (r < 0)
+        if ((r = need_rep(a, c)) < 0 || (r = build_validity(a, c, p, slots, out)) < 0)
             return r;
+        int64_t *o = vf_malloc_array((size_t)slots + 1, sizeof *o);
+        if (!o)
+            return VF_ENOMEM;
+        out->offsets = o;
         int64_t s = 0, k = 0;
         for (int64_t i = 0; i < n; i++) {
-            int d = c->def[i], rl = c->rep[i];
-            if (rl <= p->slot_rep && d >= p->slot_def)
+            int d = c->def ? c->def[i] : c->leaf->max_def, rl = c->rep[i];
+            if (rl <= p->slot_rep && d >= p->slot_def && s < slots)
                 o[s++] = k;
             if (rl <= child->slot_rep && d >= child->slot_def)
                 k++;
@@ -226,8 +263,7 @@ static int assemble_list(asm_ctx *a, const vf_pq_plan *p, vf_pq_column *c, vf_pq
     if (!out->children)
         return VF_ENOMEM;
     out->num_children = 1;
-    int r = assemble_node(a, child, &out->children[0]);
-    if (r < 0)
+    if ((r = assemble_node(a, child, &out->children[0])) < 0)
         return r;
     if (out->children[0].length != child_count)
         return mismatch(a, p, "list elements do not match the child length", out->children[0].length, child_count);
@@ -236,11 +272,11 @@ static int assemble_list(asm_ctx *a, const vf_pq_plan *p, vf_pq_column *c, vf_pq
 
 static int assemble_struct(asm_ctx *a, const vf_pq_plan *p, vf_pq_column *c, vf_pq_array *out)
 {
-    int64_t slots = count_slots(c, p);
-    out->length = slots;
-    int r = build_validity(c, p, slots, out);
-    if (r < 0)
+    int64_t slots;
+    int r = count_slots(a, c, p, &slots);
+    if (r < 0 || (r = build_validity(a, c, p, slots, out)) < 0)
         return r;
+    out->length = slots;
     out->children = vf_calloc(p->num_children ? (size_t)p->num_children : 1, sizeof *out->children);
     if (!out->children)
         return VF_ENOMEM;

@@ -350,13 +350,9 @@ static void parse_kv(vf_pq_tr *t, char **key, char **value)
     vf_pq_tr_struct_end(t);
 }
 
-/* Allocates a zeroed array for a list field, failing on a duplicate. */
-static void *list_alloc(vf_pq_tr *t, void *existing, uint32_t n, size_t size)
+/* Allocates a zeroed array for a list field. */
+static void *list_alloc(vf_pq_tr *t, uint32_t n, size_t size)
 {
-    if (existing) {
-        vf_pq_tr_fail(t, "duplicate list field in FileMetaData");
-        return NULL;
-    }
     void *p = vf_calloc(n ? n : 1, size);
     if (!p) {
         t->err = VF_ENOMEM;
@@ -382,7 +378,11 @@ static void parse_file_metadata(vf_pq_tr *t, footer *m)
                 vf_pq_tr_fail(t, "schema is not a list of structs");
                 break;
             }
-            m->elems = list_alloc(t, m->elems, n, sizeof *m->elems);
+            if (m->elems) {
+                vf_pq_tr_fail(t, "duplicate schema field");
+                break;
+            }
+            m->elems = list_alloc(t, n, sizeof *m->elems);
             for (uint32_t i = 0; m->elems && i < n && !t->err; i++) {
                 m->num_elems = i + 1;
                 parse_schema_element(t, &m->elems[i]);
@@ -401,7 +401,11 @@ static void parse_file_metadata(vf_pq_tr *t, footer *m)
                 vf_pq_tr_fail(t, "row_groups is not a list of structs");
                 break;
             }
-            m->row_groups = list_alloc(t, m->row_groups, n, sizeof *m->row_groups);
+            if (m->row_groups) {
+                vf_pq_tr_fail(t, "duplicate row_groups field");
+                break;
+            }
+            m->row_groups = list_alloc(t, n, sizeof *m->row_groups);
             for (uint32_t i = 0; m->row_groups && i < n && !t->err; i++) {
                 m->num_row_groups = i + 1;
                 parse_row_group(t, &m->row_groups[i]);
@@ -416,8 +420,12 @@ static void parse_file_metadata(vf_pq_tr *t, footer *m)
                 vf_pq_tr_fail(t, "key_value_metadata is not a list of structs");
                 break;
             }
-            m->kv_keys = list_alloc(t, m->kv_keys, n, sizeof(char *));
-            m->kv_values = m->kv_keys ? list_alloc(t, NULL, n, sizeof(char *)) : NULL;
+            if (m->kv_keys) {
+                vf_pq_tr_fail(t, "duplicate key_value_metadata field");
+                break;
+            }
+            m->kv_keys = list_alloc(t, n, sizeof(char *));
+            m->kv_values = m->kv_keys ? list_alloc(t, n, sizeof(char *)) : NULL;
             for (uint32_t i = 0; m->kv_values && i < n && !t->err; i++) {
                 m->num_kv = i + 1;
                 parse_kv(t, &m->kv_keys[i], &m->kv_values[i]);

@@ -1,51 +1,64 @@
 /*
  * page.c: decodes one column chunk (its pages) into a vf_pq_column:
- * definition/repetition levels as bytes and the present values densely,
- * already converted to the leaf's vf_pq_type.
+ * definition/repetition levels (compactly, see read_internal.h) and the
+ * present values densely, already converted to the leaf's vf_pq_type.
  *
- * A chunk is read with one positional read covering
- * [dictionary_page_offset or data_page_offset, + total_compressed_size),
- * then walked page by page until the pages' level counts reach the
- * chunk's num_values. Supported: DICTIONARY_PAGE (PLAIN), DATA_PAGE (v1:
- * levels with a 4-byte length prefix, compressed together with the
- * values) and DATA_PAGE_V2 (levels uncompressed, no prefix,
- * is_compressed); value encodings PLAIN, PLAIN_DICTIONARY/RLE_DICTIONARY
- * (switching between dictionary and PLAIN pages inside a chunk is fine),
- * RLE booleans and BYTE_STREAM_SPLIT; codecs UNCOMPRESSED, SNAPPY, GZIP,
- * ZSTD. Everything else fails with VF_EUNSUPPORTED naming what it is.
+ * A chunk spans [dictionary_page_offset or data_page_offset,
+ * + total_compressed_size) and is read through a window of a few MiB
+ * that is reused across pages, chunks and leaves of one read (so a large
+ * chunk is never copied whole into fresh memory). Pages are walked until
+ * their level counts reach the chunk's num_values. Supported:
+ * DICTIONARY_PAGE (PLAIN), DATA_PAGE (v1: levels with a 4-byte length
+ * prefix, compressed together with the values) and DATA_PAGE_V2 (levels
+ * uncompressed without prefix, is_compressed); value encodings PLAIN,
+ * PLAIN_DICTIONARY/RLE_DICTIONARY (dictionary and PLAIN pages may alternate
+ * inside a chunk, as after pyarrow's dictionary fallback), RLE booleans and
+ * BYTE_STREAM_SPLIT; codecs UNCOMPRESSED, SNAPPY, GZIP, ZSTD. Everything
+ * else fails with VF_EUNSUPPORTED naming what it is.
  *
- * Bounds: every page size is checked against the chunk buffer, every
- * value count against the bytes of its page, every level against its
- * maximum and every dictionary index against the dictionary size. The
- * entries and bytes one column may decode are capped (vf_pq_set_limits),
- * because RLE runs let a few bytes claim billions of values.
+ * Speed: levels are decoded in small batches into a cache-resident
+ * buffer; a batch of all-max definition levels is not stored at all, and
+ * for max_rep == 1 only the row starts are kept. Values are written once
+ * into their final buffer (memcpy for PLAIN, a typed gather for
+ * dictionaries), reserved up front from the chunk's num_values.
+ *
+ * Bounds: every page size is checked against the chunk, every value
+ * count against the bytes of its page, every level against its maximum
+ * and every dictionary index against the dictionary size. The entries
+ * and bytes one column may decode are capped (vf_pq_set_limits), because
+ * RLE runs let a few bytes claim billions of values.
  */
+#define _GNU_SOURCE
 #include "parquet/read_internal.h"
 
 #include <snappy-c.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 #include <zstd.h>
 
 #define IDX_BATCH 2048
+#define LEVEL_BATCH 4096
+#define WINDOW_BYTES ((int64_t)4 << 20)
+#define HUGE_ALLOC_MIN ((size_t)8 << 20)
 
 typedef struct chunk_ctx {
     vf_pq_file *f;
     const vf_pq_node *leaf;
     const vf_pq_chunk_meta *meta;
     vf_pq_column *col;
+    vf_pq_scratch *s;
     int row_group;
     int page;
     int64_t entries_start;     /* col->num_entries when this chunk began */
+    int64_t chunk_end;         /* file offset one past the chunk */
     char *where;               /* "file: column 'x', row group g" */
-    uint8_t *scratch;          /* decompressed page */
-    size_t scratch_cap;
-    uint8_t *split;            /* BYTE_STREAM_SPLIT reassembly */
-    size_t split_cap;
-    uint32_t idx[IDX_BATCH];
     vf_pq_column dict;
     int has_dict;
+    uint32_t idx[IDX_BATCH];
+    uint8_t lv[LEVEL_BATCH];
+    uint8_t maxbuf[LEVEL_BATCH]; /* LEVEL_BATCH copies of max_def */
 } chunk_ctx;
 
 typedef struct page_header {
@@ -70,7 +83,15 @@ static int fail(chunk_ctx *c, int code, const char *fmt, ...)
     return vf_error(code, "%s, page %d: %s", c->where, c->page, msg);
 }
 
-/* ---- column buffers ------------------------------------------------------ */
+/* ---- buffers ---------------------------------------------------------------- */
+
+void vf_pq_scratch_free(vf_pq_scratch *s)
+{
+    free(s->window);
+    free(s->page);
+    free(s->split);
+    memset(s, 0, sizeof *s);
+}
 
 void vf_pq_column_init(vf_pq_column *c, const vf_pq_node *leaf)
 {
@@ -86,11 +107,27 @@ void vf_pq_column_free(vf_pq_column *c)
 {
     free(c->def);
     free(c->rep);
+    free(c->row_starts);
     free(c->values);
     free(c->offsets);
     free(c->data);
     const vf_pq_node *leaf = c->leaf;
     vf_pq_column_init(c, leaf);
+}
+
+int vf_pq_column_derive_rep(vf_pq_column *c)
+{
+    if (c->rep || c->leaf->max_rep != 1)
+        return 0;
+    uint8_t *rep = vf_malloc(c->num_entries ? (size_t)c->num_entries : 1);
+    if (!rep)
+        return VF_ENOMEM;
+    memset(rep, 1, (size_t)c->num_entries);
+    for (int64_t i = 0; i < c->rows; i++)
+        rep[c->row_starts[i]] = 0;
+    c->rep = rep;
+    c->cap_rep = c->num_entries;
+    return 0;
 }
 
 static int is_byte_array(const vf_pq_column *col)
@@ -104,30 +141,20 @@ static int64_t grow_to(int64_t cap, int64_t need)
     return n < need ? need : n;
 }
 
-static int reserve_entries(chunk_ctx *c, vf_pq_column *col, int64_t extra)
+/* Makes room for `need` bytes in *buf (capacity *cap). */
+static int grow_bytes(chunk_ctx *c, uint8_t **buf, int64_t *cap, int64_t need)
 {
-    int64_t need = col->num_entries + extra;
-    if (extra < 0 || need > c->f->max_entries)
+    if (need <= *cap && *buf)
+        return 0;
+    if (need > c->f->max_entries)
         return fail(c, VF_EUNSUPPORTED, "more than %lld level entries in one column (reader limit)",
                     (long long)c->f->max_entries);
-    if (need <= col->cap_entries)
-        return 0;
-    int64_t cap = grow_to(col->cap_entries, need);
-    if (cap > c->f->max_entries)
-        cap = need;
-    if (col->leaf->max_def > 0) {
-        uint8_t *p = vf_realloc(col->def, (size_t)cap);
-        if (!p)
-            return VF_ENOMEM;
-        col->def = p;
-    }
-    if (col->leaf->max_rep > 0) {
-        uint8_t *p = vf_realloc(col->rep, (size_t)cap);
-        if (!p)
-            return VF_ENOMEM;
-        col->rep = p;
-    }
-    col->cap_entries = cap;
+    int64_t n = grow_to(*cap, need);
+    uint8_t *p = vf_realloc(*buf, (size_t)n);
+    if (!p)
+        return VF_ENOMEM;
+    *buf = p;
+    *cap = n;
     return 0;
 }
 
@@ -138,7 +165,8 @@ static int64_t column_bytes(const vf_pq_column *col, int64_t values)
     return values * (int64_t)col->value_size;
 }
 
-static int reserve_values(chunk_ctx *c, vf_pq_column *col, int64_t extra)
+/* Room for `extra` more values; `exact` reserves no more than asked. */
+static int reserve_values_ex(chunk_ctx *c, vf_pq_column *col, int64_t extra, int exact)
 {
     int64_t need = col->num_values + extra;
     if (extra < 0 || need > c->f->max_entries ||
@@ -148,7 +176,7 @@ static int reserve_values(chunk_ctx *c, vf_pq_column *col, int64_t extra)
                     (long long)c->f->max_entries, (long long)c->f->max_bytes);
     if (need <= col->cap_values && (col->values || col->offsets))
         return 0;
-    int64_t cap = grow_to(col->cap_values, need);
+    int64_t cap = exact ? need : grow_to(col->cap_values, need);
     if (is_byte_array(col)) {
         int64_t *o = vf_realloc(col->offsets, (size_t)(cap + 1) * sizeof *o);
         if (!o)
@@ -157,13 +185,28 @@ static int reserve_values(chunk_ctx *c, vf_pq_column *col, int64_t extra)
             o[0] = 0;
         col->offsets = o;
     } else {
-        uint8_t *v = vf_realloc(col->values, (size_t)cap * (col->value_size ? col->value_size : 1));
+        size_t bytes = (size_t)(cap ? cap : 1) * (col->value_size ? col->value_size : 1);
+        uint8_t *v;
+        if (!col->values && bytes >= HUGE_ALLOC_MIN) {
+            void *mem = NULL;
+            if (posix_memalign(&mem, (size_t)2 << 20, bytes) != 0)
+                return vf_error(VF_ENOMEM, "out of memory (%zu bytes)", bytes);
+            madvise(mem, bytes, MADV_HUGEPAGE);
+            v = mem;
+        } else {
+            v = vf_realloc(col->values, bytes);
+        }
         if (!v)
             return VF_ENOMEM;
         col->values = v;
     }
     col->cap_values = cap;
     return 0;
+}
+
+static int reserve_values(chunk_ctx *c, vf_pq_column *col, int64_t extra)
+{
+    return reserve_values_ex(c, col, extra, 0);
 }
 
 static int reserve_data(chunk_ctx *c, vf_pq_column *col, int64_t extra)
@@ -182,6 +225,36 @@ static int reserve_data(chunk_ctx *c, vf_pq_column *col, int64_t extra)
         return VF_ENOMEM;
     col->data = d;
     col->data_cap = cap;
+    return 0;
+}
+
+/* Makes [off, off+len) of the file available; *p points at off and
+ * *avail counts the bytes available from there up to the chunk end. */
+static int fetch(chunk_ctx *c, int64_t off, int64_t len, const uint8_t **p, int64_t *avail)
+{
+    vf_pq_scratch *s = c->s;
+    if (!(s->window && off >= s->window_start && off + len <= s->window_start + s->window_len)) {
+        int64_t want = VF_MAX(len, VF_MIN(WINDOW_BYTES, c->chunk_end - off));
+        if ((size_t)want > s->window_cap) {
+            if (want > c->f->max_bytes)
+                return fail(c, VF_EUNSUPPORTED, "page of %lld bytes is above the reader limit", (long long)want);
+            free(s->window);
+            s->window_len = 0;
+            s->window = vf_malloc((size_t)want);
+            s->window_cap = s->window ? (size_t)want : 0;
+            if (!s->window)
+                return VF_ENOMEM;
+        }
+        int r = vf_source_read_at(c->f->src, (uint64_t)off, s->window, (size_t)want);
+        if (r < 0) {
+            s->window_len = 0;
+            return vf_error_context(r, "%s", c->where);
+        }
+        s->window_start = off;
+        s->window_len = want;
+    }
+    *p = s->window + (off - s->window_start);
+    *avail = VF_MIN(s->window_start + s->window_len, c->chunk_end) - off;
     return 0;
 }
 
@@ -296,19 +369,19 @@ static int decode_byte_stream_split(chunk_ctx *c, const uint8_t *p, size_t len, 
     if ((uint64_t)nv > len / w)
         return fail(c, VF_ECORRUPT, "BYTE_STREAM_SPLIT page too short for %lld values", (long long)nv);
     size_t total = (size_t)nv * w;
-    if (total > c->split_cap) {
-        uint8_t *s = vf_realloc(c->split, total);
+    if (total > c->s->split_cap) {
+        uint8_t *s = vf_realloc(c->s->split, total);
         if (!s)
             return VF_ENOMEM;
-        c->split = s;
-        c->split_cap = total;
+        c->s->split = s;
+        c->s->split_cap = total;
     }
     for (size_t k = 0; k < w; k++) {
         const uint8_t *stream = p + k * (size_t)nv;
         for (int64_t i = 0; i < nv; i++)
-            c->split[(size_t)i * w + k] = stream[i];
+            c->s->split[(size_t)i * w + k] = stream[i];
     }
-    return decode_plain(c, c->col, c->split, total, nv);
+    return decode_plain(c, c->col, c->s->split, total, nv);
 }
 
 /* ---- dictionary ---------------------------------------------------------------- */
@@ -396,60 +469,11 @@ static int decode_dict_indices(chunk_ctx *c, const uint8_t *p, size_t len, int64
     return 0;
 }
 
-/* ---- levels ---------------------------------------------------------------- */
-
-static int bit_width(int v)
-{
-    int w = 0;
-    while (v >> w)
-        w++;
-    return w;
-}
-
-/* Decodes n levels (max level max_level) into out; counts entries equal
- * to `counted`. */
-static int decode_levels(chunk_ctx *c, const char *kind, int encoding, const uint8_t *p, size_t len, int max_level,
-                         uint8_t *out, int64_t n, int counted, int64_t *count)
-{
-    int width = bit_width(max_level);
-    if (encoding == VF_PQ_ENC_RLE) {
-        vf_pq_rle d;
-        vf_pq_rle_init(&d, p, len, width);
-        if (vf_pq_rle_read_u8(&d, out, n) < 0)
-            return fail(c, VF_ECORRUPT, "%s levels are truncated or malformed", kind);
-    } else if (encoding == VF_PQ_ENC_BIT_PACKED) {
-        /* Deprecated: MSB-first bit packing, no run headers. */
-        if ((uint64_t)n > (uint64_t)len * 8 / (uint64_t)(width ? width : 1))
-            return fail(c, VF_ECORRUPT, "%s levels are truncated", kind);
-        uint64_t bit = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int v = 0;
-            for (int b = 0; b < width; b++, bit++)
-                v = (v << 1) | ((p[bit >> 3] >> (7 - (bit & 7))) & 1);
-            out[i] = (uint8_t)v;
-        }
-    } else {
-        return fail(c, VF_EUNSUPPORTED, "%s level encoding %s (%d) is not supported", kind,
-                    vf_pq_encoding_name(encoding), encoding);
-    }
-    int64_t cnt = 0;
-    uint8_t bad = 0;
-    const uint8_t m = (uint8_t)max_level, t = (uint8_t)counted;
-    for (int64_t i = 0; i < n; i++) {
-        bad |= out[i] > m;
-        cnt += out[i] == t;
-    }
-    if (bad)
-        return fail(c, VF_ECORRUPT, "%s level above the maximum %d", kind, max_level);
-    *count = cnt;
-    return 0;
-}
-
 /* ---- decompression ------------------------------------------------------------ */
 
 static int ensure_scratch(chunk_ctx *c, size_t n)
 {
-    if (n <= c->scratch_cap && c->scratch)
+    if (n <= c->s->page_cap && c->s->page)
         return 0;
     if ((int64_t)n > c->f->max_bytes)
         return fail(c, VF_EUNSUPPORTED, "page of %zu bytes is above the reader limit", n);
@@ -457,9 +481,9 @@ static int ensure_scratch(chunk_ctx *c, size_t n)
     uint8_t *s = vf_malloc(cap);
     if (!s)
         return VF_ENOMEM;
-    free(c->scratch);
-    c->scratch = s;
-    c->scratch_cap = cap;
+    free(c->s->page);
+    c->s->page = s;
+    c->s->page_cap = cap;
     return 0;
 }
 
@@ -502,26 +526,34 @@ static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t d
         *out = src;
         return 0;
     }
+    /* Check the sizes the compressed data itself declares before
+     * allocating what the (untrusted) page header asks for. */
+    size_t n;
+    if (codec == VF_PQ_SNAPPY &&
+        (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len))
+        return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
+    if (codec == VF_PQ_ZSTD) {
+        unsigned long long declared = ZSTD_getFrameContentSize(src, src_len);
+        if (declared == ZSTD_CONTENTSIZE_ERROR || (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > dst_len))
+            return fail(c, VF_ECORRUPT, "ZSTD page has a bad frame header or the wrong size");
+    }
     int r = ensure_scratch(c, dst_len);
     if (r < 0)
         return r;
     switch (codec) {
     case VF_PQ_SNAPPY: {
-        size_t n;
-        if (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len)
-            return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
-        if (snappy_uncompress((const char *)src, src_len, (char *)c->scratch, &n) != SNAPPY_OK || n != dst_len)
+        if (snappy_uncompress((const char *)src, src_len, (char *)c->s->page, &n) != SNAPPY_OK || n != dst_len)
             return fail(c, VF_ECORRUPT, "SNAPPY data is corrupt");
         break;
     }
     case VF_PQ_GZIP:
         if (src_len > UINT32_MAX || dst_len > UINT32_MAX)
             return fail(c, VF_EUNSUPPORTED, "GZIP page larger than 4 GiB");
-        if ((r = inflate_gzip(c, src, src_len, c->scratch, dst_len)) < 0)
+        if ((r = inflate_gzip(c, src, src_len, c->s->page, dst_len)) < 0)
             return r;
         break;
     case VF_PQ_ZSTD: {
-        size_t n = ZSTD_decompress(c->scratch, dst_len, src, src_len);
+        n = ZSTD_decompress(c->s->page, dst_len, src, src_len);
         if (ZSTD_isError(n) || n != dst_len)
             return fail(c, VF_ECORRUPT, "ZSTD data is corrupt or has the wrong size (%s)",
                         ZSTD_isError(n) ? ZSTD_getErrorName(n) : "size mismatch");
@@ -530,7 +562,7 @@ static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t d
     default:
         return fail(c, VF_EUNSUPPORTED, "compression codec %s (%d) is not supported", vf_pq_codec_name(codec), codec);
     }
-    *out = c->scratch;
+    *out = c->s->page;
     return 0;
 }
 
@@ -621,6 +653,187 @@ static void parse_page_header(vf_pq_tr *t, page_header *h)
     vf_pq_tr_struct_end(t);
 }
 
+/* ---- levels ---------------------------------------------------------------- */
+
+static int bit_width(int v)
+{
+    int w = 0;
+    while (v >> w)
+        w++;
+    return w;
+}
+
+/* A stream of levels: the RLE/bit-packed hybrid, or the deprecated
+ * BIT_PACKED encoding (MSB-first, no run headers). */
+typedef struct level_reader {
+    int encoding;
+    int width;
+    vf_pq_rle rle;
+    const uint8_t *p;
+    size_t len;
+    uint64_t bit;
+} level_reader;
+
+static int level_reader_init(chunk_ctx *c, level_reader *lr, const char *kind, int encoding, const uint8_t *p,
+                             size_t len, int max_level, int64_t n)
+{
+    memset(lr, 0, sizeof *lr);
+    lr->encoding = encoding;
+    lr->width = bit_width(max_level);
+    lr->p = p;
+    lr->len = len;
+    if (encoding == VF_PQ_ENC_RLE) {
+        vf_pq_rle_init(&lr->rle, p, len, lr->width);
+        return 0;
+    }
+    if (encoding == VF_PQ_ENC_BIT_PACKED) {
+        if ((uint64_t)n > (uint64_t)len * 8 / (uint64_t)(lr->width ? lr->width : 1))
+            return fail(c, VF_ECORRUPT, "%s levels are truncated", kind);
+        return 0;
+    }
+    return fail(c, VF_EUNSUPPORTED, "%s level encoding %s (%d) is not supported", kind, vf_pq_encoding_name(encoding),
+                encoding);
+}
+
+static int level_read(chunk_ctx *c, level_reader *lr, const char *kind, int max_level, uint8_t *out, int64_t k)
+{
+    if (lr->encoding == VF_PQ_ENC_RLE) {
+        if (vf_pq_rle_read_u8(&lr->rle, out, k) < 0)
+            return fail(c, VF_ECORRUPT, "%s levels are truncated or malformed", kind);
+    } else {
+        for (int64_t i = 0; i < k; i++) {
+            int v = 0;
+            for (int b = 0; b < lr->width; b++, lr->bit++)
+                v = (v << 1) | ((lr->p[lr->bit >> 3] >> (7 - (lr->bit & 7))) & 1);
+            out[i] = (uint8_t)v;
+        }
+    }
+    /* Values above the maximum fit in the bit width only when max+1 is
+     * not a power of two. */
+    if (((max_level + 1) & max_level) != 0) {
+        uint8_t bad = 0;
+        for (int64_t i = 0; i < k; i++)
+            bad |= out[i] > max_level;
+        if (bad)
+            return fail(c, VF_ECORRUPT, "%s level above the maximum %d", kind, max_level);
+    }
+    return 0;
+}
+
+/* Appends the positions of the zero levels of lv[0..k) (values 0/1) to
+ * row_starts, 8 levels per step. */
+static int64_t append_row_starts(const uint8_t *lv, int64_t k, int64_t base, int64_t *out)
+{
+    int64_t n = 0, i = 0;
+    const uint64_t ones = 0x0101010101010101ull;
+    for (; i + 8 <= k; i += 8) {
+        uint64_t w;
+        memcpy(&w, lv + i, 8);
+        uint64_t zeros = ~w & ones; /* a 1 in each byte whose level is 0 */
+        while (zeros) {
+            out[n++] = base + i + (__builtin_ctzll(zeros) >> 3);
+            zeros &= zeros - 1;
+        }
+    }
+    for (; i < k; i++)
+        if (lv[i] == 0)
+            out[n++] = base + i;
+    return n;
+}
+
+/* Decodes the levels of a page of n entries into the column; *nv gets the
+ * number of present values (def == max_def). */
+static int decode_page_levels(chunk_ctx *c, int64_t n, const uint8_t *rep_p, size_t rep_len, int rep_enc,
+                              const uint8_t *def_p, size_t def_len, int def_enc, int64_t *nv)
+{
+    vf_pq_column *col = c->col;
+    const vf_pq_node *leaf = c->leaf;
+    const int64_t base = col->num_entries;
+    int64_t rows = n, present = n;
+    level_reader lr;
+    int r;
+    if (leaf->max_rep > 0) {
+        if ((r = level_reader_init(c, &lr, "repetition", rep_enc, rep_p, rep_len, leaf->max_rep, n)) < 0)
+            return r;
+        rows = 0;
+        if (leaf->max_rep == 1) {
+            if (col->rows + n + 1 > col->cap_rows) {
+                int64_t cap = grow_to(col->cap_rows, col->rows + n + 1);
+                int64_t *rs = vf_realloc(col->row_starts, (size_t)cap * sizeof *rs);
+                if (!rs)
+                    return VF_ENOMEM;
+                col->row_starts = rs;
+                col->cap_rows = cap;
+            }
+        } else if ((r = grow_bytes(c, &col->rep, &col->cap_rep, base + n)) < 0) {
+            return r;
+        }
+        if (leaf->max_rep == 1 && lr.encoding == VF_PQ_ENC_RLE) {
+            /* Straight from the runs to row starts. */
+            rows = vf_pq_rle_zero_positions(&lr.rle, n, base, col->row_starts + col->rows);
+            if (rows < 0)
+                return fail(c, VF_ECORRUPT, "repetition levels are truncated or malformed");
+            if (base == c->entries_start && n > 0 && (rows == 0 || col->row_starts[col->rows] != base))
+                return fail(c, VF_ECORRUPT, "first repetition level of the column chunk is not 0");
+        }
+        for (int64_t done = 0; done < n && !(leaf->max_rep == 1 && lr.encoding == VF_PQ_ENC_RLE);) {
+            int64_t k = VF_MIN(n - done, LEVEL_BATCH);
+            if ((r = level_read(c, &lr, "repetition", leaf->max_rep, c->lv, k)) < 0)
+                return r;
+            if (base + done == c->entries_start && c->lv[0] != 0)
+                return fail(c, VF_ECORRUPT, "first repetition level of the column chunk is %d, not 0", c->lv[0]);
+            if (leaf->max_rep == 1) {
+                rows += append_row_starts(c->lv, k, base + done, col->row_starts + col->rows + rows);
+            } else {
+                memcpy(col->rep + base + done, c->lv, (size_t)k);
+                for (int64_t i = 0; i < k; i++)
+                    rows += c->lv[i] == 0;
+            }
+            done += k;
+        }
+    }
+    if (leaf->max_def > 0) {
+        if ((r = level_reader_init(c, &lr, "definition", def_enc, def_p, def_len, leaf->max_def, n)) < 0)
+            return r;
+        present = 0;
+        const uint8_t m = (uint8_t)leaf->max_def;
+        for (int64_t done = 0; done < n;) {
+            if (!col->def && lr.encoding == VF_PQ_ENC_RLE) {
+                /* A run of max_def: all present, nothing to store. */
+                int64_t k = vf_pq_rle_skip_run(&lr.rle, m, n - done);
+                if (k > 0) {
+                    present += k;
+                    done += k;
+                    continue;
+                }
+            }
+            int64_t k = VF_MIN(n - done, LEVEL_BATCH);
+            if ((r = level_read(c, &lr, "definition", leaf->max_def, c->lv, k)) < 0)
+                return r;
+            done += k;
+            if (!col->def && memcmp(c->lv, c->maxbuf, (size_t)k) == 0) {
+                present += k; /* all present: nothing to store */
+                continue;
+            }
+            if (!col->def) {
+                /* First non-max level: materialise the levels so far. */
+                if ((r = grow_bytes(c, &col->def, &col->cap_def, base + n)) < 0)
+                    return r;
+                memset(col->def, m, (size_t)(base + done - k));
+            } else if ((r = grow_bytes(c, &col->def, &col->cap_def, base + n)) < 0) {
+                return r;
+            }
+            memcpy(col->def + base + done - k, c->lv, (size_t)k);
+            for (int64_t i = 0; i < k; i++)
+                present += c->lv[i] == m;
+        }
+    }
+    col->num_entries += n;
+    col->rows += rows;
+    *nv = present;
+    return 0;
+}
+
 /* ---- pages ------------------------------------------------------------------------ */
 
 static int decode_values(chunk_ctx *c, int encoding, const uint8_t *p, size_t len, int64_t nv)
@@ -651,34 +864,6 @@ static int decode_values(chunk_ctx *c, int encoding, const uint8_t *p, size_t le
     }
     return fail(c, VF_EUNSUPPORTED, "value encoding %s (%d) is not supported for %s", vf_pq_encoding_name(encoding),
                 encoding, vf_pq_physical_name(c->leaf->physical));
-}
-
-/* Levels of a page: decoded into the column; returns the number of
- * present values through *nv. */
-static int decode_page_levels(chunk_ctx *c, int64_t n, const uint8_t *rep_p, size_t rep_len, int rep_enc,
-                              const uint8_t *def_p, size_t def_len, int def_enc, int64_t *nv)
-{
-    vf_pq_column *col = c->col;
-    const vf_pq_node *leaf = c->leaf;
-    int r;
-    int64_t rows = n, present = n;
-    if (leaf->max_rep > 0) {
-        if ((r = decode_levels(c, "repetition", rep_enc, rep_p, rep_len, leaf->max_rep, col->rep + col->num_entries,
-                               n, 0, &rows)) < 0)
-            return r;
-        if (col->num_entries == c->entries_start && n > 0 && col->rep[col->num_entries] != 0)
-            return fail(c, VF_ECORRUPT, "first repetition level is %d, not 0", col->rep[col->num_entries]);
-    }
-    if (leaf->max_def > 0) {
-        if ((r = decode_levels(c, "definition", def_enc, def_p, def_len, leaf->max_def, col->def + col->num_entries,
-                               n, leaf->max_def, &present)) < 0)
-            return r;
-    }
-    col->num_entries += n;
-    col->num_max_def += present;
-    col->rows += rows;
-    *nv = present;
-    return 0;
 }
 
 static int data_page_v1(chunk_ctx *c, const page_header *h, const uint8_t *payload)
@@ -761,68 +946,96 @@ static int dictionary_page(chunk_ctx *c, const page_header *h, const uint8_t *pa
     if (r < 0)
         return r;
     vf_pq_column_init(&c->dict, c->leaf);
+    if ((r = reserve_values_ex(c, &c->dict, VF_MIN(h->num_values, (int64_t)h->uncompressed_size), 1)) < 0)
+        return r;
     if ((r = decode_plain(c, &c->dict, p, (size_t)h->uncompressed_size, h->num_values)) < 0)
         return r;
     c->has_dict = 1;
     return 0;
 }
 
+/* Parses the page header at file offset off; *hlen gets its size. */
+static int read_page_header(chunk_ctx *c, int64_t off, page_header *h, int64_t *hlen, const char *what)
+{
+    const uint8_t *p;
+    int64_t avail;
+    int r = fetch(c, off, VF_MIN(64, c->chunk_end - off), &p, &avail);
+    if (r < 0)
+        return r;
+    for (;;) {
+        vf_pq_tr t;
+        vf_pq_tr_init(&t, p, (size_t)avail, what);
+        parse_page_header(&t, h);
+        if (!t.err) {
+            *hlen = (int64_t)vf_pq_tr_consumed(&t);
+            return 0;
+        }
+        /* Maybe only the window ended: retry with more bytes (headers with
+         * large statistics), up to the chunk end. */
+        if (off + avail >= c->chunk_end || t.err != VF_ECORRUPT)
+            return vf_error_context(t.err, "page %d", c->page);
+        int64_t more = VF_MIN(c->chunk_end - off, avail * 4 + 4096);
+        if ((r = fetch(c, off, more, &p, &avail)) < 0)
+            return r;
+    }
+}
+
 /* ---- chunk --------------------------------------------------------------------------- */
 
-int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *col)
+int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *col, vf_pq_scratch *s)
 {
     const vf_pq_node *leaf = f->leaves[leaf_index];
     const vf_pq_row_group_meta *rg = &f->row_groups[row_group];
     const vf_pq_chunk_meta *m = &rg->columns[leaf_index];
-    chunk_ctx c;
-    memset(&c, 0, sizeof c);
-    c.f = f;
-    c.leaf = leaf;
-    c.meta = m;
-    c.col = col;
-    c.row_group = row_group;
-    c.page = -1;
-    c.entries_start = col->num_entries;
-    char *path = vf_pq_leaf_path_string(leaf);
-    c.where = vf_asprintf("%s: column '%s', row group %d", f->name, path ? path : "?", row_group);
-    free(path);
-    if (!c.where)
+    chunk_ctx *c = vf_calloc(1, sizeof *c);
+    if (!c)
         return VF_ENOMEM;
-    uint8_t *buf = NULL;
+    c->f = f;
+    c->leaf = leaf;
+    c->meta = m;
+    c->col = col;
+    c->s = s;
+    c->row_group = row_group;
+    c->page = -1;
+    c->entries_start = col->num_entries;
+    memset(c->maxbuf, leaf->max_def, sizeof c->maxbuf);
+    char *path = vf_pq_leaf_path_string(leaf);
+    c->where = vf_asprintf("%s: column '%s', row group %d", f->name, path ? path : "?", row_group);
+    free(path);
+    char *what = c->where ? vf_asprintf("%s: page header", c->where) : NULL;
     int r = 0;
     int64_t rows_start = col->rows;
-
+    if (!what) {
+        r = VF_ENOMEM;
+        goto out;
+    }
     if (leaf->type == VF_PQ_T_NULL) {
-        r = vf_error(VF_EUNSUPPORTED, "%s: physical type %s%s is not supported", c.where,
+        r = vf_error(VF_EUNSUPPORTED, "%s: physical type %s%s is not supported", c->where,
                      vf_pq_physical_name(leaf->physical),
                      leaf->physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? " with this type_length" : "");
         goto out;
     }
     if (!m->has_meta) {
-        r = vf_error(VF_ECORRUPT, "%s: column chunk has no meta_data", c.where);
+        r = vf_error(VF_ECORRUPT, "%s: column chunk has no meta_data", c->where);
         goto out;
     }
     if (m->external) {
-        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk stored in another file (file_path)", c.where);
+        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk stored in another file (file_path)", c->where);
         goto out;
     }
     if (m->physical != (int)leaf->physical) {
-        r = vf_error(VF_ECORRUPT, "%s: chunk type %s differs from the schema's %s", c.where,
+        r = vf_error(VF_ECORRUPT, "%s: chunk type %s differs from the schema's %s", c->where,
                      vf_pq_physical_name(m->physical), vf_pq_physical_name(leaf->physical));
         goto out;
     }
-    if (m->num_values < 0) {
-        r = vf_error(VF_ECORRUPT, "%s: num_values %lld", c.where, (long long)m->num_values);
-        goto out;
-    }
-    if (leaf->max_rep == 0 && m->num_values != rg->num_rows) {
-        r = vf_error(VF_ECORRUPT, "%s: %lld values for %lld rows in a non-repeated column", c.where,
-                     (long long)m->num_values, (long long)rg->num_rows);
+    if (m->num_values < 0 || (leaf->max_rep == 0 && m->num_values != rg->num_rows)) {
+        r = vf_error(VF_ECORRUPT, "%s: %lld values for %lld rows", c->where, (long long)m->num_values,
+                     (long long)rg->num_rows);
         goto out;
     }
     if (m->num_values == 0) {
         if (rg->num_rows != 0)
-            r = vf_error(VF_ECORRUPT, "%s: no values for %lld rows", c.where, (long long)rg->num_rows);
+            r = vf_error(VF_ECORRUPT, "%s: no values for %lld rows", c->where, (long long)rg->num_rows);
         goto out;
     }
     int64_t start = m->data_page_offset;
@@ -830,88 +1043,75 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
         start = m->dictionary_page_offset;
     int64_t len = m->total_compressed_size;
     if (start < 4 || len <= 0 || (uint64_t)start > f->size || (uint64_t)len > f->size - (uint64_t)start) {
-        r = vf_error(VF_ECORRUPT, "%s: column chunk range [%lld, +%lld) is outside the file (%llu bytes)", c.where,
+        r = vf_error(VF_ECORRUPT, "%s: column chunk range [%lld, +%lld) is outside the file (%llu bytes)", c->where,
                      (long long)start, (long long)len, (unsigned long long)f->size);
         goto out;
     }
-    if (len > f->max_bytes) {
-        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk of %lld bytes is above the reader limit", c.where,
-                     (long long)len);
+    c->chunk_end = start + len;
+    /* Reserve the values up front (the usual case has no nulls), but no
+     * more than the chunk's bytes could plausibly expand to. */
+    int64_t guess = VF_MIN(m->num_values, len * 64 + 4096);
+    if ((r = reserve_values_ex(c, col, VF_MIN(guess, f->max_entries - col->num_values), 1)) < 0)
         goto out;
-    }
-    buf = vf_malloc((size_t)len);
-    if (!buf) {
-        r = VF_ENOMEM;
-        goto out;
-    }
-    if ((r = vf_source_read_at(f->src, (uint64_t)start, buf, (size_t)len)) < 0) {
-        vf_error_context(r, "%s", c.where);
-        goto out;
-    }
-    char *what = vf_asprintf("%s: page header", c.where);
-    if (!what) {
-        r = VF_ENOMEM;
-        goto out;
-    }
-    int64_t pos = 0, done = 0;
+    int64_t pos = start, done = 0;
     while (done < m->num_values) {
-        c.page++;
-        if (pos >= len) {
-            r = fail(&c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
+        c->page++;
+        if (pos >= c->chunk_end) {
+            r = fail(c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
                      (long long)m->num_values);
             break;
         }
-        vf_pq_tr t;
-        vf_pq_tr_init(&t, buf + pos, (size_t)(len - pos), what);
         page_header h;
-        parse_page_header(&t, &h);
-        if (t.err) {
-            r = vf_error_context(t.err, "page %d", c.page);
+        int64_t hlen = 0;
+        if ((r = read_page_header(c, pos, &h, &hlen, what)) < 0)
+            break;
+        pos += hlen;
+        if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos) {
+            r = fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
             break;
         }
-        pos += (int64_t)vf_pq_tr_consumed(&t);
-        if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > len - pos) {
-            r = fail(&c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
+        const uint8_t *payload;
+        int64_t avail;
+        if ((r = fetch(c, pos, h.compressed_size, &payload, &avail)) < 0)
             break;
-        }
-        const uint8_t *payload = buf + pos;
         pos += h.compressed_size;
         if (h.type == VF_PQ_PAGE_DICTIONARY) {
             if (!h.has_dict) {
-                r = fail(&c, VF_ECORRUPT, "dictionary page without its header");
+                r = fail(c, VF_ECORRUPT, "dictionary page without its header");
                 break;
             }
-            if ((r = dictionary_page(&c, &h, payload)) < 0)
+            if ((r = dictionary_page(c, &h, payload)) < 0)
                 break;
         } else if (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2) {
             int v2 = h.type == VF_PQ_PAGE_DATA_V2;
             if (!(v2 ? h.has_v2 : h.has_data)) {
-                r = fail(&c, VF_ECORRUPT, "data page without its header");
+                r = fail(c, VF_ECORRUPT, "data page without its header");
                 break;
             }
             if (h.num_values < 0 || h.num_values > m->num_values - done) {
-                r = fail(&c, VF_ECORRUPT, "page has %d values but only %lld of the chunk's %lld remain", h.num_values,
+                r = fail(c, VF_ECORRUPT, "page has %d values but only %lld of the chunk's %lld remain", h.num_values,
                          (long long)(m->num_values - done), (long long)m->num_values);
                 break;
             }
-            if ((r = reserve_entries(&c, col, h.num_values)) < 0)
+            if (h.num_values > f->max_entries - col->num_entries) {
+                r = fail(c, VF_EUNSUPPORTED, "more than %lld level entries in one column (reader limit)",
+                         (long long)f->max_entries);
                 break;
-            r = v2 ? data_page_v2(&c, &h, payload) : data_page_v1(&c, &h, payload);
+            }
+            r = v2 ? data_page_v2(c, &h, payload) : data_page_v1(c, &h, payload);
             if (r < 0)
                 break;
             done += h.num_values;
         }
         /* INDEX_PAGE and unknown page types are skipped. */
     }
-    free(what);
     if (r == 0 && col->rows - rows_start != rg->num_rows)
-        r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", c.where,
+        r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", c->where,
                      (long long)(col->rows - rows_start), (long long)rg->num_rows);
 out:
-    free(buf);
-    free(c.scratch);
-    free(c.split);
-    vf_pq_column_free(&c.dict);
-    free(c.where);
+    vf_pq_column_free(&c->dict);
+    free(what);
+    free(c->where);
+    free(c);
     return r;
 }

@@ -162,31 +162,63 @@ void vf_pq_rle_init(vf_pq_rle *d, const uint8_t *data, size_t len, int width);
  * malformed (the caller sets the message). */
 int vf_pq_rle_read_u32(vf_pq_rle *d, uint32_t *out, int64_t n);
 int vf_pq_rle_read_u8(vf_pq_rle *d, uint8_t *out, int64_t n);
+/* If the stream is at an RLE run of `value`, consumes up to max of it
+ * and returns how many; else 0 (nothing consumed). */
+int64_t vf_pq_rle_skip_run(vf_pq_rle *d, uint32_t value, int64_t max);
+/* Width 1 only: consumes n levels and writes base+i for each zero level
+ * to out (room for n); returns the count, or -1 on malformed data. */
+int64_t vf_pq_rle_zero_positions(vf_pq_rle *d, int64_t n, int64_t base, int64_t *out);
 /* Bit-unpacking of whole groups of 8 values (exported for tests). */
 void vf_pq_unpack_u32(const uint8_t *in, uint32_t *out, int64_t groups, int width);
 void vf_pq_unpack_u8(const uint8_t *in, uint8_t *out, int64_t groups, int width);
 
 /* ---- decoded leaf data (page.c) -------------------------------------- */
 
+/* Levels are kept compactly: def is NULL while every entry so far has
+ * def == max_def (the usual no-null case, so nothing is stored), and a
+ * leaf with max_rep == 1 keeps only the entry index of each row start
+ * (rep == 0) in row_starts, which is exactly a list's offsets. rep holds
+ * full repetition levels for max_rep >= 2 (assembly can also derive it
+ * for max_rep == 1 when a general path needs it). */
 typedef struct vf_pq_column {
     const vf_pq_node *leaf;
     vf_pq_type type;
     size_t value_size;         /* bytes per fixed-width value; 0 for byte arrays */
-    int64_t num_entries, cap_entries;
-    uint8_t *def, *rep;        /* NULL when max_def / max_rep is 0 */
-    int64_t num_max_def;       /* entries with def == max_def */
-    int64_t num_values, cap_values;
+    int64_t num_entries;       /* level entries */
+    int64_t rows;              /* entries with rep == 0 */
+    uint8_t *def;              /* NULL: every def == max_def */
+    int64_t cap_def;
+    uint8_t *rep;              /* max_rep >= 2 (or derived) */
+    int64_t cap_rep;
+    int64_t *row_starts;       /* max_rep == 1: rows entries (+1 spare) */
+    int64_t cap_rows;
+    int64_t num_values, cap_values; /* values present (def == max_def) */
     uint8_t *values;           /* fixed-width values */
     int64_t *offsets;          /* byte arrays: num_values+1 */
     uint8_t *data;
     int64_t data_len, data_cap;
-    int64_t rows;              /* entries with rep == 0 */
 } vf_pq_column;
 
+/* Buffers reused across the chunks of one read: a window of the file
+ * (pages are read through it, a few MiB at a time), the decompressed
+ * page, and a BYTE_STREAM_SPLIT reassembly buffer. Zero-initialise. */
+typedef struct vf_pq_scratch {
+    uint8_t *window;
+    size_t window_cap;
+    int64_t window_start, window_len;
+    uint8_t *page;
+    size_t page_cap;
+    uint8_t *split;
+    size_t split_cap;
+} vf_pq_scratch;
+
+void vf_pq_scratch_free(vf_pq_scratch *s);
 void vf_pq_column_init(vf_pq_column *c, const vf_pq_node *leaf);
 void vf_pq_column_free(vf_pq_column *c);
 /* Decodes one column chunk and appends its entries to c. */
-int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *c);
+int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *c, vf_pq_scratch *s);
+/* Fills c->rep from row_starts for a max_rep == 1 leaf (no-op otherwise). */
+int vf_pq_column_derive_rep(vf_pq_column *c);
 
 /* ---- assembly (assemble.c) ------------------------------------------- */
 

@@ -272,13 +272,16 @@ static int read_field_groups(vf_pq_file *f, int field_index, int first_group, in
         return VF_ENOMEM;
     int r = 0;
     int64_t rows = 0;
+    vf_pq_scratch scratch;
+    memset(&scratch, 0, sizeof scratch);
     for (int i = 0; i < plan->num_leaves; i++)
         vf_pq_column_init(&cols[i], f->leaves[plan->first_leaf + i]);
     for (int g = first_group; g < first_group + num_groups && r == 0; g++) {
         rows += f->row_groups[g].num_rows;
         for (int i = 0; i < plan->num_leaves && r == 0; i++)
-            r = vf_pq_decode_chunk(f, g, plan->first_leaf + i, &cols[i]);
+            r = vf_pq_decode_chunk(f, g, plan->first_leaf + i, &cols[i], &scratch);
     }
+    vf_pq_scratch_free(&scratch);
     if (r == 0)
         r = vf_pq_assemble(f, plan, cols, rows, out);
     for (int i = 0; i < plan->num_leaves; i++)

@@ -213,3 +213,82 @@ static int next_run(vf_pq_rle *d)
 
 DEFINE_RLE_READ(vf_pq_rle_read_u32, uint32_t, vf_pq_unpack_u32)
 DEFINE_RLE_READ(vf_pq_rle_read_u8, uint8_t, vf_pq_unpack_u8)
+
+/* ---- level shortcuts --------------------------------------------------------- */
+
+int64_t vf_pq_rle_skip_run(vf_pq_rle *d, uint32_t value, int64_t max)
+{
+    if (d->buf_pos < d->buf_len || d->packed_left > 0 || d->tail)
+        return 0;
+    if (d->run_left == 0) {
+        if (d->p >= d->end || next_run(d) < 0)
+            return 0; /* the regular read reports the error */
+        if (d->run_left == 0)
+            return 0;
+    }
+    if (d->run_value != value)
+        return 0;
+    int64_t k = VF_MIN(max, d->run_left);
+    d->run_left -= k;
+    return k;
+}
+
+int64_t vf_pq_rle_zero_positions(vf_pq_rle *d, int64_t n, int64_t base, int64_t *out)
+{
+    int64_t i = 0, cnt = 0;
+    if (d->width != 1)
+        return -1;
+    while (i < n) {
+        if (d->buf_pos < d->buf_len) {
+            if (d->buf[d->buf_pos++] == 0)
+                out[cnt++] = base + i;
+            i++;
+            continue;
+        }
+        if (d->run_left > 0) {
+            int64_t k = VF_MIN(n - i, d->run_left);
+            if (d->run_value == 0)
+                for (int64_t j = 0; j < k; j++)
+                    out[cnt++] = base + i + j;
+            d->run_left -= k;
+            i += k;
+            continue;
+        }
+        if (d->packed_left > 0) {
+            int64_t groups = VF_MIN(n - i, d->packed_left) / 8;
+            if (groups > 0) {
+                /* Width 1: one byte per group of 8 levels; zero bits are row starts. */
+                for (int64_t g = 0; g < groups; g++) {
+                    unsigned zeros = ~(unsigned)d->p[g] & 0xffu;
+                    while (zeros) {
+                        out[cnt++] = base + i + g * 8 + __builtin_ctz(zeros);
+                        zeros &= zeros - 1;
+                    }
+                }
+                d->p += groups;
+                d->packed_left -= groups * 8;
+                i += groups * 8;
+                continue;
+            }
+            vf_pq_unpack_u32(d->p, d->buf, 1, 1);
+            d->p += 1;
+            d->packed_left -= 8;
+            d->buf_pos = 0;
+            d->buf_len = 8;
+            continue;
+        }
+        if (d->tail) {
+            uint8_t padded[32] = {0};
+            memcpy(padded, d->p, (size_t)d->tail);
+            vf_pq_unpack_u32(padded, d->buf, 1, d->width);
+            d->p = d->end;
+            d->tail = 0;
+            d->buf_pos = 0;
+            d->buf_len = 8;
+            continue;
+        }
+        if (d->p >= d->end || next_run(d) < 0)
+            return -1;
+    }
+    return cnt;
+}

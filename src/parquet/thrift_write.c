@@ -219,7 +219,7 @@ int vf_pq_tw_write_page_header(vf_buf *out, const vf_pq_tw_page_header *h)
     vf_pq_tw_field_i32(&t, 2, h->uncompressed_page_size);
     vf_pq_tw_field_i32(&t, 3, h->compressed_page_size);
     switch (h->type) {
-    case VF_PQ_PAGE_DATA:
+    case VF_PQ_W_PAGE_DATA:
         vf_pq_tw_field_struct_begin(&t, 5);
         vf_pq_tw_field_i32(&t, 1, h->num_values);
         vf_pq_tw_field_i32(&t, 2, h->encoding);
@@ -227,14 +227,14 @@ int vf_pq_tw_write_page_header(vf_buf *out, const vf_pq_tw_page_header *h)
         vf_pq_tw_field_i32(&t, 4, h->rep_encoding);
         vf_pq_tw_struct_end(&t);
         break;
-    case VF_PQ_PAGE_DICTIONARY:
+    case VF_PQ_W_PAGE_DICTIONARY:
         vf_pq_tw_field_struct_begin(&t, 7);
         vf_pq_tw_field_i32(&t, 1, h->num_values);
         vf_pq_tw_field_i32(&t, 2, h->encoding);
         vf_pq_tw_field_bool(&t, 3, h->is_sorted);
         vf_pq_tw_struct_end(&t);
         break;
-    case VF_PQ_PAGE_DATA_V2:
+    case VF_PQ_W_PAGE_DATA_V2:
         vf_pq_tw_field_struct_begin(&t, 8);
         vf_pq_tw_field_i32(&t, 1, h->num_values);
         vf_pq_tw_field_i32(&t, 2, h->num_nulls);
@@ -266,10 +266,10 @@ static void write_schema_element(vf_pq_tw *t, const vf_pq_tw_schema_element *e)
         vf_pq_tw_field_i32(t, 5, e->num_children);
     if (e->converted_type >= 0)
         vf_pq_tw_field_i32(t, 6, e->converted_type);
-    if (e->logical_type != VF_PQ_LT_NONE) {
+    if (e->logical_type != VF_PQ_W_LT_NONE) {
         vf_pq_tw_field_struct_begin(t, 10);
         vf_pq_tw_field_struct_begin(t, (int16_t)e->logical_type);
-        if (e->logical_type == VF_PQ_LT_INTEGER) {
+        if (e->logical_type == VF_PQ_W_LT_INTEGER) {
             vf_pq_tw_field_i8(t, 1, e->int_bit_width);
             vf_pq_tw_field_bool(t, 2, e->int_signed);
         }

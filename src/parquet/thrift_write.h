@@ -87,37 +87,37 @@ void vf_pq_tw_struct_end(vf_pq_tw *t);
 
 /* Thrift enum values of parquet.thrift used by the writer. */
 enum {
-    VF_PQ_PAGE_DATA = 0,
-    VF_PQ_PAGE_INDEX = 1,
-    VF_PQ_PAGE_DICTIONARY = 2,
-    VF_PQ_PAGE_DATA_V2 = 3,
+    VF_PQ_W_PAGE_DATA = 0,
+    VF_PQ_W_PAGE_INDEX = 1,
+    VF_PQ_W_PAGE_DICTIONARY = 2,
+    VF_PQ_W_PAGE_DATA_V2 = 3,
 };
 enum {
-    VF_PQ_ENC_PLAIN = 0,
-    VF_PQ_ENC_PLAIN_DICTIONARY = 2,
-    VF_PQ_ENC_RLE = 3,
-    VF_PQ_ENC_BIT_PACKED = 4,
-    VF_PQ_ENC_RLE_DICTIONARY = 8,
+    VF_PQ_W_ENC_PLAIN = 0,
+    VF_PQ_W_ENC_PLAIN_DICTIONARY = 2,
+    VF_PQ_W_ENC_RLE = 3,
+    VF_PQ_W_ENC_BIT_PACKED = 4,
+    VF_PQ_W_ENC_RLE_DICTIONARY = 8,
 };
 enum {
-    VF_PQ_CT_UTF8 = 0,
-    VF_PQ_CT_LIST = 3,
-    VF_PQ_CT_UINT_8 = 11,
-    VF_PQ_CT_UINT_16 = 12,
-    VF_PQ_CT_UINT_32 = 13,
-    VF_PQ_CT_UINT_64 = 14,
-    VF_PQ_CT_INT_8 = 15,
-    VF_PQ_CT_INT_16 = 16,
-    VF_PQ_CT_INT_32 = 17,
-    VF_PQ_CT_INT_64 = 18,
+    VF_PQ_W_CT_UTF8 = 0,
+    VF_PQ_W_CT_LIST = 3,
+    VF_PQ_W_CT_UINT_8 = 11,
+    VF_PQ_W_CT_UINT_16 = 12,
+    VF_PQ_W_CT_UINT_32 = 13,
+    VF_PQ_W_CT_UINT_64 = 14,
+    VF_PQ_W_CT_INT_8 = 15,
+    VF_PQ_W_CT_INT_16 = 16,
+    VF_PQ_W_CT_INT_32 = 17,
+    VF_PQ_W_CT_INT_64 = 18,
 };
 /* LogicalType union member ids. */
 enum {
-    VF_PQ_LT_NONE = 0,
-    VF_PQ_LT_STRING = 1,
-    VF_PQ_LT_LIST = 3,
-    VF_PQ_LT_INTEGER = 10,
-    VF_PQ_LT_FLOAT16 = 15,
+    VF_PQ_W_LT_NONE = 0,
+    VF_PQ_W_LT_STRING = 1,
+    VF_PQ_W_LT_LIST = 3,
+    VF_PQ_W_LT_INTEGER = 10,
+    VF_PQ_W_LT_FLOAT16 = 15,
 };
 
 typedef struct vf_pq_tw_statistics {
@@ -140,8 +140,8 @@ typedef struct vf_pq_tw_schema_element {
     int32_t repetition;        /* vf_pq_repetition */
     int32_t num_children;      /* written for groups (>= 0), -1 for leaves */
     int32_t converted_type;    /* -1: absent */
-    int logical_type;          /* VF_PQ_LT_*; 0: absent */
-    int8_t int_bit_width;      /* VF_PQ_LT_INTEGER */
+    int logical_type;          /* VF_PQ_W_LT_*; 0: absent */
+    int8_t int_bit_width;      /* VF_PQ_W_LT_INTEGER */
     int int_signed;
 } vf_pq_tw_schema_element;
 
@@ -198,7 +198,7 @@ typedef struct vf_pq_tw_file_metadata {
 } vf_pq_tw_file_metadata;
 
 typedef struct vf_pq_tw_page_header {
-    int32_t type;                 /* VF_PQ_PAGE_* */
+    int32_t type;                 /* VF_PQ_W_PAGE_* */
     int32_t uncompressed_page_size;
     int32_t compressed_page_size;
     int32_t num_values;

@@ -483,7 +483,7 @@ static int add_schema_element(vf_pq_writer *w, const vf_pq_tw_schema_element *e)
 static void leaf_annotation(vf_pq_type t, vf_pq_tw_schema_element *e, vf_pq_w_leaf *lf)
 {
     e->converted_type = -1;
-    e->logical_type = VF_PQ_LT_NONE;
+    e->logical_type = VF_PQ_W_LT_NONE;
     lf->type_length = 0;
     switch (t) {
     case VF_PQ_T_BOOL:
@@ -499,11 +499,11 @@ static void leaf_annotation(vf_pq_type t, vf_pq_tw_schema_element *e, vf_pq_w_le
         int bits = (t == VF_PQ_T_INT8 || t == VF_PQ_T_UINT8) ? 8 : (t == VF_PQ_T_UINT32 ? 32 : 16);
         lf->physical = VF_PQ_INT32;
         lf->value_size = 4;
-        e->logical_type = VF_PQ_LT_INTEGER;
+        e->logical_type = VF_PQ_W_LT_INTEGER;
         e->int_bit_width = (int8_t)bits;
         e->int_signed = is_signed;
-        e->converted_type = is_signed ? (bits == 8 ? VF_PQ_CT_INT_8 : VF_PQ_CT_INT_16)
-                                      : (bits == 8 ? VF_PQ_CT_UINT_8 : bits == 16 ? VF_PQ_CT_UINT_16 : VF_PQ_CT_UINT_32);
+        e->converted_type = is_signed ? (bits == 8 ? VF_PQ_W_CT_INT_8 : VF_PQ_W_CT_INT_16)
+                                      : (bits == 8 ? VF_PQ_W_CT_UINT_8 : bits == 16 ? VF_PQ_W_CT_UINT_16 : VF_PQ_W_CT_UINT_32);
         break;
     }
     case VF_PQ_T_INT32:
@@ -517,16 +517,16 @@ static void leaf_annotation(vf_pq_type t, vf_pq_tw_schema_element *e, vf_pq_w_le
     case VF_PQ_T_UINT64:
         lf->physical = VF_PQ_INT64;
         lf->value_size = 8;
-        e->logical_type = VF_PQ_LT_INTEGER;
+        e->logical_type = VF_PQ_W_LT_INTEGER;
         e->int_bit_width = 64;
         e->int_signed = 0;
-        e->converted_type = VF_PQ_CT_UINT_64;
+        e->converted_type = VF_PQ_W_CT_UINT_64;
         break;
     case VF_PQ_T_FLOAT16:
         lf->physical = VF_PQ_FIXED_LEN_BYTE_ARRAY;
         lf->type_length = 2;
         lf->value_size = 2;
-        e->logical_type = VF_PQ_LT_FLOAT16;
+        e->logical_type = VF_PQ_W_LT_FLOAT16;
         break;
     case VF_PQ_T_FLOAT:
         lf->physical = VF_PQ_FLOAT;
@@ -539,8 +539,8 @@ static void leaf_annotation(vf_pq_type t, vf_pq_tw_schema_element *e, vf_pq_w_le
     case VF_PQ_T_STRING:
         lf->physical = VF_PQ_BYTE_ARRAY;
         lf->value_size = 0;
-        e->converted_type = VF_PQ_CT_UTF8;
-        e->logical_type = VF_PQ_LT_STRING;
+        e->converted_type = VF_PQ_W_CT_UTF8;
+        e->logical_type = VF_PQ_W_LT_STRING;
         break;
     case VF_PQ_T_BINARY:
         lf->physical = VF_PQ_BYTE_ARRAY;
@@ -621,8 +621,8 @@ static int build_node(vf_pq_writer *w, const vf_pq_array *a, const char *name, i
     int rc = 0;
     if (a->type == VF_PQ_T_LIST) {
         e.num_children = 1;
-        e.converted_type = VF_PQ_CT_LIST;
-        e.logical_type = VF_PQ_LT_LIST;
+        e.converted_type = VF_PQ_W_CT_LIST;
+        e.logical_type = VF_PQ_W_LT_LIST;
         vf_pq_tw_schema_element rep;
         memset(&rep, 0, sizeof rep);
         rep.name = "list";

@@ -670,7 +670,7 @@ static int emit_page(chunk_encoder *e, vf_buf *out, vf_pq_tw_page_header *h, con
     e->compressed.len = 0;
     const uint8_t *stored = payload;
     size_t stored_len = payload_len;
-    if (codec != VF_PQ_UNCOMPRESSED && !(h->type == VF_PQ_PAGE_DATA_V2 && !h->is_compressed)) {
+    if (codec != VF_PQ_UNCOMPRESSED && !(h->type == VF_PQ_W_PAGE_DATA_V2 && !h->is_compressed)) {
         if ((rc = vf_pq_w_compress(codec, payload, payload_len, &e->compressed)) < 0)
             return rc;
         stored = e->compressed.data;
@@ -724,11 +724,11 @@ static int flush_data_page(chunk_encoder *e, int64_t s0, int64_t s1, int64_t v0,
     vf_pq_tw_page_header h;
     memset(&h, 0, sizeof h);
     h.num_values = (int32_t)nlev;
-    h.encoding = dict_mode ? VF_PQ_ENC_RLE_DICTIONARY : VF_PQ_ENC_PLAIN;
+    h.encoding = dict_mode ? VF_PQ_W_ENC_RLE_DICTIONARY : VF_PQ_W_ENC_PLAIN;
     if (!v2) {
-        h.type = VF_PQ_PAGE_DATA;
-        h.def_encoding = VF_PQ_ENC_RLE;
-        h.rep_encoding = VF_PQ_ENC_RLE;
+        h.type = VF_PQ_W_PAGE_DATA;
+        h.def_encoding = VF_PQ_W_ENC_RLE;
+        h.rep_encoding = VF_PQ_W_ENC_RLE;
         if (lf->max_rep > 0 && ((rc = append_u32le(&e->body, (uint32_t)e->rep.len)) < 0 ||
                                 (rc = vf_buf_append(&e->body, e->rep.data, e->rep.len)) < 0))
             return rc;
@@ -739,7 +739,7 @@ static int flush_data_page(chunk_encoder *e, int64_t s0, int64_t s1, int64_t v0,
             return rc;
         rc = emit_page(e, e->data_pages, &h, NULL, 0, e->body.data, e->body.len);
     } else {
-        h.type = VF_PQ_PAGE_DATA_V2;
+        h.type = VF_PQ_W_PAGE_DATA_V2;
         h.num_nulls = (int32_t)(nlev - (v1 - v0));
         h.num_rows = (int32_t)rows;
         h.rep_levels_byte_length = (int32_t)e->rep.len;
@@ -867,9 +867,9 @@ int vf_pq_w_encode_chunk(const vf_pq_writer_settings *s, const vf_pq_w_leaf *lf,
     if (rc == 0 && e.dict_pages > 0) {
         vf_pq_tw_page_header h;
         memset(&h, 0, sizeof h);
-        h.type = VF_PQ_PAGE_DICTIONARY;
+        h.type = VF_PQ_W_PAGE_DICTIONARY;
         h.num_values = e.dict.count;
-        h.encoding = VF_PQ_ENC_PLAIN;
+        h.encoding = VF_PQ_W_ENC_PLAIN;
         h.is_sorted = 0;
         rc = emit_page(&e, dict_page, &h, NULL, 0, e.dict.page.data, e.dict.page.len);
     }
@@ -880,19 +880,19 @@ int vf_pq_w_encode_chunk(const vf_pq_writer_settings *s, const vf_pq_w_leaf *lf,
         meta->has_dictionary_page = e.dict_pages > 0;
         meta->dictionary_page_offset = 0;
         meta->data_page_offset = (int64_t)(dict_page->len - dict_start);
-        int page_type = s->data_page_version == 2 ? VF_PQ_PAGE_DATA_V2 : VF_PQ_PAGE_DATA;
-        meta->encodings[meta->num_encodings++] = VF_PQ_ENC_PLAIN;
-        meta->encodings[meta->num_encodings++] = VF_PQ_ENC_RLE;
+        int page_type = s->data_page_version == 2 ? VF_PQ_W_PAGE_DATA_V2 : VF_PQ_W_PAGE_DATA;
+        meta->encodings[meta->num_encodings++] = VF_PQ_W_ENC_PLAIN;
+        meta->encodings[meta->num_encodings++] = VF_PQ_W_ENC_RLE;
         if (e.dict_pages > 0) {
-            meta->encodings[meta->num_encodings++] = VF_PQ_ENC_RLE_DICTIONARY;
+            meta->encodings[meta->num_encodings++] = VF_PQ_W_ENC_RLE_DICTIONARY;
             meta->encoding_stats[meta->num_encoding_stats++] =
-                (vf_pq_tw_page_encoding_stats){VF_PQ_PAGE_DICTIONARY, VF_PQ_ENC_PLAIN, 1};
+                (vf_pq_tw_page_encoding_stats){VF_PQ_W_PAGE_DICTIONARY, VF_PQ_W_ENC_PLAIN, 1};
             meta->encoding_stats[meta->num_encoding_stats++] =
-                (vf_pq_tw_page_encoding_stats){page_type, VF_PQ_ENC_RLE_DICTIONARY, e.dict_pages};
+                (vf_pq_tw_page_encoding_stats){page_type, VF_PQ_W_ENC_RLE_DICTIONARY, e.dict_pages};
         }
         if (e.plain_pages > 0)
             meta->encoding_stats[meta->num_encoding_stats++] =
-                (vf_pq_tw_page_encoding_stats){page_type, VF_PQ_ENC_PLAIN, e.plain_pages};
+                (vf_pq_tw_page_encoding_stats){page_type, VF_PQ_W_ENC_PLAIN, e.plain_pages};
     }
     dict_free(&e.dict);
     free(e.indices);

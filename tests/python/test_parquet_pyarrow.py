@@ -628,3 +628,45 @@ def test_corrupt_files_raise_with_the_path(tmp_path):
         assert name in str(e.value)
     with pytest.raises(FileNotFoundError):
         _native.parquet_read(str(tmp_path / "missing.parquet"))
+
+
+def test_int96_is_a_clear_error(tmp_path):
+    path = tmp_path / "int96.parquet"
+    pq.write_table(pa.table({"t": pa.array([0, 1], pa.timestamp("ns")), "x": [1, 2]}), path,
+                   use_deprecated_int96_timestamps=True)
+    assert [leaf["physical"] for leaf in _native.parquet_info(str(path))["leaves"]] == ["INT96", "INT64"]
+    assert _native.parquet_read(str(path), columns=["x"]) == {"x": [1, 2]}
+    with pytest.raises(_native.VlafeedError) as e:
+        _native.parquet_read(str(path), columns=["t"])
+    assert "INT96" in str(e.value) and "not supported" in str(e.value)
+
+
+# ---- the `vlafeed parquet` command ------------------------------------------------------
+
+
+def test_cli_parquet(tmp_path, cli):
+    import json
+    import subprocess
+
+    path = tmp_path / "cli.parquet"
+    table = nested_table(20, seed=12)
+    pq.write_table(table, path, row_group_size=8)
+    out = subprocess.run([cli, "parquet", str(path), "--json", "--head", "50"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["num_rows"] == 20 and len(doc["row_groups"]) == 3
+    for name in ("ints", "strs", "records", "outer"):
+        assert doc["head"][name] == table.column(name).to_pylist(), name
+    text = subprocess.run([cli, "parquet", str(path), "--schema"], capture_output=True, text=True)
+    assert text.returncode == 0 and "max_def 7, max_rep 3" in text.stdout  # deep.list.element.list...
+    one = subprocess.run([cli, "parquet", str(path), "--column", "ints", "--head", "2"], capture_output=True,
+                         text=True)
+    assert one.returncode == 0 and "ints[1]" in one.stdout and "strs[" not in one.stdout
+    assert subprocess.run([cli, "parquet", "--help"], capture_output=True, text=True).stdout.startswith("usage:")
+    assert subprocess.run([cli, "parquet"], capture_output=True).returncode == 2
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 not really PAR1")
+    res = subprocess.run([cli, "parquet", str(bad)], capture_output=True, text=True)
+    assert res.returncode == 1 and "bad.parquet" in res.stderr
+    res = subprocess.run([cli, "parquet", str(path), "--column", "nope"], capture_output=True, text=True)
+    assert res.returncode == 1 and "nope" in res.stderr

@@ -598,6 +598,19 @@ def test_lerobot_episodes_and_tasks_files(tmp_path):
     assert table.schema.field("task").type == pa.string()
 
 
+def test_numpy_inputs(tmp_path):
+    vectors = np.arange(24, dtype=np.float32).reshape(4, 6) / 7
+    cols = [("v", "list<float32>", vectors), ("i", "int64", np.arange(4, dtype=np.int64)),
+            ("u", "uint8", np.array([0, 1, 254, 255], dtype=np.uint8)), ("b", "bool", np.array([True, False] * 2)),
+            ("h", "float16", np.array([0.5, 1.5, -2.0, 65504.0], dtype=np.float16))]
+    table = pq.read_table(write(tmp_path / "np.parquet", cols))
+    assert np.array_equal(np.stack(table.column("v").to_numpy(zero_copy_only=False)), vectors)
+    assert table.column("i").to_pylist() == [0, 1, 2, 3]
+    assert table.column("u").to_pylist() == [0, 1, 254, 255]
+    assert table.column("b").to_pylist() == [True, False, True, False]
+    assert table.column("h").to_numpy().tolist() == [0.5, 1.5, -2.0, 65504.0]
+
+
 # ---------------------------------------------------------------------------
 # errors
 

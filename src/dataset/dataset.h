@@ -1,0 +1,253 @@
+/*
+ * dataset.h: the dataset layer's interface to the engine (loader, sample
+ * assembly, planner). The public, opaque view of the same objects is
+ * include/vlafeed/dataset.h; this header adds what the engine needs and
+ * users do not: the file-access hooks (so metadata can come from memory or,
+ * later, remote storage), the Parquet row-group locator and columnar table
+ * reads of the data files.
+ *
+ * Depends on: base, io, json, parquet.
+ *
+ * Model invariants (after a successful open):
+ *  - Every episode listed by the metadata is in d->episodes, in metadata
+ *    row order; the selection (d->selected) holds positions into it in
+ *    ascending episode_index order. Public positions index d->selected.
+ *  - from_index/to_index are the global `index` range: from the metadata
+ *    for v3.0, cumulative lengths in episodes.jsonl order for v2.x.
+ *  - row_offset = from_index - (smallest from_index of any episode stored
+ *    in the same data file); for v2.x it is 0 (one file per episode).
+ *  - Data and video file ids are assigned only to selected episodes' files.
+ *  - Every string and array hanging off the dataset lives in its arena and
+ *    is freed by vf_dataset_close().
+ */
+#ifndef VF_DATASET_INTERNAL_H
+#define VF_DATASET_INTERNAL_H
+
+#include "vlafeed/dataset.h"
+
+#include "io/io.h"
+#include "json/json.h"
+#include "parquet/parquet.h"
+
+/* ---- file access ------------------------------------------------------ */
+
+/* How the dataset layer reaches files, by path relative to the root. The
+ * default (vf_ds_fs_local) is the local file system; the metadata fuzzer
+ * plugs in memory. Every hook sets the error message on failure. */
+typedef struct vf_ds_fs {
+    void *ctx;
+    /* Whole file into a newly allocated NUL-terminated buffer (free());
+     * VF_ENOENT when absent. */
+    int (*read_all)(void *ctx, const char *rel, uint8_t **data, size_t *len);
+    /* A byte source over the file (for Parquet); VF_ENOENT when absent. */
+    int (*open_source)(void *ctx, const char *rel, vf_source **out);
+    /* 1 if a regular file exists, 0 otherwise. */
+    int (*exists)(void *ctx, const char *rel);
+    /* Names in a directory (not . or ..), each and the array newly
+     * allocated (free each, then the array); VF_ENOENT when absent. */
+    int (*list_dir)(void *ctx, const char *rel, char ***names, size_t *count);
+    /* Decode caps applied to every Parquet file opened through this fs
+     * (vf_pq_set_limits; 0 keeps the reader's defaults). The fuzzer lowers
+     * them so hostile files cannot ask for gigabytes. */
+    int64_t pq_max_entries, pq_max_bytes;
+} vf_ds_fs;
+
+/* Opens the Parquet file at rel through d's fs, with its decode caps. */
+int vf_ds_open_parquet(const vf_dataset *d, const char *rel, vf_pq_file **out);
+
+/* The local file system under root (the hooks borrow root; keep it alive
+ * while the fs is used). */
+void vf_ds_fs_local(vf_ds_fs *fs, const char *root);
+
+/* Opens through fs; root is used for messages and for absolute paths.
+ * vf_dataset_open() is vf_ds_fs_local() + this. */
+int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const vf_dataset_settings *settings);
+
+/* ---- internal model ------------------------------------------------------ */
+
+typedef struct vf_ds_arena_block vf_ds_arena_block;
+
+typedef struct vf_ds_video_loc {
+    int64_t chunk_index;   /* videos/<key>/chunk_index (v2.x: episode_chunk) */
+    int64_t file_index;    /* videos/<key>/file_index (v2.x: episode_index) */
+    double from_timestamp;
+    double to_timestamp;
+    int file;              /* id in the camera's file list, -1 when not selected */
+} vf_ds_video_loc;
+
+typedef struct vf_ds_episode {
+    vf_episode pub;
+    int64_t data_chunk;    /* data/chunk_index (v2.x: episode_chunk) */
+    int64_t data_file;     /* data/file_index (v2.x: episode_index) */
+    int64_t row_offset;
+    int data_file_id;      /* id in d->data_files, -1 when not selected */
+    vf_ds_video_loc *video; /* one per camera */
+} vf_ds_episode;
+
+typedef struct vf_ds_file {
+    const char *rel;       /* relative to the root */
+    const char *path;      /* absolute */
+    int64_t chunk_index, file_index;
+    int exists;            /* -1 unknown (not checked), 0, 1 */
+    size_t *episodes;      /* public positions of the selected episodes using it, ascending */
+    size_t num_episodes;
+    int64_t expected_rows; /* data files: Σ length of ALL episodes stored there */
+} vf_ds_file;
+
+typedef struct vf_ds_camera {
+    vf_camera pub;
+    vf_ds_file *files;
+    size_t num_files;
+} vf_ds_camera;
+
+struct vf_dataset {
+    vf_ds_arena_block *arena;
+    const char *root;
+    vf_ds_fs fs;
+    int local_fs;                 /* fs is vf_ds_fs_local over root */
+
+    /* info.json */
+    const char *version;          /* "v3.0", "v2.1", "v2.0" */
+    int major, minor;
+    const char *robot_type;       /* NULL when null/absent */
+    double fps;
+    int64_t total_episodes, total_frames, total_tasks, chunks_size;
+    const char *data_path;        /* templates */
+    const char *video_path;       /* NULL when null/absent */
+
+    vf_feature *features;
+    size_t num_features;
+    vf_ds_camera *cameras;
+    size_t num_cameras;
+
+    vf_ds_episode *episodes;      /* every episode of the metadata (malloc'd) */
+    size_t num_all_episodes, cap_episodes;
+    size_t *selected;             /* positions into episodes */
+    size_t num_selected;
+
+    vf_ds_file *data_files;       /* used by the selected episodes */
+    size_t num_data_files;
+
+    const char **tasks;
+    size_t num_tasks;
+
+    vf_stat *stats;
+    size_t num_stats, cap_stats;
+
+    vf_problem *problems;
+    size_t num_problems, cap_problems, num_errors;
+    const char **missing;
+    size_t num_missing, cap_missing;
+
+    uint64_t fingerprint;
+};
+
+/* Arena allocation (zeroed; NULL with ENOMEM set on failure). */
+void *vf_ds_alloc(vf_dataset *d, size_t count, size_t size);
+char *vf_ds_strdup(vf_dataset *d, const char *s);
+char *vf_ds_strndup(vf_dataset *d, const char *s, size_t n);
+char *vf_ds_printf(vf_dataset *d, const char *fmt, ...) VF_PRINTF(2, 3);
+
+/* Appends a zeroed episode (video locations allocated, file ids -1);
+ * NULL with ENOMEM set on failure. The pointer is valid until the next
+ * call. */
+vf_ds_episode *vf_ds_add_episode(vf_dataset *d);
+
+/* Records a problem (strings copied). Returns 0 or VF_ENOMEM. */
+int vf_ds_problem(vf_dataset *d, vf_severity severity, const char *file, int64_t episode, const char *column,
+                  const char *fmt, ...) VF_PRINTF(6, 7);
+int vf_ds_missing_file(vf_dataset *d, const char *rel);
+
+/* Absolute path of rel ("<root>/<rel>") in the arena. */
+const char *vf_ds_abs(vf_dataset *d, const char *rel);
+
+/* Formats a path template the way Python's str.format does for the
+ * placeholders LeRobot uses: {chunk_index}, {file_index}, {episode_chunk},
+ * {episode_index} (integers, optional ":0Nd" spec) and {video_key}. Any
+ * other placeholder or spec is VF_ECORRUPT naming the template. The result
+ * is newly allocated (free()). */
+typedef struct vf_ds_template_vars {
+    int64_t chunk_index, file_index, episode_chunk, episode_index;
+    const char *video_key;        /* NULL: {video_key} is an error */
+} vf_ds_template_vars;
+int vf_ds_format_template(const char *templ, const vf_ds_template_vars *vars, char **out);
+
+/* Backends: fill d->episodes, d->tasks, d->stats from the metadata files
+ * (after info.json has been parsed into d). Fatal problems return < 0. */
+int vf_ds_load_info(vf_dataset *d, const char *text, size_t len);
+int vf_ds_load_v3(vf_dataset *d);
+int vf_ds_load_v2(vf_dataset *d);
+/* Parses stats.json text into d->stats (NaN values are reported). */
+int vf_ds_load_stats_json(vf_dataset *d, const char *rel, const char *text, size_t len);
+/* Aggregates meta/episodes_stats.jsonl text into d->stats (v2.1). */
+int vf_ds_aggregate_episode_stats(vf_dataset *d, const char *rel, const char *text, size_t len);
+/* Checks the model and files; records problems (never fails but ENOMEM). */
+int vf_ds_validate(vf_dataset *d, const vf_dataset_settings *s);
+
+/* ---- Parquet locator ---------------------------------------------------- */
+
+/* A run of an episode's rows inside one row group of its data file. */
+typedef struct vf_ds_rg_span {
+    int row_group;
+    int64_t first_row;     /* within the row group */
+    int64_t count;
+    int64_t episode_row;   /* position of the first of these rows within the episode */
+} vf_ds_rg_span;
+
+/* The row groups of f (the episode's data file, opened by the caller)
+ * holding the episode at public position pos, from the row-group row
+ * counts, cross-checked against the `index` (else `episode_index`) column
+ * statistics through vf_pq_select_row_groups(). *spans is newly allocated
+ * (free()). Errors name the file and episode. */
+int vf_ds_locate_row_groups(const vf_dataset *d, size_t pos, const vf_pq_file *f, vf_ds_rg_span **spans,
+                            int *count);
+
+/* ---- table access ------------------------------------------------------- */
+
+typedef enum vf_ds_value_type {
+    VF_DS_F32 = 0,     /* float features (float16/32/64) -> float */
+    VF_DS_I64 = 1,     /* integer and bool features -> int64_t */
+    VF_DS_STRING = 2,  /* string features -> offsets + bytes */
+} vf_ds_value_type;
+
+typedef struct vf_ds_column {
+    const vf_feature *feature;
+    vf_ds_value_type type;
+    int64_t width;         /* values per row: the feature's size (1 for strings) */
+    int64_t rows;
+    void *values;          /* F32: float[rows*width]; I64: int64_t[rows*width] */
+    int64_t *offsets;      /* STRING: rows+1 entries into data */
+    char *data;            /* STRING: bytes */
+} vf_ds_column;
+
+typedef struct vf_ds_table {
+    int64_t rows;
+    size_t num_columns;
+    vf_ds_column *columns;     /* in the order requested */
+    size_t num_episodes;
+    int64_t *episode_start;    /* num_episodes+1: row range of each requested episode */
+} vf_ds_table;
+
+enum {
+    /* Also read the `index` and `episode_index` columns and check that
+     * index runs from_index, from_index+1, ... and episode_index is the
+     * episode on every row (names file, episode and row on mismatch). */
+    VF_DS_VERIFY_INDEX = 1,
+};
+
+/* Reads the named feature columns (projection; numeric, string) of the
+ * episodes at the given public positions into contiguous arrays, the
+ * episodes' rows back to back in the order given. Each data file is opened
+ * once and each needed row group read once per column. A vector row whose
+ * element count differs from the feature's size, a null, a missing column
+ * or a type that cannot convert fails with a message naming file, episode
+ * and column. *out is overwritten; release it with vf_ds_table_free(). */
+int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_positions,
+                     const char *const *columns, size_t num_columns, int flags, vf_ds_table *out);
+void vf_ds_table_free(vf_ds_table *t);
+
+/* Value type a feature reads as (VF_DS_F32 / I64 / STRING), or -1 for
+ * features that have no table column (video, image, language, unknown). */
+int vf_ds_feature_value_type(const vf_feature *f);
+
+#endif

@@ -1,0 +1,876 @@
+/*
+ * model.c: the vf_dataset object: its arena, problem list, the open
+ * pipeline (info.json -> backend -> selection -> file lists -> validation),
+ * path templates, the local file system hooks and the public accessors.
+ *
+ * Invariants: everything reachable from a vf_dataset is allocated in its
+ * arena (blocks freed together in vf_dataset_close()), so a failed open
+ * needs no partial cleanup beyond closing. The object is never modified
+ * after vf_ds_open_fs() returns.
+ */
+#define _GNU_SOURCE
+#include "dataset/dataset.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arena ---------------------------------------------------------------- */
+
+struct vf_ds_arena_block {
+    vf_ds_arena_block *next;
+    size_t used, cap;
+    max_align_t data[];
+};
+
+#define ARENA_BLOCK (64 * 1024)
+
+void *vf_ds_alloc(vf_dataset *d, size_t count, size_t size)
+{
+    if (size && count > (SIZE_MAX / 2) / size) {
+        vf_error(VF_ENOMEM, "allocation of %zu x %zu bytes overflows", count, size);
+        return NULL;
+    }
+    size_t n = count * size;
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    if (n == 0)
+        n = sizeof(max_align_t);
+    vf_ds_arena_block *b = d->arena;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK;
+        vf_ds_arena_block *nb = vf_malloc(sizeof *nb + cap);
+        if (!nb)
+            return NULL;
+        nb->used = 0;
+        nb->cap = cap;
+        if (b && n > ARENA_BLOCK / 4) {
+            /* A big allocation gets its own block behind the current one,
+             * so the current block's free space stays usable. */
+            nb->next = b->next;
+            b->next = nb;
+        } else {
+            nb->next = b;
+            d->arena = nb;
+        }
+        b = nb;
+    }
+    void *p = (char *)b->data + b->used;
+    b->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *vf_ds_strndup(vf_dataset *d, const char *s, size_t n)
+{
+    char *p = vf_ds_alloc(d, n + 1, 1);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+char *vf_ds_strdup(vf_dataset *d, const char *s) { return vf_ds_strndup(d, s ? s : "", s ? strlen(s) : 0); }
+
+char *vf_ds_printf(vf_dataset *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return vf_ds_strdup(d, "");
+    char *p = vf_ds_alloc(d, (size_t)n + 1, 1);
+    if (!p)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+const char *vf_ds_abs(vf_dataset *d, const char *rel)
+{
+    size_t lr = strlen(d->root);
+    while (lr > 1 && d->root[lr - 1] == '/')
+        lr--;
+    return vf_ds_printf(d, "%.*s/%s", (int)lr, d->root, rel);
+}
+
+/* ---- problems ------------------------------------------------------------- */
+
+/* At most this many problems are kept; one more says how many were cut. */
+#define MAX_PROBLEMS 10000
+
+int vf_ds_problem(vf_dataset *d, vf_severity severity, const char *file, int64_t episode, const char *column,
+                  const char *fmt, ...)
+{
+    if (severity == VF_SEVERITY_ERROR)
+        d->num_errors++;
+    if (d->num_problems > MAX_PROBLEMS)
+        return 0;
+    if (d->num_problems == d->cap_problems) {
+        size_t cap = d->cap_problems ? d->cap_problems * 2 : 16;
+        vf_problem *p = vf_realloc(d->problems, cap * sizeof *p);
+        if (!p)
+            return VF_ENOMEM;
+        d->problems = p;
+        d->cap_problems = cap;
+    }
+    vf_problem *p = &d->problems[d->num_problems];
+    char message[1024];
+    if (d->num_problems == MAX_PROBLEMS) {
+        snprintf(message, sizeof message, "more problems not listed (limit %d)", MAX_PROBLEMS);
+        file = "";
+        column = "";
+        episode = -1;
+        severity = VF_SEVERITY_WARNING;
+    } else {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof message, fmt, ap);
+        va_end(ap);
+    }
+    p->severity = severity;
+    p->episode = episode;
+    p->file = vf_ds_strdup(d, file ? file : "");
+    p->column = vf_ds_strdup(d, column ? column : "");
+    p->message = vf_ds_strdup(d, message);
+    if (!p->file || !p->column || !p->message)
+        return VF_ENOMEM;
+    d->num_problems++;
+    return 0;
+}
+
+int vf_ds_missing_file(vf_dataset *d, const char *rel)
+{
+    if (d->num_missing == d->cap_missing) {
+        size_t cap = d->cap_missing ? d->cap_missing * 2 : 16;
+        const char **p = vf_realloc(d->missing, cap * sizeof *p);
+        if (!p)
+            return VF_ENOMEM;
+        d->missing = p;
+        d->cap_missing = cap;
+    }
+    d->missing[d->num_missing] = vf_ds_strdup(d, rel);
+    if (!d->missing[d->num_missing])
+        return VF_ENOMEM;
+    d->num_missing++;
+    return 0;
+}
+
+vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
+{
+    if (d->num_all_episodes == d->cap_episodes) {
+        size_t cap = d->cap_episodes ? d->cap_episodes * 2 : 64;
+        vf_ds_episode *grown = vf_realloc(d->episodes, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        d->episodes = grown;
+        d->cap_episodes = cap;
+    }
+    vf_ds_episode *e = &d->episodes[d->num_all_episodes];
+    memset(e, 0, sizeof *e);
+    e->data_file_id = -1;
+    if (d->num_cameras) {
+        e->video = vf_ds_alloc(d, d->num_cameras, sizeof *e->video);
+        if (!e->video)
+            return NULL;
+        for (size_t c = 0; c < d->num_cameras; c++)
+            e->video[c].file = -1;
+    }
+    d->num_all_episodes++;
+    return e;
+}
+
+/* ---- path templates ------------------------------------------------------- */
+
+int vf_ds_format_template(const char *templ, const vf_ds_template_vars *vars, char **out)
+{
+    *out = NULL;
+    vf_buf b = {0};
+    int r = 0;
+    for (const char *p = templ; *p && r == 0;) {
+        if (*p == '{' && p[1] == '{') {
+            r = vf_buf_append_u8(&b, '{');
+            p += 2;
+            continue;
+        }
+        if (*p == '}' && p[1] == '}') {
+            r = vf_buf_append_u8(&b, '}');
+            p += 2;
+            continue;
+        }
+        if (*p == '}') {
+            r = vf_error(VF_ECORRUPT, "path template '%s': single '}'", templ);
+            break;
+        }
+        if (*p != '{') {
+            r = vf_buf_append_u8(&b, (uint8_t)*p++);
+            continue;
+        }
+        const char *close = strchr(p, '}');
+        if (!close) {
+            r = vf_error(VF_ECORRUPT, "path template '%s': unclosed '{'", templ);
+            break;
+        }
+        const char *colon = memchr(p, ':', (size_t)(close - p));
+        size_t name_len = (size_t)((colon ? colon : close) - (p + 1));
+        const char *name = p + 1;
+        /* Spec: empty, or [0][width]d (width up to 2 digits). */
+        int zero = 0, width = 0, spec_ok = 1, is_d = 0;
+        if (colon) {
+            const char *s = colon + 1;
+            if (*s == '0') {
+                zero = 1;
+                s++;
+            }
+            int digits = 0;
+            while (s < close && *s >= '0' && *s <= '9' && digits < 2) {
+                width = width * 10 + (*s - '0');
+                s++;
+                digits++;
+            }
+            if (s < close && *s == 'd') {
+                is_d = 1;
+                s++;
+            }
+            spec_ok = (s == close);
+        }
+        int64_t value = 0;
+        int is_int = 1;
+        if (name_len == 11 && !memcmp(name, "chunk_index", 11))
+            value = vars->chunk_index;
+        else if (name_len == 10 && !memcmp(name, "file_index", 10))
+            value = vars->file_index;
+        else if (name_len == 13 && !memcmp(name, "episode_chunk", 13))
+            value = vars->episode_chunk;
+        else if (name_len == 13 && !memcmp(name, "episode_index", 13))
+            value = vars->episode_index;
+        else if (name_len == 9 && !memcmp(name, "video_key", 9) && vars->video_key)
+            is_int = 0;
+        else {
+            r = vf_error(VF_ECORRUPT, "path template '%s': unknown placeholder {%.*s}", templ, (int)name_len, name);
+            break;
+        }
+        if (!spec_ok || (!is_int && colon)) {
+            r = vf_error(VF_ECORRUPT, "path template '%s': unsupported format spec in {%.*s}", templ,
+                         (int)(close - p - 1), p + 1);
+            break;
+        }
+        (void)is_d;
+        if (is_int)
+            r = zero ? vf_buf_printf(&b, "%0*lld", width, (long long)value)
+                     : vf_buf_printf(&b, "%*lld", width, (long long)value);
+        else
+            r = vf_buf_printf(&b, "%s", vars->video_key);
+        p = close + 1;
+    }
+    if (r < 0) {
+        vf_buf_free(&b);
+        return r;
+    }
+    *out = vf_buf_take_string(&b);
+    return *out ? 0 : VF_ENOMEM;
+}
+
+/* ---- local file system ---------------------------------------------------- */
+
+static char *local_path(void *ctx, const char *rel) { return vf_path_join((const char *)ctx, rel); }
+
+static int local_read_all(void *ctx, const char *rel, uint8_t **data, size_t *len)
+{
+    char *p = local_path(ctx, rel);
+    if (!p)
+        return VF_ENOMEM;
+    int r = vf_read_file(p, data, len);
+    free(p);
+    return r;
+}
+
+static int local_open_source(void *ctx, const char *rel, vf_source **out)
+{
+    char *p = local_path(ctx, rel);
+    if (!p)
+        return VF_ENOMEM;
+    int r = vf_source_open_file(out, p);
+    free(p);
+    return r;
+}
+
+static int local_exists(void *ctx, const char *rel)
+{
+    char *p = local_path(ctx, rel);
+    int r = p ? vf_file_exists(p) : 0;
+    free(p);
+    return r;
+}
+
+static int local_list_dir(void *ctx, const char *rel, char ***names, size_t *count)
+{
+    *names = NULL;
+    *count = 0;
+    char *p = local_path(ctx, rel);
+    if (!p)
+        return VF_ENOMEM;
+    DIR *dir = opendir(p);
+    if (!dir) {
+        int r = vf_error(errno == ENOENT || errno == ENOTDIR ? VF_ENOENT : VF_EIO, "%s: cannot list directory: %s", p,
+                         strerror(errno));
+        free(p);
+        return r;
+    }
+    free(p);
+    size_t n = 0, cap = 0;
+    char **list = NULL;
+    struct dirent *e;
+    int r = 0;
+    while ((e = readdir(dir)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **grown = vf_realloc(list, cap * sizeof *grown);
+            if (!grown) {
+                r = VF_ENOMEM;
+                break;
+            }
+            list = grown;
+        }
+        if (!(list[n] = vf_strdup(e->d_name))) {
+            r = VF_ENOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(dir);
+    if (r < 0) {
+        for (size_t i = 0; i < n; i++)
+            free(list[i]);
+        free(list);
+        return r;
+    }
+    *names = list;
+    *count = n;
+    return 0;
+}
+
+int vf_ds_open_parquet(const vf_dataset *d, const char *rel, vf_pq_file **out)
+{
+    *out = NULL;
+    vf_source *src;
+    int r = d->fs.open_source(d->fs.ctx, rel, &src);
+    if (r < 0)
+        return r;
+    r = vf_pq_open(out, src);
+    vf_source_close(src);
+    if (r == 0 && (d->fs.pq_max_entries || d->fs.pq_max_bytes))
+        vf_pq_set_limits(*out, d->fs.pq_max_entries, d->fs.pq_max_bytes);
+    return r;
+}
+
+void vf_ds_fs_local(vf_ds_fs *fs, const char *root)
+{
+    memset(fs, 0, sizeof *fs);
+    fs->ctx = (void *)root;
+    fs->read_all = local_read_all;
+    fs->open_source = local_open_source;
+    fs->exists = local_exists;
+    fs->list_dir = local_list_dir;
+}
+
+/* ---- open ----------------------------------------------------------------- */
+
+void vf_dataset_defaults(vf_dataset_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->check_files = 1;
+    s->check_data_files = 0;
+}
+
+static int cmp_size_by_episode(const void *a, const void *b, void *ctx)
+{
+    const vf_dataset *d = ctx;
+    size_t pa = *(const size_t *)a, pb = *(const size_t *)b;
+    int64_t x = d->episodes[pa].pub.episode_index, y = d->episodes[pb].pub.episode_index;
+    if (x != y)
+        return (x > y) - (x < y);
+    return (pa > pb) - (pa < pb);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Position of an episode_index among all episodes: a direct hit when row
+ * i is episode i (the normal case), else a linear search. */
+static long find_all(const vf_dataset *d, int64_t episode_index)
+{
+    if (episode_index >= 0 && (uint64_t)episode_index < d->num_all_episodes &&
+        d->episodes[episode_index].pub.episode_index == episode_index)
+        return (long)episode_index;
+    for (size_t i = 0; i < d->num_all_episodes; i++)
+        if (d->episodes[i].pub.episode_index == episode_index)
+            return (long)i;
+    return -1;
+}
+
+static int build_selection(vf_dataset *d, const vf_dataset_settings *s)
+{
+    if (!s->episodes) {
+        d->num_selected = d->num_all_episodes;
+        d->selected = vf_ds_alloc(d, d->num_selected, sizeof *d->selected);
+        if (!d->selected)
+            return VF_ENOMEM;
+        for (size_t i = 0; i < d->num_selected; i++)
+            d->selected[i] = i;
+        /* Keep ascending episode_index order even if the metadata is not
+         * (a problem reported by validation); duplicates stay in
+         * metadata order. */
+        qsort_r(d->selected, d->num_selected, sizeof *d->selected, cmp_size_by_episode, d);
+        return 0;
+    }
+    int64_t *want = vf_malloc_array(s->num_episodes ? s->num_episodes : 1, sizeof *want);
+    if (!want)
+        return VF_ENOMEM;
+    memcpy(want, s->episodes, s->num_episodes * sizeof *want);
+    qsort(want, s->num_episodes, sizeof *want, cmp_i64);
+    int r = 0;
+    for (size_t i = 1; i < s->num_episodes; i++)
+        if (want[i] == want[i - 1]) {
+            r = vf_error(VF_EINVAL, "%s: episode %lld is selected twice", d->root, (long long)want[i]);
+            break;
+        }
+    d->selected = vf_ds_alloc(d, s->num_episodes, sizeof *d->selected);
+    if (!d->selected && r == 0)
+        r = VF_ENOMEM;
+    for (size_t i = 0; i < s->num_episodes && r == 0; i++) {
+        long pos = find_all(d, want[i]);
+        if (pos < 0) {
+            r = vf_error(VF_ENOENT, "%s: episode %lld is not in the dataset (%zu episodes, indices %lld..%lld)",
+                         d->root, (long long)want[i], d->num_all_episodes,
+                         d->num_all_episodes ? (long long)d->episodes[0].pub.episode_index : 0LL,
+                         d->num_all_episodes ? (long long)d->episodes[d->num_all_episodes - 1].pub.episode_index
+                                             : -1LL);
+            break;
+        }
+        d->selected[i] = (size_t)pos;
+    }
+    free(want);
+    if (r == 0)
+        d->num_selected = s->num_episodes;
+    return r;
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+    const vf_ds_file *x = a, *y = b;
+    if (x->chunk_index != y->chunk_index)
+        return x->chunk_index < y->chunk_index ? -1 : 1;
+    return (x->file_index > y->file_index) - (x->file_index < y->file_index);
+}
+
+/* Index of (chunk, file) in a sorted, unique list; -1 if absent. */
+static long find_file(const vf_ds_file *files, size_t n, int64_t chunk, int64_t file)
+{
+    size_t lo = 0, hi = n;
+    vf_ds_file key = {.chunk_index = chunk, .file_index = file};
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = cmp_file(&files[mid], &key);
+        if (c == 0)
+            return (long)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+/* Collects the distinct (chunk, file) pairs of the selected episodes into
+ * a sorted list with formatted paths. camera < 0: data files. */
+static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_count)
+{
+    vf_ds_file *tmp = vf_malloc_array(d->num_selected ? d->num_selected : 1, sizeof *tmp);
+    if (!tmp)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < d->num_selected; i++) {
+        const vf_ds_episode *e = &d->episodes[d->selected[i]];
+        memset(&tmp[i], 0, sizeof tmp[i]);
+        tmp[i].chunk_index = camera < 0 ? e->data_chunk : e->video[camera].chunk_index;
+        tmp[i].file_index = camera < 0 ? e->data_file : e->video[camera].file_index;
+    }
+    qsort(tmp, d->num_selected, sizeof *tmp, cmp_file);
+    size_t n = 0;
+    for (size_t i = 0; i < d->num_selected; i++)
+        if (n == 0 || cmp_file(&tmp[n - 1], &tmp[i]) != 0)
+            tmp[n++] = tmp[i];
+    vf_ds_file *files = vf_ds_alloc(d, n, sizeof *files);
+    int r = files ? 0 : VF_ENOMEM;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        files[i] = tmp[i];
+        files[i].exists = -1;
+        /* v2.x stores (episode_chunk, episode_index) as (chunk, file),
+         * so both spellings of the placeholders resolve the same way. */
+        vf_ds_template_vars vars = {
+            .chunk_index = files[i].chunk_index,
+            .file_index = files[i].file_index,
+            .episode_chunk = files[i].chunk_index,
+            .episode_index = files[i].file_index,
+            .video_key = camera >= 0 ? d->cameras[camera].pub.key : NULL,
+        };
+        char *rel;
+        r = vf_ds_format_template(camera < 0 ? d->data_path : d->video_path, &vars, &rel);
+        if (r < 0) {
+            r = vf_error_context(r, "%s/meta/info.json: %s", d->root, camera < 0 ? "data_path" : "video_path");
+            break;
+        }
+        files[i].rel = vf_ds_strdup(d, rel);
+        free(rel);
+        files[i].path = files[i].rel ? vf_ds_abs(d, files[i].rel) : NULL;
+        if (!files[i].rel || !files[i].path)
+            r = VF_ENOMEM;
+    }
+    free(tmp);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < d->num_selected; i++) {
+        vf_ds_episode *e = &d->episodes[d->selected[i]];
+        long id = camera < 0 ? find_file(files, n, e->data_chunk, e->data_file)
+                             : find_file(files, n, e->video[camera].chunk_index, e->video[camera].file_index);
+        if (camera < 0)
+            e->data_file_id = (int)id;
+        else
+            e->video[camera].file = (int)id;
+        files[id].num_episodes++;
+    }
+    /* Each file's selected episodes (positions, ascending). */
+    for (size_t i = 0; i < n; i++) {
+        files[i].episodes = vf_ds_alloc(d, files[i].num_episodes, sizeof *files[i].episodes);
+        if (!files[i].episodes)
+            return VF_ENOMEM;
+        files[i].num_episodes = 0;
+    }
+    for (size_t i = 0; i < d->num_selected; i++) {
+        const vf_ds_episode *e = &d->episodes[d->selected[i]];
+        vf_ds_file *f = &files[camera < 0 ? e->data_file_id : e->video[camera].file];
+        f->episodes[f->num_episodes++] = i;
+    }
+    /* Data files: rows the file must hold = lengths of ALL its episodes. */
+    for (size_t i = 0; camera < 0 && i < d->num_all_episodes; i++) {
+        const vf_ds_episode *e = &d->episodes[i];
+        long id = find_file(files, n, e->data_chunk, e->data_file);
+        if (id >= 0 && e->pub.length > 0 && files[id].expected_rows <= INT64_MAX - e->pub.length)
+            files[id].expected_rows += e->pub.length;
+    }
+    *out = files;
+    *out_count = n;
+    return 0;
+}
+
+/* Orders episode positions by (data chunk, data file, from_index). */
+static int cmp_by_data_file(const void *a, const void *b, void *ctx)
+{
+    const vf_dataset *d = ctx;
+    const vf_ds_episode *x = &d->episodes[*(const size_t *)a], *y = &d->episodes[*(const size_t *)b];
+    if (x->data_chunk != y->data_chunk)
+        return x->data_chunk < y->data_chunk ? -1 : 1;
+    if (x->data_file != y->data_file)
+        return x->data_file < y->data_file ? -1 : 1;
+    return (x->pub.from_index > y->pub.from_index) - (x->pub.from_index < y->pub.from_index);
+}
+
+/* row_offset = from_index - min from_index of the episodes sharing the
+ * data file, over ALL episodes (a subset must not shift the rows). */
+static int compute_row_offsets(vf_dataset *d)
+{
+    size_t n = d->num_all_episodes;
+    if (n == 0)
+        return 0;
+    size_t *order = vf_malloc_array(n, sizeof *order);
+    if (!order)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof *order, cmp_by_data_file, d);
+    size_t start = 0;
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n) {
+            const vf_ds_episode *a = &d->episodes[order[start]], *b = &d->episodes[order[i]];
+            if (a->data_chunk == b->data_chunk && a->data_file == b->data_file)
+                continue;
+        }
+        int64_t base = d->episodes[order[start]].pub.from_index;
+        for (size_t k = start; k < i; k++)
+            d->episodes[order[k]].row_offset = d->episodes[order[k]].pub.from_index - base;
+        start = i;
+    }
+    free(order);
+    return 0;
+}
+
+/* FNV-1a over the identity of the dataset. */
+static void fp_bytes(uint64_t *h, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        *h ^= p[i];
+        *h *= 1099511628211ULL;
+    }
+}
+static void fp_i64(uint64_t *h, int64_t v) { fp_bytes(h, &v, sizeof v); }
+static void fp_str(uint64_t *h, const char *s) { fp_bytes(h, s ? s : "", (s ? strlen(s) : 0) + 1); }
+
+static uint64_t compute_fingerprint(const vf_dataset *d)
+{
+    uint64_t h = 1469598103934665603ULL;
+    fp_str(&h, d->version);
+    fp_bytes(&h, &d->fps, sizeof d->fps);
+    for (size_t i = 0; i < d->num_features; i++) {
+        fp_str(&h, d->features[i].name);
+        fp_str(&h, d->features[i].dtype);
+        for (int k = 0; k < d->features[i].ndim; k++)
+            fp_i64(&h, d->features[i].shape[k]);
+    }
+    for (size_t i = 0; i < d->num_all_episodes; i++) {
+        const vf_ds_episode *e = &d->episodes[i];
+        fp_i64(&h, e->pub.episode_index);
+        fp_i64(&h, e->pub.length);
+        fp_i64(&h, e->pub.from_index);
+        fp_i64(&h, e->data_chunk);
+        fp_i64(&h, e->data_file);
+        for (size_t c = 0; c < d->num_cameras; c++) {
+            fp_i64(&h, e->video[c].chunk_index);
+            fp_i64(&h, e->video[c].file_index);
+            fp_bytes(&h, &e->video[c].from_timestamp, sizeof(double));
+        }
+    }
+    for (size_t i = 0; i < d->num_tasks; i++)
+        fp_str(&h, d->tasks[i]);
+    return h;
+}
+
+int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const vf_dataset_settings *settings)
+{
+    *out = NULL;
+    vf_dataset_settings defaults;
+    if (!settings) {
+        vf_dataset_defaults(&defaults);
+        settings = &defaults;
+    }
+    if (!root || !*root)
+        return vf_error(VF_EINVAL, "dataset root is empty");
+    if (settings->num_episodes && !settings->episodes)
+        return vf_error(VF_EINVAL, "settings.num_episodes is %zu but settings.episodes is NULL", settings->num_episodes);
+    vf_dataset *d = vf_calloc(1, sizeof *d);
+    if (!d)
+        return VF_ENOMEM;
+    d->root = vf_ds_strdup(d, root);
+    if (!d->root) {
+        vf_dataset_close(d);
+        return VF_ENOMEM;
+    }
+    d->fs = *fs;
+
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int r = d->fs.read_all(d->fs.ctx, "meta/info.json", &text, &len);
+    if (r == VF_ENOENT)
+        r = vf_error(VF_ENOENT, "%s: not a LeRobot dataset: meta/info.json not found", root);
+    if (r == 0) {
+        r = vf_ds_load_info(d, (const char *)text, len);
+        free(text);
+    }
+    if (r == 0)
+        r = d->major == 3 ? vf_ds_load_v3(d) : vf_ds_load_v2(d);
+    if (r == 0)
+        r = compute_row_offsets(d);
+    if (r == 0)
+        r = build_selection(d, settings);
+    if (r == 0)
+        r = build_files(d, -1, &d->data_files, &d->num_data_files);
+    for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
+        r = build_files(d, (int)c, &d->cameras[c].files, &d->cameras[c].num_files);
+        d->cameras[c].pub.num_files = d->cameras[c].num_files;
+    }
+    if (r == 0)
+        r = vf_ds_validate(d, settings);
+    if (r < 0) {
+        vf_dataset_close(d);
+        return r;
+    }
+    d->fingerprint = compute_fingerprint(d);
+    *out = d;
+    return 0;
+}
+
+int vf_dataset_open(vf_dataset **out, const char *root, const vf_dataset_settings *settings)
+{
+    if (out)
+        *out = NULL;
+    if (!out || !root)
+        return vf_error(VF_EINVAL, "vf_dataset_open: out and root are required");
+    if (!vf_dir_exists(root))
+        return vf_error(VF_ENOENT, "%s: no such directory", root);
+    vf_ds_fs fs;
+    vf_ds_fs_local(&fs, root);
+    int r = vf_ds_open_fs(out, root, &fs, settings);
+    if (r == 0) {
+        /* The hooks must not borrow the caller's string past open. */
+        (*out)->fs.ctx = (void *)(*out)->root;
+        (*out)->local_fs = 1;
+    }
+    return r;
+}
+
+void vf_dataset_close(vf_dataset *d)
+{
+    if (!d)
+        return;
+    vf_ds_arena_block *b = d->arena;
+    while (b) {
+        vf_ds_arena_block *next = b->next;
+        free(b);
+        b = next;
+    }
+    free(d->problems);
+    free(d->missing);
+    free(d->episodes);
+    free(d);
+}
+
+/* ---- accessors ------------------------------------------------------------ */
+
+const char *vf_dataset_root(const vf_dataset *d) { return d->root; }
+const char *vf_dataset_format_version(const vf_dataset *d) { return d->version; }
+const char *vf_dataset_robot_type(const vf_dataset *d) { return d->robot_type; }
+double vf_dataset_fps(const vf_dataset *d) { return d->fps; }
+int64_t vf_dataset_total_episodes(const vf_dataset *d) { return d->total_episodes; }
+int64_t vf_dataset_total_frames(const vf_dataset *d) { return d->total_frames; }
+int64_t vf_dataset_total_tasks(const vf_dataset *d) { return d->total_tasks; }
+uint64_t vf_dataset_fingerprint(const vf_dataset *d) { return d->fingerprint; }
+
+size_t vf_dataset_num_features(const vf_dataset *d) { return d->num_features; }
+const vf_feature *vf_dataset_feature(const vf_dataset *d, size_t i)
+{
+    return i < d->num_features ? &d->features[i] : NULL;
+}
+const vf_feature *vf_dataset_find_feature(const vf_dataset *d, const char *name)
+{
+    for (size_t i = 0; i < d->num_features; i++)
+        if (!strcmp(d->features[i].name, name))
+            return &d->features[i];
+    return NULL;
+}
+
+size_t vf_dataset_num_cameras(const vf_dataset *d) { return d->num_cameras; }
+const vf_camera *vf_dataset_camera(const vf_dataset *d, size_t i)
+{
+    return i < d->num_cameras ? &d->cameras[i].pub : NULL;
+}
+
+size_t vf_dataset_num_tasks(const vf_dataset *d) { return d->num_tasks; }
+const char *vf_dataset_task(const vf_dataset *d, size_t task_index)
+{
+    return task_index < d->num_tasks ? d->tasks[task_index] : NULL;
+}
+
+size_t vf_dataset_num_stats(const vf_dataset *d) { return d->num_stats; }
+const vf_stat *vf_dataset_stat(const vf_dataset *d, size_t i) { return i < d->num_stats ? &d->stats[i] : NULL; }
+const vf_stat *vf_dataset_find_stat(const vf_dataset *d, const char *feature, const char *name)
+{
+    for (size_t i = 0; i < d->num_stats; i++)
+        if (!strcmp(d->stats[i].feature, feature) && !strcmp(d->stats[i].name, name))
+            return &d->stats[i];
+    return NULL;
+}
+
+size_t vf_dataset_num_episodes(const vf_dataset *d) { return d->num_selected; }
+const vf_episode *vf_dataset_episode(const vf_dataset *d, size_t pos)
+{
+    return pos < d->num_selected ? &d->episodes[d->selected[pos]].pub : NULL;
+}
+
+int vf_dataset_find_episode(const vf_dataset *d, int64_t episode_index, size_t *pos)
+{
+    size_t lo = 0, hi = d->num_selected;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int64_t e = d->episodes[d->selected[mid]].pub.episode_index;
+        if (e == episode_index) {
+            /* Duplicated indices (a reported problem): the first one. */
+            while (mid > 0 && d->episodes[d->selected[mid - 1]].pub.episode_index == episode_index)
+                mid--;
+            *pos = mid;
+            return 0;
+        }
+        if (e < episode_index)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return vf_error(VF_ENOENT, "%s: episode %lld is not among the %zu selected episodes", d->root,
+                    (long long)episode_index, d->num_selected);
+}
+
+int vf_dataset_episode_data(const vf_dataset *d, size_t pos, vf_data_span *out)
+{
+    if (pos >= d->num_selected)
+        return vf_error(VF_ERANGE, "%s: episode position %zu out of range (%zu selected)", d->root, pos,
+                        d->num_selected);
+    const vf_ds_episode *e = &d->episodes[d->selected[pos]];
+    out->file = (size_t)e->data_file_id;
+    out->path = d->data_files[e->data_file_id].path;
+    out->row_offset = e->row_offset;
+    out->length = e->pub.length;
+    return 0;
+}
+
+int vf_dataset_episode_video(const vf_dataset *d, size_t pos, size_t camera, vf_video_span *out)
+{
+    if (pos >= d->num_selected)
+        return vf_error(VF_ERANGE, "%s: episode position %zu out of range (%zu selected)", d->root, pos,
+                        d->num_selected);
+    if (camera >= d->num_cameras)
+        return vf_error(VF_ERANGE, "%s: camera %zu out of range (%zu cameras)", d->root, camera, d->num_cameras);
+    const vf_ds_episode *e = &d->episodes[d->selected[pos]];
+    const vf_ds_video_loc *v = &e->video[camera];
+    out->file = (size_t)v->file;
+    out->path = d->cameras[camera].files[v->file].path;
+    out->from_timestamp = v->from_timestamp;
+    out->to_timestamp = v->to_timestamp;
+    out->length = e->pub.length;
+    double fps = d->cameras[camera].pub.fps > 0 ? d->cameras[camera].pub.fps : d->fps;
+    double guess = v->from_timestamp * fps + 0.5;
+    out->first_frame_guess = guess > 0 && guess < 9e18 ? (int64_t)guess : 0;
+    return 0;
+}
+
+size_t vf_dataset_num_data_files(const vf_dataset *d) { return d->num_data_files; }
+const char *vf_dataset_data_file(const vf_dataset *d, size_t i)
+{
+    return i < d->num_data_files ? d->data_files[i].path : NULL;
+}
+size_t vf_dataset_num_video_files(const vf_dataset *d, size_t camera)
+{
+    return camera < d->num_cameras ? d->cameras[camera].num_files : 0;
+}
+const char *vf_dataset_video_file(const vf_dataset *d, size_t camera, size_t i)
+{
+    if (camera >= d->num_cameras || i >= d->cameras[camera].num_files)
+        return NULL;
+    return d->cameras[camera].files[i].path;
+}
+
+size_t vf_dataset_num_problems(const vf_dataset *d) { return d->num_problems; }
+const vf_problem *vf_dataset_problem(const vf_dataset *d, size_t i)
+{
+    return i < d->num_problems ? &d->problems[i] : NULL;
+}
+size_t vf_dataset_num_errors(const vf_dataset *d) { return d->num_errors; }
+size_t vf_dataset_num_missing_files(const vf_dataset *d) { return d->num_missing; }
+const char *vf_dataset_missing_file(const vf_dataset *d, size_t i)
+{
+    return i < d->num_missing ? d->missing[i] : NULL;
+}

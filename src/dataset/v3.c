@@ -1,0 +1,493 @@
+/*
+ * v3.c: the LeRobot v3.0 backend: meta/episodes/chunk-N/file-M.parquet,
+ * meta/tasks.parquet and meta/stats.json (lerobot-format.md §1, §3-§5).
+ *
+ * Invariants and choices:
+ *  - Episodes files are found by listing meta/episodes/ and sorted by the
+ *    NUMBERS in chunk-N/file-M (LeRobot's lexicographic glob breaks at
+ *    chunk-1000); their rows are concatenated in that order.
+ *  - Columns are found by name, and only the needed ones are read
+ *    (projection): the stats/<feature>/<stat> columns are never decoded. Extra columns
+ *    (pandas __index_level_0__, meta/episodes/chunk_index ...) are ignored.
+ *  - Integer columns may be any Parquet integer width; timestamps FLOAT or
+ *    DOUBLE. A null in a needed column is fatal (the row cannot be used).
+ *  - tasks.parquet: the task string column is `task`, else
+ *    `__index_level_0__`, else the single string column named in the pandas
+ *    metadata's index_columns. Row position is the task_index (verified).
+ */
+#include "dataset/dataset.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_EPISODE_FILES 100000
+
+/* ---- discovery ------------------------------------------------------------ */
+
+/* Parses "<prefix><digits><suffix>" exactly; -1 if it does not match. */
+static int64_t parse_numbered(const char *name, const char *prefix, const char *suffix)
+{
+    size_t lp = strlen(prefix), ls = strlen(suffix), ln = strlen(name);
+    if (ln <= lp + ls || strncmp(name, prefix, lp) || strcmp(name + ln - ls, suffix))
+        return -1;
+    int64_t v = 0;
+    for (size_t i = lp; i < ln - ls; i++) {
+        if (name[i] < '0' || name[i] > '9' || i - lp >= 15)
+            return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+typedef struct episodes_file {
+    int64_t chunk, file;
+    char *rel;
+} episodes_file;
+
+static int cmp_episodes_file(const void *a, const void *b)
+{
+    const episodes_file *x = a, *y = b;
+    if (x->chunk != y->chunk)
+        return x->chunk < y->chunk ? -1 : 1;
+    return (x->file > y->file) - (x->file < y->file);
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int list_episodes_files(vf_dataset *d, episodes_file **out, size_t *out_count)
+{
+    *out = NULL;
+    *out_count = 0;
+    char **chunks;
+    size_t nchunks;
+    int r = d->fs.list_dir(d->fs.ctx, "meta/episodes", &chunks, &nchunks);
+    if (r == VF_ENOENT)
+        return vf_error(VF_ENOENT, "%s/meta/episodes: missing (required for v3.0 datasets)", d->root);
+    if (r < 0)
+        return r;
+    episodes_file *files = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t c = 0; c < nchunks && r == 0; c++) {
+        int64_t chunk = parse_numbered(chunks[c], "chunk-", "");
+        if (chunk < 0)
+            continue;
+        char *dir = vf_asprintf("meta/episodes/%s", chunks[c]);
+        char **names = NULL;
+        size_t nnames = 0;
+        r = dir ? d->fs.list_dir(d->fs.ctx, dir, &names, &nnames) : VF_ENOMEM;
+        if (r == VF_ENOENT) /* a file named chunk-N: not a directory */
+            r = 0;
+        for (size_t i = 0; i < nnames && r == 0; i++) {
+            int64_t file = parse_numbered(names[i], "file-", ".parquet");
+            if (file < 0)
+                continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 8;
+                if (cap > MAX_EPISODE_FILES) {
+                    r = vf_error(VF_ECORRUPT, "%s/meta/episodes: more than %d files", d->root, MAX_EPISODE_FILES);
+                    break;
+                }
+                episodes_file *grown = vf_realloc(files, cap * sizeof *grown);
+                if (!grown) {
+                    r = VF_ENOMEM;
+                    break;
+                }
+                files = grown;
+            }
+            files[n].chunk = chunk;
+            files[n].file = file;
+            files[n].rel = vf_asprintf("%s/%s", dir, names[i]);
+            if (!files[n].rel)
+                r = VF_ENOMEM;
+            else
+                n++;
+        }
+        free_names(names, nnames);
+        free(dir);
+    }
+    free_names(chunks, nchunks);
+    if (r == 0 && n == 0)
+        r = vf_error(VF_ENOENT, "%s/meta/episodes: no chunk-*/file-*.parquet files", d->root);
+    if (r < 0) {
+        for (size_t i = 0; i < n; i++)
+            free(files[i].rel);
+        free(files);
+        return r;
+    }
+    qsort(files, n, sizeof *files, cmp_episodes_file);
+    *out = files;
+    *out_count = n;
+    return 0;
+}
+
+/* ---- column conversion ------------------------------------------------- */
+
+/* Reads a whole integer column as int64. Absent: VF_ENOENT (message set
+ * only when required). */
+static int read_i64_column(vf_pq_file *f, const char *file, const char *name, int required, int64_t **out, int64_t *len)
+{
+    *out = NULL;
+    int idx = vf_pq_field_index(f, name);
+    if (idx < 0)
+        return required ? vf_error(VF_ENOENT, "%s: missing column '%s'", file, name) : VF_ENOENT;
+    vf_pq_array a;
+    memset(&a, 0, sizeof a);
+    int r = vf_pq_read_field_all(f, idx, &a);
+    if (r < 0)
+        return vf_error_context(r, "%s: column '%s'", file, name);
+    int64_t *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
+    if (!vals) {
+        vf_pq_array_free(&a);
+        return VF_ENOMEM;
+    }
+    for (int64_t i = 0; i < a.length && r == 0; i++) {
+        if (a.valid && !a.valid[i]) {
+            r = vf_error(VF_ECORRUPT, "%s: column '%s': null in row %lld", file, name, (long long)i);
+            break;
+        }
+        switch (a.type) {
+        case VF_PQ_T_INT8: vals[i] = ((const int8_t *)a.values)[i]; break;
+        case VF_PQ_T_INT16: vals[i] = ((const int16_t *)a.values)[i]; break;
+        case VF_PQ_T_INT32: vals[i] = ((const int32_t *)a.values)[i]; break;
+        case VF_PQ_T_INT64: vals[i] = ((const int64_t *)a.values)[i]; break;
+        case VF_PQ_T_UINT8: vals[i] = ((const uint8_t *)a.values)[i]; break;
+        case VF_PQ_T_UINT16: vals[i] = ((const uint16_t *)a.values)[i]; break;
+        case VF_PQ_T_UINT32: vals[i] = ((const uint32_t *)a.values)[i]; break;
+        case VF_PQ_T_UINT64: vals[i] = (int64_t)((const uint64_t *)a.values)[i]; break;
+        default:
+            r = vf_error(VF_ECORRUPT, "%s: column '%s': expected integers, found %s", file, name,
+                         vf_pq_type_name(a.type));
+        }
+    }
+    *len = a.length;
+    vf_pq_array_free(&a);
+    if (r < 0) {
+        free(vals);
+        return r;
+    }
+    *out = vals;
+    return 0;
+}
+
+static int read_f64_column(vf_pq_file *f, const char *file, const char *name, double **out, int64_t *len)
+{
+    *out = NULL;
+    int idx = vf_pq_field_index(f, name);
+    if (idx < 0)
+        return vf_error(VF_ENOENT, "%s: missing column '%s'", file, name);
+    vf_pq_array a;
+    memset(&a, 0, sizeof a);
+    int r = vf_pq_read_field_all(f, idx, &a);
+    if (r < 0)
+        return vf_error_context(r, "%s: column '%s'", file, name);
+    double *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
+    if (!vals) {
+        vf_pq_array_free(&a);
+        return VF_ENOMEM;
+    }
+    for (int64_t i = 0; i < a.length && r == 0; i++) {
+        if (a.valid && !a.valid[i])
+            r = vf_error(VF_ECORRUPT, "%s: column '%s': null in row %lld", file, name, (long long)i);
+        else if (a.type == VF_PQ_T_DOUBLE)
+            vals[i] = ((const double *)a.values)[i];
+        else if (a.type == VF_PQ_T_FLOAT)
+            vals[i] = ((const float *)a.values)[i];
+        else
+            r = vf_error(VF_ECORRUPT, "%s: column '%s': expected floating point, found %s", file, name,
+                         vf_pq_type_name(a.type));
+    }
+    *len = a.length;
+    vf_pq_array_free(&a);
+    if (r < 0) {
+        free(vals);
+        return r;
+    }
+    *out = vals;
+    return 0;
+}
+
+/* String view of element i of a STRING/BINARY array; 0 if null. */
+static int string_at(const vf_pq_array *a, int64_t i, const char **s, size_t *n)
+{
+    if (i < 0 || i >= a->length || (a->valid && !a->valid[i]))
+        return 0;
+    int64_t lo = a->offsets[i], hi = a->offsets[i + 1];
+    if (lo < 0 || hi < lo || hi > a->data_len)
+        return 0;
+    *s = (const char *)a->data + lo;
+    *n = (size_t)(hi - lo);
+    return 1;
+}
+
+/* The per-episode `tasks` list column (LIST<STRING>) into the episodes
+ * [first, first+rows). Absent column: no tasks. */
+static int read_tasks_column(vf_dataset *d, vf_pq_file *f, const char *file, size_t first, int64_t rows)
+{
+    int idx = vf_pq_field_index(f, "tasks");
+    if (idx < 0)
+        return 0;
+    vf_pq_array a;
+    memset(&a, 0, sizeof a);
+    int r = vf_pq_read_field_all(f, idx, &a);
+    if (r < 0)
+        return vf_error_context(r, "%s: column 'tasks'", file);
+    if (a.type != VF_PQ_T_LIST || a.num_children != 1 ||
+        (a.children[0].type != VF_PQ_T_STRING && a.children[0].type != VF_PQ_T_BINARY) || a.length != rows) {
+        r = vf_error(VF_ECORRUPT, "%s: column 'tasks': expected %lld lists of strings", file, (long long)rows);
+        vf_pq_array_free(&a);
+        return r;
+    }
+    const vf_pq_array *items = &a.children[0];
+    for (int64_t i = 0; i < rows && r == 0; i++) {
+        vf_ds_episode *e = &d->episodes[first + (size_t)i];
+        if (a.valid && !a.valid[i])
+            continue;
+        int64_t lo = a.offsets[i], hi = a.offsets[i + 1];
+        if (lo < 0 || hi < lo || hi > items->length) {
+            r = vf_error(VF_ECORRUPT, "%s: column 'tasks': bad list offsets in row %lld", file, (long long)i);
+            break;
+        }
+        const char **tasks = vf_ds_alloc(d, (size_t)(hi - lo), sizeof *tasks);
+        if (!tasks) {
+            r = VF_ENOMEM;
+            break;
+        }
+        size_t n = 0;
+        for (int64_t k = lo; k < hi; k++) {
+            const char *s;
+            size_t len;
+            if (!string_at(items, k, &s, &len))
+                continue;
+            if (!(tasks[n++] = vf_ds_strndup(d, s, len))) {
+                r = VF_ENOMEM;
+                break;
+            }
+        }
+        e->pub.tasks = tasks;
+        e->pub.num_tasks = n;
+    }
+    vf_pq_array_free(&a);
+    return r;
+}
+
+/* ---- episodes ------------------------------------------------------------ */
+
+static int load_episodes_file(vf_dataset *d, const char *rel)
+{
+    const char *file = vf_ds_abs(d, rel);
+    if (!file)
+        return VF_ENOMEM;
+    vf_pq_file *f;
+    int r = vf_ds_open_parquet(d, rel, &f);
+    if (r < 0)
+        return r;
+    int64_t rows = vf_pq_num_rows(f);
+    enum { EP, LEN, DCHUNK, DFILE, FROM, TO, NFIXED };
+    static const char *const fixed[NFIXED] = {"episode_index", "length", "data/chunk_index", "data/file_index",
+                                              "dataset_from_index", "dataset_to_index"};
+    int64_t *cols[NFIXED] = {0};
+    size_t nc = d->num_cameras;
+    int64_t **vchunk = vf_calloc(nc ? nc : 1, sizeof *vchunk);
+    int64_t **vfile = vf_calloc(nc ? nc : 1, sizeof *vfile);
+    double **vfrom = vf_calloc(nc ? nc : 1, sizeof *vfrom);
+    double **vto = vf_calloc(nc ? nc : 1, sizeof *vto);
+    if (!vchunk || !vfile || !vfrom || !vto)
+        r = VF_ENOMEM;
+    for (int c = 0; c < NFIXED && r == 0; c++) {
+        int64_t len = 0;
+        r = read_i64_column(f, file, fixed[c], 1, &cols[c], &len);
+        if (r == 0 && len != rows)
+            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, fixed[c],
+                         (long long)len, (long long)rows);
+    }
+    for (size_t c = 0; c < nc && r == 0; c++) {
+        const char *key = d->cameras[c].pub.key;
+        char name[4][1024];
+        snprintf(name[0], sizeof name[0], "videos/%s/chunk_index", key);
+        snprintf(name[1], sizeof name[1], "videos/%s/file_index", key);
+        snprintf(name[2], sizeof name[2], "videos/%s/from_timestamp", key);
+        snprintf(name[3], sizeof name[3], "videos/%s/to_timestamp", key);
+        int64_t l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+        if ((r = read_i64_column(f, file, name[0], 1, &vchunk[c], &l0)) == 0 &&
+            (r = read_i64_column(f, file, name[1], 1, &vfile[c], &l1)) == 0 &&
+            (r = read_f64_column(f, file, name[2], &vfrom[c], &l2)) == 0 &&
+            (r = read_f64_column(f, file, name[3], &vto[c], &l3)) == 0 &&
+            (l0 != rows || l1 != rows || l2 != rows || l3 != rows))
+            r = vf_error(VF_ECORRUPT, "%s: columns videos/%s/* do not have %lld rows", file, key, (long long)rows);
+    }
+    size_t first = d->num_all_episodes;
+    for (int64_t i = 0; i < rows && r == 0; i++) {
+        vf_ds_episode *e = vf_ds_add_episode(d);
+        if (!e) {
+            r = VF_ENOMEM;
+            break;
+        }
+        e->pub.episode_index = cols[EP][i];
+        e->pub.length = cols[LEN][i];
+        e->pub.from_index = cols[FROM][i];
+        e->pub.to_index = cols[TO][i];
+        e->data_chunk = cols[DCHUNK][i];
+        e->data_file = cols[DFILE][i];
+        for (size_t c = 0; c < nc; c++) {
+            e->video[c].chunk_index = vchunk[c][i];
+            e->video[c].file_index = vfile[c][i];
+            e->video[c].from_timestamp = vfrom[c][i];
+            e->video[c].to_timestamp = vto[c][i];
+        }
+    }
+    if (r == 0)
+        r = read_tasks_column(d, f, file, first, rows);
+    for (int c = 0; c < NFIXED; c++)
+        free(cols[c]);
+    for (size_t c = 0; c < nc && vchunk && vfile && vfrom && vto; c++) {
+        free(vchunk[c]);
+        free(vfile[c]);
+        free(vfrom[c]);
+        free(vto[c]);
+    }
+    free(vchunk);
+    free(vfile);
+    free(vfrom);
+    free(vto);
+    vf_pq_close(f);
+    return r;
+}
+
+/* ---- tasks ----------------------------------------------------------------- */
+
+/* The pandas metadata's single index column name, if it is a string. */
+static char *pandas_index_column(const vf_pq_file *f)
+{
+    const char *meta = vf_pq_kv(f, "pandas");
+    if (!meta)
+        return NULL;
+    json_error_t err;
+    json_t *root = json_loads(meta, 0, &err);
+    char *name = NULL;
+    json_t *cols = vf_json_member(root, "index_columns");
+    if (json_is_array(cols) && json_array_size(cols) == 1 && json_is_string(json_array_get(cols, 0)))
+        name = vf_strdup(json_string_value(json_array_get(cols, 0)));
+    json_decref(root);
+    return name;
+}
+
+static int load_tasks(vf_dataset *d)
+{
+    const char *rel = "meta/tasks.parquet";
+    const char *file = vf_ds_abs(d, rel);
+    if (!file)
+        return VF_ENOMEM;
+    vf_pq_file *f;
+    int r = vf_ds_open_parquet(d, rel, &f);
+    if (r == VF_ENOENT && d->total_tasks == 0)
+        return 0; /* LeRobot does not load tasks when there are none */
+    if (r < 0)
+        return r;
+    int idx = vf_pq_field_index(f, "task");
+    const char *used = "task";
+    if (idx < 0) {
+        idx = vf_pq_field_index(f, "__index_level_0__");
+        used = "__index_level_0__";
+    }
+    char *pandas_name = NULL;
+    if (idx < 0 && (pandas_name = pandas_index_column(f)) != NULL) {
+        idx = vf_pq_field_index(f, pandas_name);
+        used = pandas_name;
+    }
+    if (idx < 0) {
+        r = vf_error(VF_ECORRUPT, "%s: no task string column ('task', '__index_level_0__' or the pandas index column)",
+                     file);
+        goto done;
+    }
+    vf_pq_array a;
+    memset(&a, 0, sizeof a);
+    if ((r = vf_pq_read_field_all(f, idx, &a)) < 0) {
+        r = vf_error_context(r, "%s: column '%s'", file, used);
+        goto done;
+    }
+    if (a.type != VF_PQ_T_STRING && a.type != VF_PQ_T_BINARY) {
+        r = vf_error(VF_ECORRUPT, "%s: column '%s': expected strings, found %s", file, used, vf_pq_type_name(a.type));
+        vf_pq_array_free(&a);
+        goto done;
+    }
+    d->tasks = vf_ds_alloc(d, (size_t)a.length, sizeof *d->tasks);
+    if (!d->tasks)
+        r = VF_ENOMEM;
+    for (int64_t i = 0; i < a.length && r == 0; i++) {
+        const char *s;
+        size_t n;
+        if (!string_at(&a, i, &s, &n)) {
+            r = vf_error(VF_ECORRUPT, "%s: column '%s': null task in row %lld", file, used, (long long)i);
+            break;
+        }
+        if (!(d->tasks[i] = vf_ds_strndup(d, s, n)))
+            r = VF_ENOMEM;
+    }
+    if (r == 0)
+        d->num_tasks = (size_t)a.length;
+    vf_pq_array_free(&a);
+    if (r < 0)
+        goto done;
+    /* Row position is the task_index LeRobot uses; verify the column. */
+    int64_t *ti = NULL, len = 0;
+    r = read_i64_column(f, file, "task_index", 0, &ti, &len);
+    if (r == VF_ENOENT) {
+        r = vf_ds_problem(d, VF_SEVERITY_WARNING, rel, -1, "task_index", "no task_index column; row position used");
+    } else if (r == 0) {
+        for (int64_t i = 0; i < len && r == 0; i++)
+            if (ti[i] != i) {
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, rel, -1, "task_index",
+                                  "row %lld holds task_index %lld; LeRobot maps task_index to row position",
+                                  (long long)i, (long long)ti[i]);
+                break;
+            }
+        free(ti);
+    }
+done:
+    free(pandas_name);
+    vf_pq_close(f);
+    return r;
+}
+
+/* ---- stats ----------------------------------------------------------------- */
+
+static int load_stats(vf_dataset *d)
+{
+    const char *rel = "meta/stats.json";
+    uint8_t *text;
+    size_t len;
+    int r = d->fs.read_all(d->fs.ctx, rel, &text, &len);
+    if (r == VF_ENOENT)
+        return 0; /* allowed: LeRobot's load_stats returns None */
+    if (r < 0)
+        return r == VF_ENOMEM ? r : vf_ds_problem(d, VF_SEVERITY_ERROR, rel, -1, "", "%s", vf_last_error());
+    r = vf_ds_load_stats_json(d, rel, (const char *)text, len);
+    free(text);
+    return r;
+}
+
+int vf_ds_load_v3(vf_dataset *d)
+{
+    episodes_file *files;
+    size_t n;
+    int r = list_episodes_files(d, &files, &n);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < n && r == 0; i++)
+        r = load_episodes_file(d, files[i].rel);
+    for (size_t i = 0; i < n; i++)
+        free(files[i].rel);
+    free(files);
+    if (r == 0 && d->num_all_episodes == 0)
+        r = vf_error(VF_ECORRUPT, "%s/meta/episodes: no episodes", d->root);
+    if (r == 0)
+        r = load_tasks(d);
+    if (r == 0)
+        r = load_stats(d);
+    return r;
+}

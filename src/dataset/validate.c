@@ -1,0 +1,218 @@
+/*
+ * validate.c: consistency checks of an opened dataset, recorded as
+ * problems (the dataset stays usable).
+ *
+ * Scope (documented in include/vlafeed/dataset.h):
+ *  - metadata checks run over ALL episodes: totals, lengths, global index
+ *    contiguity, row order, task table, per-camera video spans;
+ *  - file checks run over the SELECTED episodes' files only: existence of
+ *    data and video files (settings.check_files) and, on request
+ *    (settings.check_data_files), the data Parquet footers: row count,
+ *    columns, and the row groups each selected episode maps to.
+ */
+#include "dataset/dataset.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static const char *episodes_rel(const vf_dataset *d)
+{
+    return d->major == 3 ? "meta/episodes" : "meta/episodes.jsonl";
+}
+
+static int check_metadata(vf_dataset *d)
+{
+    const char *erel = episodes_rel(d);
+    int r = 0;
+    if ((int64_t)d->num_all_episodes != d->total_episodes)
+        r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, -1, "total_episodes",
+                          "the metadata lists %zu episodes, info.json total_episodes says %lld", d->num_all_episodes,
+                          (long long)d->total_episodes);
+    int64_t sum = 0;
+    for (size_t i = 0; i < d->num_all_episodes && r == 0; i++) {
+        const vf_ds_episode *e = &d->episodes[i];
+        int64_t ep = e->pub.episode_index;
+        if (e->pub.length > 0 && sum <= INT64_MAX - e->pub.length)
+            sum += e->pub.length;
+        if (ep != (int64_t)i)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, "episode_index",
+                              "row %zu holds episode %lld; LeRobot indexes episodes by row position", i,
+                              (long long)ep);
+        if (r == 0 && e->pub.length <= 0)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, "length", "episode length is %lld",
+                              (long long)e->pub.length);
+        if (r == 0 && e->pub.to_index - e->pub.from_index != e->pub.length)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, "dataset_to_index",
+                              "dataset_to_index - dataset_from_index = %lld - %lld, but length is %lld",
+                              (long long)e->pub.to_index, (long long)e->pub.from_index, (long long)e->pub.length);
+        int64_t expected = i == 0 ? 0 : d->episodes[i - 1].pub.to_index;
+        if (r == 0 && e->pub.from_index != expected)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, "dataset_from_index",
+                              "global index not contiguous: episode starts at %lld, expected %lld",
+                              (long long)e->pub.from_index, (long long)expected);
+        if (r == 0 && (e->data_chunk < 0 || e->data_file < 0))
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, "data/file_index", "negative data chunk/file index");
+        for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
+            const vf_ds_video_loc *v = &e->video[c];
+            const vf_camera *cam = &d->cameras[c].pub;
+            char column[1100];
+            snprintf(column, sizeof column, "videos/%s/to_timestamp", cam->key);
+            if (!isfinite(v->from_timestamp) || !isfinite(v->to_timestamp) || v->from_timestamp < 0 ||
+                v->to_timestamp < v->from_timestamp) {
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, column, "bad video span [%g, %g)",
+                                  v->from_timestamp, v->to_timestamp);
+                continue;
+            }
+            double frames = (v->to_timestamp - v->from_timestamp) * cam->fps;
+            if (fabs(frames - (double)e->pub.length) > 0.5)
+                r = vf_ds_problem(d, VF_SEVERITY_WARNING, erel, ep, column,
+                                  "video span (to - from) * fps = %.3f frames, episode length %lld "
+                                  "(dropped or extra frames?)",
+                                  frames, (long long)e->pub.length);
+            if (r == 0 && (v->chunk_index < 0 || v->file_index < 0))
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, column, "negative video chunk/file index");
+        }
+    }
+    if (r == 0 && sum != d->total_frames)
+        r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, -1, "total_frames",
+                          "the episode lengths sum to %lld, info.json total_frames says %lld", (long long)sum,
+                          (long long)d->total_frames);
+    /* Duplicates (the selection is sorted, but covers only the subset):
+     * check over all episodes with a sorted copy of the indices. */
+    if (r == 0 && d->num_all_episodes > 1) {
+        int64_t *idx = vf_malloc_array(d->num_all_episodes, sizeof *idx);
+        if (!idx)
+            return VF_ENOMEM;
+        for (size_t i = 0; i < d->num_all_episodes; i++)
+            idx[i] = d->episodes[i].pub.episode_index;
+        qsort(idx, d->num_all_episodes, sizeof *idx, cmp_i64);
+        for (size_t i = 1; i < d->num_all_episodes && r == 0; i++)
+            if (idx[i] == idx[i - 1] && (i < 2 || idx[i - 2] != idx[i]))
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, idx[i], "episode_index", "episode listed more than once");
+        free(idx);
+    }
+    const char *trel = d->major == 3 ? "meta/tasks.parquet" : "meta/tasks.jsonl";
+    if (r == 0 && (int64_t)d->num_tasks != d->total_tasks)
+        r = vf_ds_problem(d, VF_SEVERITY_ERROR, trel, -1, "total_tasks",
+                          "the task table has %zu tasks, info.json total_tasks says %lld", d->num_tasks,
+                          (long long)d->total_tasks);
+    /* Episode task strings must be in the task table (warn once per task). */
+    for (size_t i = 0; i < d->num_all_episodes && r == 0; i++) {
+        const vf_ds_episode *e = &d->episodes[i];
+        for (size_t t = 0; t < e->pub.num_tasks && r == 0; t++) {
+            int found = 0;
+            for (size_t k = 0; k < d->num_tasks && !found; k++)
+                found = !strcmp(d->tasks[k], e->pub.tasks[t]);
+            if (!found)
+                r = vf_ds_problem(d, VF_SEVERITY_WARNING, erel, e->pub.episode_index, "tasks",
+                                  "task \"%.200s\" is not in %s", e->pub.tasks[t], trel);
+        }
+        if (i > 1000)
+            break; /* bounded cost on huge task tables */
+    }
+    static const char *const defaults[] = {"timestamp", "frame_index", "episode_index", "index", "task_index"};
+    for (size_t i = 0; i < VF_ARRAY_LEN(defaults) && r == 0; i++)
+        if (!vf_dataset_find_feature(d, defaults[i]))
+            r = vf_ds_problem(d, VF_SEVERITY_WARNING, "meta/info.json", -1, defaults[i],
+                              "default feature '%s' is not declared", defaults[i]);
+    for (size_t c = 0; c < d->num_cameras && r == 0; c++)
+        if (fabs(d->cameras[c].pub.fps - d->fps) > 1e-6)
+            r = vf_ds_problem(d, VF_SEVERITY_WARNING, "meta/info.json", -1, d->cameras[c].pub.key,
+                              "camera fps %g differs from dataset fps %g", d->cameras[c].pub.fps, d->fps);
+    return r;
+}
+
+/* First selected episode using a file (for the problem's episode field). */
+static int64_t first_user(const vf_dataset *d, const vf_ds_file *f)
+{
+    return f->num_episodes ? d->episodes[d->selected[f->episodes[0]]].pub.episode_index : -1;
+}
+
+static int check_files(vf_dataset *d)
+{
+    int r = 0;
+    for (size_t i = 0; i < d->num_data_files && r == 0; i++) {
+        vf_ds_file *f = &d->data_files[i];
+        f->exists = d->fs.exists(d->fs.ctx, f->rel);
+        if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), "", "data file missing");
+    }
+    for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
+        vf_ds_camera *cam = &d->cameras[c];
+        for (size_t i = 0; i < cam->num_files && r == 0; i++) {
+            vf_ds_file *f = &cam->files[i];
+            f->exists = d->fs.exists(d->fs.ctx, f->rel);
+            if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), cam->pub.key,
+                                  "video file missing");
+        }
+    }
+    return r;
+}
+
+/* Opens each existing data file's footer: row count = Σ lengths of every
+ * episode stored there, declared columns present, episodes locatable. */
+static int check_data_files(vf_dataset *d)
+{
+    int r = 0;
+    for (size_t i = 0; i < d->num_data_files && r == 0; i++) {
+        vf_ds_file *df = &d->data_files[i];
+        if (df->exists == 0)
+            continue;
+        vf_pq_file *f = NULL;
+        int o = vf_ds_open_parquet(d, df->rel, &f);
+        if (o == VF_ENOMEM)
+            return o;
+        if (o < 0) {
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, df), "", "unreadable: %s",
+                              vf_last_error());
+            continue;
+        }
+        int64_t expected = df->expected_rows;
+        if (vf_pq_num_rows(f) != expected)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, df), "",
+                              "file has %lld rows, the episodes stored in it have %lld",
+                              (long long)vf_pq_num_rows(f), (long long)expected);
+        for (size_t k = 0; k < d->num_features && r == 0; k++) {
+            const vf_feature *feat = &d->features[k];
+            if (feat->kind == VF_FEATURE_VIDEO || feat->kind == VF_FEATURE_LANGUAGE)
+                continue;
+            if (vf_pq_field_index(f, feat->name) < 0)
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, first_user(d, df), feat->name,
+                                  "column declared in info.json is missing from the data file");
+        }
+        for (size_t k = 0; k < df->num_episodes && r == 0; k++) {
+            size_t pos = df->episodes[k];
+            const vf_ds_episode *e = &d->episodes[d->selected[pos]];
+            vf_ds_rg_span *spans;
+            int n;
+            int l = vf_ds_locate_row_groups(d, pos, f, &spans, &n);
+            if (l == VF_ENOMEM)
+                r = l;
+            else if (l < 0)
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, df->rel, e->pub.episode_index, "index", "%s",
+                                  vf_last_error());
+            else
+                free(spans);
+        }
+        vf_pq_close(f);
+    }
+    return r;
+}
+
+int vf_ds_validate(vf_dataset *d, const vf_dataset_settings *s)
+{
+    int r = check_metadata(d);
+    if (r == 0 && s->check_files)
+        r = check_files(d);
+    if (r == 0 && s->check_data_files)
+        r = check_data_files(d);
+    return r;
+}

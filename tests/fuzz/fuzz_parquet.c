@@ -1,0 +1,67 @@
+/*
+ * fuzz_parquet.c: libFuzzer target for the Parquet reader. Opens the
+ * input as an in-memory Parquet file, reads every field of every row
+ * group and of the whole file, touches the schema and statistics APIs,
+ * and frees everything. Decode limits are lowered so a few bytes of RLE
+ * cannot legitimately ask for gigabytes (that is a limit, not a bug).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "parquet/parquet.h"
+
+static void consume(const vf_pq_array *a, volatile uint64_t *sink)
+{
+    /* Walk the structure so out-of-bounds offsets would be caught. */
+    if (a->offsets && a->length > 0)
+        *sink += (uint64_t)a->offsets[a->length];
+    if (a->valid && a->length > 0)
+        *sink += a->valid[a->length - 1];
+    for (int i = 0; i < a->num_children; i++)
+        consume(&a->children[i], sink);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    vf_source *src;
+    if (vf_source_open_memory(&src, "fuzz.parquet", data, size, 0) < 0)
+        return 0;
+    vf_pq_file *f;
+    int r = vf_pq_open(&f, src);
+    vf_source_close(src);
+    if (r < 0)
+        return 0;
+    vf_pq_set_limits(f, (int64_t)1 << 22, (int64_t)1 << 26);
+    volatile uint64_t sink = 0;
+    for (int l = 0; l < vf_pq_num_leaves(f); l++) {
+        const vf_pq_node *leaf = vf_pq_leaf(f, l);
+        sink += (uint64_t)leaf->max_def + (uint64_t)leaf->max_rep;
+        for (int g = 0; g < vf_pq_num_row_groups(f); g++) {
+            int64_t mn, mx;
+            if (vf_pq_stats_i64(f, g, l, &mn, &mx) == 0)
+                sink += (uint64_t)(mn ^ mx);
+        }
+    }
+    for (int i = 0; i < vf_pq_num_kv(f); i++) {
+        const char *k, *v;
+        vf_pq_kv_at(f, i, &k, &v);
+        sink += (uint64_t)k[0] + (uint64_t)v[0];
+    }
+    for (int i = 0; i < vf_pq_num_fields(f); i++) {
+        vf_pq_array a;
+        for (int g = 0; g < vf_pq_num_row_groups(f); g++) {
+            if (vf_pq_read_field(f, g, i, &a) == 0)
+                consume(&a, &sink);
+            vf_pq_array_free(&a);
+        }
+        if (vf_pq_read_field_all(f, i, &a) == 0)
+            consume(&a, &sink);
+        vf_pq_array_free(&a);
+        int *groups, count;
+        if (vf_pq_select_row_groups(f, vf_pq_field(f, i)->name, 0, 100, &groups, &count) == 0)
+            free(groups);
+    }
+    vf_pq_close(f);
+    return 0;
+}
