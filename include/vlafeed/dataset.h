@@ -237,6 +237,35 @@ size_t vf_dataset_num_errors(const vf_dataset *d);
 size_t vf_dataset_num_missing_files(const vf_dataset *d);
 const char *vf_dataset_missing_file(const vf_dataset *d, size_t i);
 
+/* ---- frames and video checks -------------------------------------------- */
+
+/* Decodes frame `frame` (0-based within the episode) of episode
+ * episode_index, camera `camera` (its feature name), into a newly allocated
+ * RGB24 image (uint8 [height][width][3], free() it). The frame is located
+ * by its ordinal in the camera file (exact whatever LeRobot's timestamp
+ * drift); errors name the file, camera, episode and frame. */
+int vf_dataset_read_frame(const vf_dataset *d, int64_t episode_index, int64_t frame, const char *camera,
+                          uint8_t **rgb, int *width, int *height);
+
+typedef struct vf_decode_check_settings {
+    int decode;            /* 1 (default): decode every frame; 0: sample tables only */
+    int decode_threads;    /* threads per decoder, default 1 */
+    /* Called after each file; may be NULL. */
+    void (*progress)(void *ctx, int64_t done, int64_t total, const char *what);
+    void *progress_ctx;
+} vf_decode_check_settings;
+
+void vf_decode_check_defaults(vf_decode_check_settings *s);
+
+/* Checks every video file used by the selected episodes: frames in the file
+ * against the metadata, keyframe intervals, each episode's start drift
+ * (real pts minus from_timestamp), every frame decodable (decode = 1), and
+ * which decoders this machine has (CPU, and NVDEC when a CUDA device is
+ * present). *json is a newly allocated report (free()); *num_errors counts
+ * the errors in it. Returns < 0 only when the check cannot run at all. */
+int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings *s, char **json,
+                            size_t *num_errors);
+
 /* ---- report ------------------------------------------------------------ */
 
 /* The `vlafeed info --json` document (docs/info-json.md) as a newly

@@ -48,6 +48,10 @@ const char *vf_last_error(void);
  * level. Call before opening datasets; not thread-safe with running work. */
 void vf_set_log_level(int level);
 
+/* Writes an RGB24 image (uint8 [height][width][3]) to path as PNG (name
+ * ending in .png, encoded by FFmpeg's PNG encoder) or binary PPM (.ppm). */
+int vf_image_write(const char *path, const uint8_t *rgb, int width, int height);
+
 /* The version string of the linked library. */
 const char *vf_version(void);
 

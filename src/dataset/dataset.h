@@ -28,6 +28,7 @@
 #include "io/io.h"
 #include "json/json.h"
 #include "parquet/parquet.h"
+#include "video/video.h"
 
 /* ---- file access ------------------------------------------------------ */
 
@@ -249,5 +250,32 @@ void vf_ds_table_free(vf_ds_table *t);
 /* Value type a feature reads as (VF_DS_F32 / I64 / STRING), or -1 for
  * features that have no table column (video, image, language, unknown). */
 int vf_ds_feature_value_type(const vf_feature *f);
+
+/* ---- video locator (frames.c) ------------------------------------------- */
+
+/* One camera file's frame index and the mapping of EVERY episode stored in
+ * it (selected or not: ordinals are cumulative over all of them) to frame
+ * ordinals, as vf_video_map_episodes computes it (exact by frame counts,
+ * robust to LeRobot's concatenation drift; problems recorded, never a
+ * silently wrong frame). */
+typedef struct vf_ds_video_map {
+    size_t camera, file;             /* camera index, file id in the camera's list */
+    const char *path;                /* absolute (owned by the dataset) */
+    vf_video_index *index;           /* owned */
+    vf_video_episode *episodes;      /* owned; sorted by from_timestamp */
+    size_t num_episodes;
+    vf_video_map map;                /* owned */
+} vf_ds_video_map;
+
+/* Builds the index (reading the file's sample table, no decoding) and the
+ * mapping. Errors name the file and camera. Free with vf_ds_video_map_free. */
+int vf_ds_video_map_build(const vf_dataset *d, size_t camera, size_t file, vf_ds_video_map *out);
+void vf_ds_video_map_free(vf_ds_video_map *m);
+/* The frame ordinal of frame k of episode_index in the mapped file.
+ * VF_ENOENT if the episode is not stored there, VF_ERANGE for k outside the
+ * episode, VF_ECORRUPT if that frame is missing from the file; the message
+ * names file, camera and episode. */
+int vf_ds_video_map_ordinal(const vf_ds_video_map *m, const vf_dataset *d, int64_t episode_index, int64_t k,
+                            int64_t *ordinal);
 
 #endif

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <libavutil/opt.h>
@@ -104,6 +105,11 @@ static int temp_name(const char *path, char **out)
         return vf_error(e == ENOENT ? VF_ENOENT : VF_EIO, "%s: cannot create the output file: %s", path,
                         strerror(e));
     }
+    /* mkstemp makes 0600; a dataset file should get the usual 0666 & ~umask. */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0)
+        vf_log(VF_LOG_WARN, "%s: could not set the file mode: %s", *out, strerror(errno));
     close(fd);
     return 0;
 }

@@ -395,4 +395,17 @@ int vf_video_stamp_identity(uint8_t *rgb, int w, int h, size_t stride, int64_t e
 int vf_video_read_identity(const uint8_t *rgb, int w, int h, size_t stride, int64_t *episode, int64_t *frame,
                            int *camera);
 
+/* ======================================================================
+ * Capabilities (capabilities.c)
+ * ==================================================================== */
+
+/* Which decoders this machine has, as a JSON object:
+ * {"cpu": {"av1": "libdav1d"|null, "h264": ..., "hevc": ...},
+ *  "nvdec": {"available": bool, "reason": "...", "decoders": {...}}}
+ * Newly allocated string (free()), or NULL on ENOMEM. NVDEC is available
+ * when FFmpeg can create a CUDA device; AV1 NVDEC needs a GPU generation
+ * that has it (A100/H100/H200 do not), so av1_cuvid is listed only as
+ * "built", not promised. */
+char *vf_video_capabilities_json(void);
+
 #endif
