@@ -26,11 +26,12 @@ py=python3
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 skip() { printf '\033[33m-- skipped: %s\033[0m\n' "$*"; }
 now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 timed() { # timed LABEL CMD...: runs CMD, records how long it took
   local label=$1; shift
   local t0; t0=$(now)
   "$@"
-  timings+=("$(printf '%-44s %6.1f s' "$label" "$(echo "$(now) - $t0" | bc)")")
+  timings+=("$(printf '%-44s %6s s' "$label" "$(since "$t0")")")
 }
 timings=()
 demo_t0=$(now)
@@ -122,5 +123,5 @@ EOF
 done
 [ "$have_loader" = 1 ] || echo "(the vlafeed training run was skipped: see step 5)"
 for t in "${timings[@]}"; do echo "$t"; done
-printf '%-44s %6.1f s\n' "whole demo" "$(echo "$(now) - $demo_t0" | bc)"
+printf '%-44s %6s s\n' "whole demo" "$(since "$demo_t0")"
 echo "outputs in $out"
