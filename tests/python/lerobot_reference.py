@@ -306,6 +306,12 @@ class VideoFile:
                 out.append(self._cache[o])
         return out
 
+    def preload(self):
+        """Decodes the whole file once, in order, and keeps every frame (for
+        small test files that are read many times in random order)."""
+        self._cache_frames = max(self._cache_frames, len(self.pts))
+        self._decode(list(range(len(self.pts))))
+
     def _keyframe_before(self, o: int) -> int:
         k = bisect.bisect_right(self.keyframes, o) - 1
         if k < 0:
@@ -538,6 +544,16 @@ class ReferenceDataset:
         if v is None:
             v = self._videos[path] = VideoFile(path, self.rgb_converter)
         return v
+
+    def preload_videos(self):
+        """Decodes every camera file of the selected episodes once and keeps
+        all frames in memory (small datasets read many times in random order)."""
+        for e in self.episodes:
+            for key in self.meta.camera_keys:
+                v = self.video(self.meta.video_file(self.meta.by_index[e], key))
+                if len(v._cache) < len(v):
+                    v.preload()
+        return self
 
     def camera_map(self, key: str, path: Path) -> CameraMap:
         m = self._maps.get((key, path))
