@@ -329,3 +329,30 @@ def test_fixture_missing_video_is_an_error(g1_dir):
     with pytest.raises(FileNotFoundError, match="episode_000000.mp4"):
         ds[0]
     assert math.isclose(ds.meta.fps, 30)
+
+
+def test_item_differences_catches_every_kind_of_mismatch(av1_root):
+    """The parity suites' comparator is strict: one pixel off by 1/255, a
+    swapped key order, a dtype, a shape, a flipped pad bit or another task
+    string are each reported."""
+    ds = R.ReferenceDataset(av1_root, delta_timestamps={"action": [0, 1 / 30]})
+    want = ds[3]
+    assert R.item_differences(want, dict(want)) == []
+
+    def mutated(fn):
+        got = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in want.items()}
+        fn(got)
+        return R.item_differences(want, got)
+
+    cam = ds.meta.camera_keys[0]
+
+    def one_pixel(g):
+        g[cam][1, 7, 9] += 1 / 255
+
+    assert "pixels differ at 1/" in " ".join(mutated(one_pixel))
+    assert any("keys differ" in d for d in mutated(lambda g: g.update({"action": g.pop("action")})))
+    assert mutated(lambda g: g.update({"index": g["index"].to(torch.int32)}))
+    assert mutated(lambda g: g.update({"timestamp": g["timestamp"].reshape(1)}))
+    assert mutated(lambda g: g["action_is_pad"].logical_not_())
+    assert mutated(lambda g: g.update({"task": g["task"] + " "}))
+    assert mutated(lambda g: g.pop("observation.state"))
