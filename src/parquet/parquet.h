@@ -132,7 +132,13 @@ void vf_pq_array_free(vf_pq_array *a);
 typedef struct vf_pq_file vf_pq_file;
 
 /* Opens a Parquet file: checks both magics, decodes the footer and builds
- * the schema tree. Takes its own reference on src. */
+ * the schema tree. Takes its own reference on src. A leaf of a type the
+ * reader cannot decode (INT96, ...) has type VF_PQ_T_NULL: opening works,
+ * reading that field fails with VF_EUNSUPPORTED.
+ *
+ * After open the file is immutable: reads of any fields and row groups
+ * may run concurrently on several threads (the source is read
+ * positionally; each read keeps its own buffers). */
 int vf_pq_open(vf_pq_file **out, vf_source *src);
 /* Convenience: opens a local path. */
 int vf_pq_open_path(vf_pq_file **out, const char *path);
@@ -197,7 +203,13 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
                             int **row_groups, int *count);
 
 /* Reads one top-level field (projection) of one row group into *out,
- * assembling nested lists and structs. *out is overwritten (not freed). */
+ * assembling nested lists and structs. *out is overwritten (not freed);
+ * on failure it is left zeroed. Fixed-width payloads hold one element per
+ * slot (zero in null slots); `values`/`data` may be NULL when there is
+ * nothing to hold. Codecs: UNCOMPRESSED, SNAPPY, GZIP, ZSTD; encodings:
+ * PLAIN, dictionary, RLE (booleans), BYTE_STREAM_SPLIT; others fail with
+ * VF_EUNSUPPORTED naming them. Errors name the file, column path, row
+ * group and page. */
 int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array *out);
 /* The same over every row group, concatenated. */
 int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out);

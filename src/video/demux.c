@@ -199,6 +199,12 @@ int vf_vid_demux_open(vf_vid_demux *d, vf_source *src, const vf_vid_demux_option
         return r;
     }
 
+    if (d->io_error < 0) {
+        /* The container parser may have carried on with what it had. */
+        int r = vf_vid_av_error(d, AVERROR(EIO), "cannot read the container");
+        vf_vid_demux_close(d);
+        return r;
+    }
     int si = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
     if (si < 0) {
         int r = vf_error(VF_ECORRUPT, "%s: no video stream", d->name);
@@ -217,6 +223,8 @@ int vf_vid_demux_open(vf_vid_demux *d, vf_source *src, const vf_vid_demux_option
         if (d->stream->codecpar->codec_id == AV_CODEC_ID_AV1)
             d->fmt->video_codec = vf_vid_find_decoder(AV_CODEC_ID_AV1);
         ar = avformat_find_stream_info(d->fmt, NULL);
+        if (ar >= 0 && d->io_error < 0)
+            ar = AVERROR(EIO);
         if (ar < 0) {
             int r = vf_vid_av_error(d, ar, "cannot read stream parameters");
             vf_vid_demux_close(d);

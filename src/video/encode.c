@@ -133,7 +133,51 @@ typedef struct encoder {
     AVCodecContext *enc;
     AVPacket *pkt;
     int header_written;
+    int open;                   /* encoder opened and not yet flushed */
+    int64_t frames_sent;
 } encoder;
+
+/* Ends an encoder that is being abandoned. libsvtav1 (FFmpeg 5.1 + SVT-AV1
+ * 1.4) deadlocks in deinit unless it has seen end-of-stream, and deadlocks
+ * on end-of-stream if it never saw a frame. So feed it one blank frame when
+ * it has none, then end-of-stream, and discard what comes out (bounded). */
+static void abandon_encoder(encoder *e)
+{
+    if (!e->open)
+        return;
+    e->open = 0;
+    if (e->frames_sent == 0) {
+        AVFrame *blank = av_frame_alloc();
+        if (!blank)
+            return;
+        blank->format = e->enc->pix_fmt;
+        blank->width = e->enc->width;
+        blank->height = e->enc->height;
+        int ok = av_frame_get_buffer(blank, 0) == 0;
+        if (ok) {
+            for (int p = 0; p < 4 && blank->data[p]; p++) {
+                int rows = p == 0 ? blank->height : (blank->height + 1) / 2;
+                memset(blank->data[p], p == 0 ? 16 : 128, (size_t)blank->linesize[p] * (size_t)rows);
+            }
+            blank->pts = 0;
+            ok = avcodec_send_frame(e->enc, blank) == 0;
+        }
+        av_frame_free(&blank);
+        if (!ok)
+            return;
+    }
+    if (avcodec_send_frame(e->enc, NULL) < 0)
+        return;
+    AVPacket *pkt = av_packet_alloc();
+    if (!pkt)
+        return;
+    for (int i = 0; i < 100000; i++) {
+        if (avcodec_receive_packet(e->enc, pkt) < 0)
+            break;
+        av_packet_unref(pkt);
+    }
+    av_packet_free(&pkt);
+}
 
 static int drain_packets(encoder *e)
 {
@@ -267,6 +311,7 @@ int vf_video_write_episode(const char *path, const vf_video_encode_settings *set
         rc = vf_vid_av_error_named(path, ar, "cannot open the encoder");
         goto done;
     }
+    e.open = 1;
     if (av_dict_count(opts) > 0) {
         const AVDictionaryEntry *unused = av_dict_get(opts, "", NULL, AV_DICT_IGNORE_SUFFIX);
         vf_log(VF_LOG_WARN, "%s: encoder ignored option %s", path, unused ? unused->key : "?");
@@ -356,6 +401,8 @@ int vf_video_write_episode(const char *path, const vf_video_encode_settings *set
         }
         send->pts = i;
         ar = avcodec_send_frame(e.enc, send);
+        if (ar == 0)
+            e.frames_sent++;
         if (ar < 0) {
             rc = vf_vid_av_error_named(path, ar, "encoding failed");
             goto done;
@@ -365,6 +412,7 @@ int vf_video_write_episode(const char *path, const vf_video_encode_settings *set
             goto done;
     }
     ar = avcodec_send_frame(e.enc, NULL);
+    e.open = 0;
     if (ar < 0 && ar != AVERROR_EOF) {
         rc = vf_vid_av_error_named(path, ar, "encoder flush failed");
         goto done;
@@ -387,6 +435,7 @@ int vf_video_write_episode(const char *path, const vf_video_encode_settings *set
     wrote_file = 0;
 
 done:
+    abandon_encoder(&e);
     if (e.header_written)
         av_write_trailer(e.oc);
     if (e.oc) {

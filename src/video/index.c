@@ -15,7 +15,8 @@
  * decoded frame's pts names exactly one ordinal); at least one keyframe;
  * samples flagged "discard" by an edit list are not frames (the decoder never
  * outputs them). A sample table that points past the end of the file is a
- * truncated file and an error here, not a surprise later.
+ * truncated file and an error here, not a surprise later; so is a table
+ * with more samples than the file has bytes, or an empty sample.
  */
 #include "video/video_internal.h"
 
@@ -92,6 +93,9 @@ static int samples_from_entries(vf_vid_demux *d, sample_list *out)
     if (count <= 0)
         return 0;
     uint64_t file_size = vf_source_size(d->src);
+    if ((uint64_t)count > file_size)
+        return vf_error(VF_ECORRUPT, "%s: sample table lists %d samples in a %llu-byte file", d->name, count,
+                        (unsigned long long)file_size);
     for (int i = 0; i < count; i++) {
         const AVIndexEntry *e = avformat_index_get_entry(st, i);
         if (!e)
@@ -103,8 +107,8 @@ static int samples_from_entries(vf_vid_demux *d, sample_list *out)
                             "%s: truncated file: sample %d of %d lies at bytes %lld..%lld but the file has %llu bytes",
                             d->name, i, count, (long long)e->pos, (long long)e->pos + e->size,
                             (unsigned long long)file_size);
-        if (e->size == 0)
-            return 0; /* an empty sample: let the packet walk decide what it is */
+        if (e->size == 0) /* an empty packet would read as end-of-stream to a decoder */
+            return vf_error(VF_EUNSUPPORTED, "%s: video sample %d is empty", d->name, i);
         int r = sample_push(out, e->timestamp, e->timestamp, (e->flags & AVINDEX_KEYFRAME) != 0);
         if (r < 0)
             return r;
@@ -147,7 +151,7 @@ static int samples_from_packets(vf_vid_demux *d, sample_list *out)
             av_packet_free(&pkt);
             return vf_vid_av_error(d, ar, "cannot read packets while indexing");
         }
-        if (pkt->stream_index == d->stream_index && !(pkt->flags & AV_PKT_FLAG_DISCARD)) {
+        if (pkt->stream_index == d->stream_index && !(pkt->flags & AV_PKT_FLAG_DISCARD) && pkt->size > 0) {
             if (pkt->flags & AV_PKT_FLAG_CORRUPT)
                 corrupt++;
             int64_t pts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
@@ -227,7 +231,8 @@ int vf_vid_index_build(vf_vid_demux *d, int force_packets, vf_video_index **out)
         r = samples_from_packets(d, &samples);
         if (r < 0)
             goto fail_samples;
-        qsort(samples.items, samples.len, sizeof *samples.items, cmp_sample_pts);
+        if (samples.len > 1)
+            qsort(samples.items, samples.len, sizeof *samples.items, cmp_sample_pts);
     }
     idx->built_from = from_entries ? VF_VIDEO_INDEX_FROM_ENTRIES : VF_VIDEO_INDEX_FROM_PACKETS;
 

@@ -287,7 +287,9 @@ static int decode_next(vf_video_reader *r, int64_t *packets_left)
             }
             if (ar < 0)
                 return vf_vid_av_error(d, ar, "cannot read a packet");
-            if (r->pkt->stream_index != d->stream_index) {
+            if (r->pkt->stream_index != d->stream_index || r->pkt->size == 0) {
+                /* (an empty packet would tell the decoder the stream ended;
+                 * the index does not count such packets as frames either) */
                 av_packet_unref(r->pkt);
                 continue;
             }

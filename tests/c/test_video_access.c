@@ -267,6 +267,26 @@ static void test_layouts(const char *dir)
     f.height = oh;
     CHECK_OK(vf_video_read_frame(r, 5, &f, odd));
     CHECK(has_identity(odd, ow, oh, 5, 5, 9));
+    /* 7000 pixels: the vector CHW paths leave a scalar tail. */
+    size_t opx = (size_t)ow * oh;
+    uint8_t *ochw = malloc(opx * 3);
+    float *of32 = malloc(opx * 3 * sizeof(float));
+    f.layout = VF_VIDEO_RGB_CHW_U8;
+    CHECK_OK(vf_video_read_frame(r, 5, &f, ochw));
+    f.layout = VF_VIDEO_RGB_CHW_F32;
+    CHECK_OK(vf_video_read_frame(r, 5, &f, of32));
+    mismatch_chw = mismatch_f32 = 0;
+    for (size_t p = 0; p < opx; p++)
+        for (int c = 0; c < 3; c++) {
+            uint8_t v = odd[p * 3 + (size_t)c];
+            mismatch_chw += ochw[(size_t)c * opx + p] != v;
+            mismatch_f32 += of32[(size_t)c * opx + p] != (float)v / 255.0f;
+        }
+    CHECK_EQ_INT(mismatch_chw, 0);
+    CHECK_EQ_INT(mismatch_f32, 0);
+    free(ochw);
+    free(of32);
+    f.layout = VF_VIDEO_RGB_HWC_U8;
     /* Downscale to a small training size. */
     f.width = 48;
     f.height = 32;
