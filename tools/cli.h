@@ -6,6 +6,8 @@
 #ifndef VF_CLI_H
 #define VF_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Subcommand entry points: argv[0] is the subcommand name. Return the
@@ -40,5 +42,8 @@ void vf_cli_progress_finish(vf_cli_progress *p);
 int vf_cli_int(const char *option, const char *value, long long min, long long max, long long *out);
 int vf_cli_double(const char *option, const char *value, double min, double max, double *out);
 int vf_cli_size(const char *option, const char *value, int *width, int *height);
+/* Parses an episode list such as "1,2,4" or "0-9,12" into a newly allocated
+ * array (free()); prints a usage error naming the option on failure. */
+int vf_cli_episode_list(const char *option, const char *value, int64_t **episodes, size_t *count);
 
 #endif

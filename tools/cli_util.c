@@ -96,3 +96,49 @@ int vf_cli_size(const char *option, const char *value, int *width, int *height)
     *height = h;
     return 0;
 }
+
+int vf_cli_episode_list(const char *option, const char *value, int64_t **episodes, size_t *count)
+{
+    size_t n = 0, cap = 16;
+    int64_t *v = value ? malloc(cap * sizeof *v) : NULL;
+    const char *p = value;
+    while (v && *p) {
+        char *end;
+        errno = 0;
+        long long a = strtoll(p, &end, 10);
+        if (end == p || errno || a < 0)
+            goto bad;
+        long long b = a;
+        p = end;
+        if (*p == '-') {
+            const char *q = p + 1;
+            b = strtoll(q, &end, 10);
+            if (end == q || errno || b < a || b - a > 10000000)
+                goto bad;
+            p = end;
+        }
+        for (long long e = a; e <= b; e++) {
+            if (n == cap) {
+                int64_t *grown = realloc(v, (cap *= 2) * sizeof *grown);
+                if (!grown)
+                    goto bad;
+                v = grown;
+            }
+            v[n++] = e;
+        }
+        if (*p == ',')
+            p++;
+        else if (*p)
+            goto bad;
+    }
+    if (!v || n == 0)
+        goto bad;
+    *episodes = v;
+    *count = n;
+    return 0;
+bad:
+    free(v);
+    fprintf(stderr, "vlafeed: %s needs a list of episode indices such as 1,2,4 or 0-9,12 (got '%s')\n", option,
+            value ? value : "");
+    return -1;
+}

@@ -28,47 +28,6 @@ static void usage(FILE *out)
                  "exit status: 0 no errors, 1 errors found, 2 usage\n");
 }
 
-/* Parses "1,2,4" / "0-9,12" into a newly allocated array. */
-static int parse_list(const char *text, int64_t **out, size_t *count)
-{
-    size_t cap = 16, n = 0;
-    int64_t *v = malloc(cap * sizeof *v);
-    const char *p = text;
-    while (v && *p) {
-        char *end;
-        long long a = strtoll(p, &end, 10), b = a;
-        if (end == p || a < 0)
-            break;
-        if (*end == '-') {
-            p = end + 1;
-            b = strtoll(p, &end, 10);
-            if (end == p || b < a || b - a > 10000000)
-                break;
-        }
-        for (long long x = a; x <= b; x++) {
-            if (n == cap) {
-                int64_t *g = realloc(v, (cap *= 2) * sizeof *v);
-                if (!g)
-                    break;
-                v = g;
-            }
-            v[n++] = x;
-        }
-        p = end;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            break;
-    }
-    if (!v || *p || n == 0) {
-        free(v);
-        fprintf(stderr, "vlafeed: --episodes needs a list like 1,2,4 or 0-9 (got '%s')\n", text);
-        return -1;
-    }
-    *out = v;
-    *count = n;
-    return 0;
-}
 
 static void on_progress(void *ctx, int64_t done, int64_t total, const char *what)
 {
@@ -97,7 +56,7 @@ int vf_cmd_decode_check(int argc, char **argv)
             cs.decode = 0;
         } else if (!strcmp(a, "--episodes") && i + 1 < argc) {
             free(episodes);
-            if (parse_list(argv[++i], &episodes, &ds.num_episodes))
+            if (vf_cli_episode_list("--episodes", argv[++i], &episodes, &ds.num_episodes))
                 return 2;
             ds.episodes = episodes;
         } else if (a[0] != '-' && !path) {

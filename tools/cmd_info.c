@@ -39,53 +39,6 @@ static void usage(FILE *out)
             "dataset, 2 usage error\n");
 }
 
-/* Parses "1,2,4" and "0-9,12" into a newly allocated array. */
-static int parse_episodes(const char *text, int64_t **out, size_t *count)
-{
-    size_t n = 0, cap = 16;
-    int64_t *v = malloc(cap * sizeof *v);
-    if (!v)
-        return -1;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long long a = strtoll(p, &end, 10);
-        if (end == p || errno || a < 0)
-            goto bad;
-        long long b = a;
-        p = end;
-        if (*p == '-') {
-            const char *q = p + 1;
-            b = strtoll(q, &end, 10);
-            if (end == q || errno || b < a || b - a > 10000000)
-                goto bad;
-            p = end;
-        }
-        for (long long e = a; e <= b; e++) {
-            if (n == cap) {
-                cap *= 2;
-                int64_t *grown = realloc(v, cap * sizeof *grown);
-                if (!grown)
-                    goto bad;
-                v = grown;
-            }
-            v[n++] = e;
-        }
-        if (*p == ',')
-            p++;
-        else if (*p)
-            goto bad;
-    }
-    if (n == 0)
-        goto bad;
-    *out = v;
-    *count = n;
-    return 0;
-bad:
-    free(v);
-    return -1;
-}
 
 static const char *kind_name(vf_feature_kind k)
 {
@@ -191,10 +144,8 @@ int vf_cmd_info(int argc, char **argv)
             const char *list = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
             free(episodes);
             episodes = NULL;
-            if (!list || parse_episodes(list, &episodes, &num_episodes) < 0) {
-                fprintf(stderr, "vlafeed info: --episodes needs a list such as 1,2,4 or 0-9\n");
+            if (vf_cli_episode_list("--episodes", list, &episodes, &num_episodes) < 0)
                 return 2;
-            }
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "vlafeed info: unknown option '%s'\n\n", a);
             usage(stderr);

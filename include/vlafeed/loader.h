@@ -18,12 +18,39 @@
  * is closed). A batch belongs to the caller from vf_loader_next/get_items
  * until vf_batch_release; its column memory comes from the loader's buffer
  * pool and goes back there on the last release (vf_batch_ref adds one, so
- * zero-copy views in Python can keep a batch alive). Strings in settings are
- * copied at open.
+ * zero-copy views in Python can keep a batch alive). A batch stays valid
+ * after vf_loader_close until its last release, as long as the dataset is
+ * open (task strings point into it). Strings in settings are copied at open.
+ *
+ * Work: stream loaders start assembling batches at open (fast first
+ * batch), map loaders at the first vf_loader_next; at most prefetch_batches
+ * + threads batches are built ahead of the caller (backpressure). Each
+ * batch's frames are requested together and grouped per video file, one
+ * sorted vf_video_read_frames call per file; engine threads check readers
+ * out of the loader's decoder cache, so a file is open at most once per
+ * thread that is decoding it.
  *
  * Order: what comes at position k of an epoch is a pure function of
  * (dataset fingerprint, seed, epoch, settings, rank, world_size, consumer),
- * never of thread timing.
+ * never of thread timing or thread count.
+ *
+ * Distribution: the epoch's global sequence (map: a seeded permutation of
+ * the positions; stream: the partition's tasks in a seeded order, each
+ * task's frames in order) is cut into world_size equal contiguous slices.
+ * Remainder rule: without drop_last every rank gets ceil(N / world_size)
+ * samples, the last slices wrapping around to the start of the sequence
+ * (a few samples repeat, like torch's DistributedSampler); with drop_last
+ * every rank gets floor(N / world_size) and the tail is dropped. A rank's
+ * slice is split over its num_consumers consumers in contiguous parts
+ * (sizes differ by at most one, no padding, so a rank's consumers together
+ * cover its slice exactly once); stream mode's shuffle buffer then permutes
+ * each consumer's part (seeded by seed, epoch, rank, consumer); each
+ * consumer's part is cut into batches; a loader with consumer = -1 yields
+ * its consumers' batches round-robin (the order in which a DataLoader takes
+ * them from its workers), a loader with consumer = c only consumer c's.
+ *
+ * Threads: one caller thread drives a loader at a time; batches may be
+ * released from any thread.
  */
 #ifndef VLAFEED_LOADER_H
 #define VLAFEED_LOADER_H
@@ -118,6 +145,7 @@ typedef struct vf_loader_settings {
 void vf_loader_defaults(vf_loader_settings *s);
 
 typedef struct vf_loader vf_loader;
+typedef struct vf_batch vf_batch;
 
 /* Opens a loader over the dataset's selected episodes. Checks the settings
  * (unknown keys in delta_timestamps/renames/normalize, off-grid deltas,
@@ -129,6 +157,9 @@ void vf_loader_close(vf_loader *l);
  * number of positions in map mode (the selected episodes' frames). */
 int64_t vf_loader_num_samples(const vf_loader *l);
 int64_t vf_loader_num_positions(const vf_loader *l);
+/* Number of batches vf_loader_next yields per epoch (each consumer's last
+ * batch may be short unless drop_last). */
+size_t vf_loader_num_batches(const vf_loader *l);
 
 /* The next batch of the current epoch; VF_EOF when the epoch is done. */
 int vf_loader_next(vf_loader *l, vf_batch **out);
@@ -141,8 +172,6 @@ int vf_loader_set_epoch(vf_loader *l, int64_t epoch);
 int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf_batch **out);
 
 /* ---- batches ------------------------------------------------------------ */
-
-typedef struct vf_batch vf_batch;
 
 typedef enum vf_column_type {
     VF_COL_FLOAT32 = 0,
@@ -183,8 +212,11 @@ typedef struct vf_loader_stats {
     size_t cache_entries;
     double wait_seconds;       /* time vf_loader_next spent blocked on the queue */
     double first_batch_seconds;
-    double p50_sample_ms, p95_sample_ms, p99_sample_ms;
+    double p50_sample_ms, p95_sample_ms, p99_sample_ms; /* batch assembly time / samples in it */
     uint64_t skipped;          /* samples skipped under an explicit policy (counted, reported) */
+    size_t batch_buffers;      /* batch buffers alive (pooled or held by the caller) */
+    size_t window;             /* batches assembled ahead of the caller at most (prefetch + threads) */
+    uint64_t samples_assembled;/* samples the engine built (delivered, queued, or dropped by set_epoch) */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);
@@ -202,6 +234,14 @@ typedef struct vf_plan_summary {
 /* The plan of one strategy over the dataset's selected episodes. */
 int vf_plan_summarize(const vf_dataset *d, vf_partition partition, int world_size, int num_consumers,
                       vf_plan_summary *out);
+
+/* The `vlafeed plan --json` document: dataset, episodes, frames, cameras
+ * (files each), world_size, workers, consumers, samples_per_rank,
+ * padded_samples, samples_per_rank_drop_last, and "strategies":
+ * {"sequential"|"episode"|"file_group": {tasks, video_opens, episodes,
+ * frames, max_task_frames}}. *out is newly allocated (free()); flags 0 or
+ * VF_INFO_PRETTY. */
+int vf_plan_json(const vf_dataset *d, int world_size, int num_consumers, int flags, char **out);
 
 #ifdef __cplusplus
 }

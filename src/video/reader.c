@@ -47,7 +47,7 @@ void vf_video_defaults(vf_video_settings *s)
 {
     memset(s, 0, sizeof *s);
     s->decode_threads = 1;
-    s->forward_skip_frames = 1;
+    s->forward_skip_frames = 0;
     s->probe_bytes = 1 << 20;
     s->max_pixels = (int64_t)8192 * 8192;
 }
@@ -383,12 +383,23 @@ static int check_format(const vf_video_reader *r, const vf_video_format *format)
 
 static int deliver(vf_video_reader *r, const vf_video_format *format, void *dest)
 {
-    vf_video_format def;
-    if (!format) {
-        vf_video_format_defaults(&def);
-        format = &def;
+    /* The caller sized dest from the index's width and height
+     * (vf_video_format_bytes), so "source size" means that size even if a
+     * decoded picture disagrees with the container (it is then scaled to
+     * fit rather than written past the end of dest). */
+    vf_video_format resolved;
+    if (format)
+        resolved = *format;
+    else
+        vf_video_format_defaults(&resolved);
+    if (resolved.width == 0 || resolved.height == 0) {
+        resolved.width = r->index->width;
+        resolved.height = r->index->height;
     }
-    int rc = vf_vid_convert(&r->conv, r->frame, format, dest, r->index->name);
+    if (VF_UNLIKELY(r->frame->width != r->index->width || r->frame->height != r->index->height))
+        vf_log(VF_LOG_WARN, "%s: decoded frame is %dx%d but the container says %dx%d", r->index->name,
+               r->frame->width, r->frame->height, r->index->width, r->index->height);
+    int rc = vf_vid_convert(&r->conv, r->frame, &resolved, dest, r->index->name);
     if (rc < 0) {
         if (r->camera)
             vf_error_context(rc, "camera %s", r->camera);

@@ -228,9 +228,13 @@ typedef struct vf_video_reader vf_video_reader;
 typedef struct vf_video_settings {
     int decode_threads;        /* threads per decoder; default 1 (parallelism comes from
                                 * many readers on the engine's threads) */
-    int forward_skip_frames;   /* keep decoding forward instead of seeking when the target's
-                                * keyframe is at most this many frames past the position;
-                                * default 1 */
+    int forward_skip_frames;   /* also keep decoding forward (instead of seeking) when the
+                                * target's keyframe lies at most this many frames past the
+                                * position; default 0: continue only inside the target's
+                                * GOP run. A local seek costs less than decoding one inter
+                                * frame (bench: every 2nd frame of a GOP-2 file, 10% faster
+                                * with 0 than with 1); raise it for sources where a seek
+                                * means a new remote request. */
     int64_t probe_bytes;       /* avformat probesize; default 1 MiB */
     int64_t max_pixels;        /* refuse streams with more pixels per frame; default 8192*8192 */
     const char *camera;        /* optional label for messages ("observation.images.top"); copied */

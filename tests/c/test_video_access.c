@@ -10,6 +10,7 @@
  * each other, identities surviving resize, per-request errors in a batch.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <math.h>
 
 #include "test_video_helpers.h"
@@ -139,6 +140,47 @@ static void test_codec_gop(const char *dir, vf_video_codec codec, int gop, const
     if (cf.path)
         remove(cf.path);
     free_camera_file(&cf);
+}
+
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* One decode thread by default: opening and decoding start no threads
+ * (libdav1d would otherwise start 1.5 per core); more when asked. */
+static void test_decoder_threads(const char *dir)
+{
+    char *path = vf_asprintf("%s/threads.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_AV1, W, H, 2, 0, 4, 0));
+    uint8_t buf[W * H * 3];
+    int before = thread_count();
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, path, NULL));
+    if (r) {
+        CHECK_OK(vf_video_read_frame(r, 3, NULL, buf));
+        CHECK_EQ_INT(thread_count(), before);
+        vf_video_close(r);
+    }
+    vf_video_settings vs;
+    vf_video_defaults(&vs);
+    vs.decode_threads = 3;
+    CHECK_OK(vf_video_open_file(&r, path, &vs));
+    if (r) {
+        CHECK_OK(vf_video_read_frame(r, 3, NULL, buf));
+        CHECK(has_identity(buf, W, H, 0, 3, 0));
+        CHECK(thread_count() > before);
+        vf_video_close(r);
+    }
+    CHECK_EQ_INT(thread_count(), before);
+    remove(path);
+    free(path);
 }
 
 /* Sequential reading reuses the decoder: one seek, each frame decoded once. */
@@ -362,6 +404,7 @@ int main(void)
     test_codec_gop(dir, VF_VIDEO_CODEC_H264, 30, "h264-gop30");
     test_codec_gop(dir, VF_VIDEO_CODEC_HEVC, 30, "hevc-gop30");
     test_sequential_reuse(dir);
+    test_decoder_threads(dir);
     test_layouts(dir);
     test_batch_errors(dir);
     vf_test_rmtree(dir);

@@ -7,7 +7,8 @@
  * on a made-up split of its frames, and a few frames are decoded by random
  * access and by a batch. Memory and time are bounded by the reader settings:
  * a small probe size, at most 1024x1024 pixels per frame, and outputs
- * resized to 32x32 so no input can make the harness allocate much.
+ * resized to 32x32 (source size only for small frames) so no input can make
+ * the harness allocate much.
  * Everything must end in 0 or a clean error; crashes, leaks, hangs and
  * sanitizer reports are findings.
  */
@@ -56,6 +57,18 @@ static void exercise(vf_video_reader *r)
                                     .episode = -1, .frame_in_episode = -1};
     vf_video_read_frames(r, req, 3, &f);
     free(buf);
+
+    /* At the source size too, when small: the output must stay inside the
+     * buffer sized from the index whatever the decoder produces. */
+    if ((int64_t)ix->width * ix->height <= 256 * 256) {
+        vf_video_format_defaults(&f);
+        f.layout = ix->pixfmt == VF_VIDEO_PIX_GRAY12 ? VF_VIDEO_GRAY_U16 : VF_VIDEO_RGB_HWC_U8;
+        uint8_t *full = malloc(vf_video_format_bytes(&f, ix->width, ix->height) + 1);
+        if (full) {
+            vf_video_read_frame(r, n > 1 ? 1 : 0, &f, full);
+            free(full);
+        }
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

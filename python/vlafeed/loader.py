@@ -1,0 +1,185 @@
+"""vlafeed.Loader: batches from the C engine as dicts of torch tensors.
+
+    loader = vlafeed.Loader("/data/my-dataset", mode="stream", batch_size=64, seed=0)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:          # {"observation.images.front": [B,3,H,W] float32, ...}
+            ...
+
+Tensors VIEW the engine's batch memory (no copy): the batch buffer goes back
+to the engine's pool when the last tensor viewing it is gone. Keep a tensor
+beyond the step only if you mean to hold that buffer; ``.clone()`` otherwise.
+
+Distribution: ``rank``/``world_size`` default to torch.distributed's when it
+is initialised, else to the RANK / WORLD_SIZE environment variables, else
+0 / 1. Every rank gets the same number of samples per epoch (see
+include/vlafeed/loader.h for the remainder rule).
+"""
+import os
+import sys
+
+import numpy as np
+
+from vlafeed import _native
+
+_torch = None
+
+
+def torch_module():
+    """The torch module, imported on first use (None when not installed)."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch is optional
+            _torch = False
+        else:
+            _torch = torch
+    return _torch or None
+
+
+def batch_to_dict(batch, output="torch"):
+    """{name: tensor | ndarray | list[str]} in the batch's column order;
+    tensors and arrays view the batch memory."""
+    torch = None
+    if output == "torch":
+        torch = torch_module()
+        if torch is None:
+            raise ImportError("output='torch' needs PyTorch; install torch or pass output='numpy'")
+    elif output != "numpy":
+        raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+    out = {}
+    for name in batch.keys():
+        value = batch[name]
+        if not isinstance(value, list):
+            value = np.asarray(value)
+            if torch is not None:
+                value = torch.from_numpy(value)
+        out[name] = value
+    return out
+
+
+def distributed_rank_world():
+    """(rank, world_size): torch.distributed when initialised, else the
+    RANK / WORLD_SIZE environment variables, else (0, 1)."""
+    torch = sys.modules.get("torch")  # never import torch just to ask
+    if torch is not None:
+        dist = getattr(torch, "distributed", None)
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return dist.get_rank(), dist.get_world_size()
+        except Exception:  # pragma: no cover - exotic torch builds
+            pass
+    rank = int(os.environ.get("RANK", "0") or 0)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return rank, world
+
+
+def native_dataset(dataset_or_root, episodes=None):
+    """(_native.Dataset, defaults dict) for a path, a _native.Dataset or a
+    vlafeed.LeRobotDataset (whose delta_timestamps and image settings become
+    the loader's defaults)."""
+    if isinstance(dataset_or_root, _native.Dataset):
+        return dataset_or_root, {}
+    native = getattr(dataset_or_root, "native_dataset", None)
+    if native is not None:
+        return native, dict(dataset_or_root.loader_defaults)
+    return _native.Dataset(os.fspath(dataset_or_root), episodes), {}
+
+
+class Loader:
+    """Batches of samples assembled by the C engine.
+
+    mode: "stream" (file-group partitions decoded forward, shuffled per
+    epoch; the fast path for training) or "map" (a seeded permutation of all
+    frames, LeRobot's random access). ``pool`` is not implemented yet.
+    Other arguments mirror ``vlafeed._native.Loader``: seed, shuffle,
+    drop_last, epoch, rank, world_size, num_consumers, consumer, threads,
+    decode_threads, prefetch, shuffle_buffer, partition, delta_timestamps,
+    keys, renames, image_format ("float32" | "uint8" | "uint8_hwc"), resize
+    ((width, height)), normalize ({key: "mean_std" | "min_max"}),
+    lerobot_shapes, include_task, tolerance_s. ``output="numpy"`` yields
+    NumPy arrays instead of tensors.
+    """
+
+    def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,
+                 rank=None, world_size=None, *, episodes=None, epoch=0, num_consumers=1, consumer=None,
+                 threads=0, decode_threads=1, prefetch=4, shuffle_buffer=0, partition="file_group",
+                 delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
+                 normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
+                 decoder_cache_entries=32):
+        native, defaults = native_dataset(dataset_or_root, episodes)
+        if rank is None or world_size is None:
+            env_rank, env_world = distributed_rank_world()
+            rank = env_rank if rank is None else rank
+            world_size = env_world if world_size is None else world_size
+        delta_timestamps = defaults.get("delta_timestamps") if delta_timestamps is None else delta_timestamps
+        image_format = defaults.get("image_format", "float32") if image_format is None else image_format
+        tolerance_s = defaults.get("tolerance_s", 1e-4) if tolerance_s is None else tolerance_s
+        keys = defaults.get("keys") if keys is None else keys
+        renames = defaults.get("renames") if renames is None else renames
+        resize = defaults.get("resize") if resize is None else resize
+        normalize = defaults.get("normalize") if normalize is None else normalize
+        self.dataset = native
+        self.batch_size = batch_size
+        self.output = output
+        self.rank, self.world_size = rank, world_size
+        self._epoch = epoch
+        self._consumed = 0
+        self._native = _native.Loader(
+            native, mode=mode, batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
+            epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
+            consumer=-1 if consumer is None else consumer, threads=threads, decode_threads=decode_threads,
+            prefetch=prefetch, shuffle_buffer=shuffle_buffer, partition=partition,
+            delta_timestamps=delta_timestamps, keys=keys, renames=renames, image_format=image_format,
+            resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
+            tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries)
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    @property
+    def num_samples(self):
+        """Samples this loader yields per epoch."""
+        return self._native.num_samples
+
+    def __len__(self):
+        """Batches per epoch."""
+        return self._native.num_batches
+
+    def set_epoch(self, epoch):
+        """Starts epoch `epoch` (its order is a pure function of seed and epoch)."""
+        self._native.set_epoch(epoch)
+        self._epoch = epoch
+        self._consumed = 0
+
+    def __iter__(self):
+        # A second pass over the loader without set_epoch() moves on to the
+        # next epoch (like a shuffling DataLoader); set_epoch(e) before the
+        # pass chooses e explicitly.
+        if self._consumed:
+            self.set_epoch(self._epoch + 1)
+        for batch in self._native:
+            self._consumed += 1
+            yield batch_to_dict(batch, self.output)
+
+    def get_items(self, positions):
+        """The samples at these positions (rows of the selected frames) as one batch dict."""
+        return batch_to_dict(self._native.get_items(list(positions)), self.output)
+
+    def stats(self):
+        """Engine metrics: samples, batches, frames decoded vs delivered, video opens,
+        cache counters, wait time, first-batch latency, p50/p95/p99 sample latency."""
+        return self._native.stats()
+
+    def close(self):
+        """Stops the engine threads now (also done when the loader is collected)."""
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,1194 @@
+/*
+ * py_loader.c: the loader surface of vlafeed._native (the contract in
+ * native-python-contract.md):
+ *
+ *   Dataset(root, episodes=None)      an open dataset (vf_dataset)
+ *   Loader(dataset, *, mode=..., ...) a loader over it (vf_loader), iterable
+ *   Batch                             one batch; batch[name] is a zero-copy
+ *                                     Column (buffer protocol) or list[str]
+ *   plan(root, episodes=None, world_size=1, num_consumers=1) -> dict
+ *
+ * Lifetimes: a Column holds its Batch, a Batch its Loader and its vf_batch
+ * reference, a Loader its Dataset. So a NumPy array or torch tensor viewing
+ * a column keeps the batch memory (and everything it points into) alive;
+ * the memory returns to the engine's pool when the last view is gone.
+ *
+ * The GIL is released around everything that waits or decodes: dataset
+ * open, loader open/close, next, get_items, set_epoch.
+ */
+#include "_native.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "vlafeed/dataset.h"
+#include "vlafeed/loader.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static int int64_list(PyObject *obj, const char *what, int64_t **out, size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    PyObject *seq = PySequence_Fast(obj, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *index = PyNumber_Index(item);
+        long long x = index ? PyLong_AsLongLong(index) : -1;
+        Py_XDECREF(index);
+        if (x == -1 && PyErr_Occurred()) {
+            PyMem_Free(v);
+            Py_DECREF(seq);
+            return -1;
+        }
+        v[i] = x;
+    }
+    Py_DECREF(seq);
+    *out = v;
+    *count = (size_t)n;
+    return 0;
+}
+
+static PyObject *json_loads(const char *text)
+{
+    PyObject *json = PyImport_ImportModule("json");
+    PyObject *result = json ? PyObject_CallMethod(json, "loads", "s", text) : NULL;
+    Py_XDECREF(json);
+    return result;
+}
+
+static const char *kind_name(vf_feature_kind k)
+{
+    switch (k) {
+    case VF_FEATURE_VECTOR: return "vector";
+    case VF_FEATURE_SCALAR: return "scalar";
+    case VF_FEATURE_STRING: return "string";
+    case VF_FEATURE_VIDEO: return "video";
+    case VF_FEATURE_IMAGE: return "image";
+    case VF_FEATURE_LANGUAGE: return "language";
+    }
+    return "unknown";
+}
+
+/* Nested lists of values in row-major order with the given shape. */
+static PyObject *nested(const double *values, const int64_t *shape, int ndim, size_t *k)
+{
+    if (ndim == 0)
+        return PyFloat_FromDouble(values[(*k)++]);
+    PyObject *list = PyList_New((Py_ssize_t)shape[0]);
+    for (int64_t i = 0; list && i < shape[0]; i++) {
+        PyObject *v = nested(values, shape + 1, ndim - 1, k);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+/* ======================================================================
+ * Dataset
+ * ==================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    vf_dataset *d;
+} DatasetObject;
+
+static PyTypeObject Dataset_Type;
+
+static void Dataset_dealloc(DatasetObject *self)
+{
+    if (self->d) {
+        vf_dataset *d = self->d;
+        self->d = NULL;
+        vf_dataset_close(d);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"root", "episodes", NULL};
+    PyObject *path_obj, *episodes_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|O:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj))
+        return -1;
+    int64_t *episodes = NULL;
+    size_t n = 0;
+    if (episodes_obj != Py_None &&
+        int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0) {
+        Py_DECREF(path_obj);
+        return -1;
+    }
+    vf_dataset_settings s;
+    vf_dataset_defaults(&s);
+    s.episodes = episodes_obj != Py_None ? episodes : NULL;
+    s.num_episodes = n;
+    vf_dataset *d = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_dataset_open(&d, PyBytes_AS_STRING(path_obj), &s);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(episodes);
+    Py_DECREF(path_obj);
+    if (r < 0) {
+        vf_py_raise(r);
+        return -1;
+    }
+    if (self->d)
+        vf_dataset_close(self->d);
+    self->d = d;
+    return 0;
+}
+
+static int dataset_ready(DatasetObject *self)
+{
+    if (!self->d) {
+        PyErr_SetString(PyExc_ValueError, "the dataset is not open");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Dataset_info(DatasetObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!dataset_ready(self))
+        return NULL;
+    char *text = NULL;
+    int r = vf_dataset_info_json(self->d, 0, &text);
+    if (r < 0)
+        return vf_py_raise(r);
+    PyObject *result = json_loads(text);
+    free(text);
+    return result;
+}
+
+static PyObject *Dataset_get_fps(DatasetObject *self, void *c)
+{
+    (void)c;
+    return dataset_ready(self) ? PyFloat_FromDouble(vf_dataset_fps(self->d)) : NULL;
+}
+
+static PyObject *Dataset_get_root(DatasetObject *self, void *c)
+{
+    (void)c;
+    return dataset_ready(self) ? PyUnicode_DecodeFSDefault(vf_dataset_root(self->d)) : NULL;
+}
+
+static PyObject *Dataset_get_num_frames(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!dataset_ready(self))
+        return NULL;
+    long long n = 0;
+    for (size_t i = 0; i < vf_dataset_num_episodes(self->d); i++)
+        n += vf_dataset_episode(self->d, i)->length;
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Dataset_get_num_episodes(DatasetObject *self, void *c)
+{
+    (void)c;
+    return dataset_ready(self) ? PyLong_FromSize_t(vf_dataset_num_episodes(self->d)) : NULL;
+}
+
+static PyObject *Dataset_get_total_frames(DatasetObject *self, void *c)
+{
+    (void)c;
+    return dataset_ready(self) ? PyLong_FromLongLong(vf_dataset_total_frames(self->d)) : NULL;
+}
+
+static PyObject *Dataset_get_total_episodes(DatasetObject *self, void *c)
+{
+    (void)c;
+    return dataset_ready(self) ? PyLong_FromLongLong(vf_dataset_total_episodes(self->d)) : NULL;
+}
+
+static PyObject *Dataset_get_fingerprint(DatasetObject *self, void *c)
+{
+    (void)c;
+    return dataset_ready(self) ? PyLong_FromUnsignedLongLong(vf_dataset_fingerprint(self->d)) : NULL;
+}
+
+static PyObject *Dataset_get_camera_keys(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!dataset_ready(self))
+        return NULL;
+    size_t n = vf_dataset_num_cameras(self->d);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(vf_dataset_camera(self->d, i)->key);
+        if (!s) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+static PyObject *Dataset_get_features(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!dataset_ready(self))
+        return NULL;
+    PyObject *dict = PyDict_New();
+    for (size_t i = 0; dict && i < vf_dataset_num_features(self->d); i++) {
+        const vf_feature *f = vf_dataset_feature(self->d, i);
+        PyObject *shape = PyTuple_New(f->ndim);
+        for (int k = 0; shape && k < f->ndim; k++)
+            PyTuple_SET_ITEM(shape, k, PyLong_FromLongLong(f->shape[k]));
+        PyObject *entry = shape ? Py_BuildValue("{s:s,s:N,s:s}", "dtype", f->dtype, "shape", shape, "kind",
+                                                kind_name(f->kind))
+                                : NULL;
+        if (!entry || PyDict_SetItemString(dict, f->name, entry) < 0) {
+            Py_XDECREF(entry);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        Py_DECREF(entry);
+    }
+    return dict;
+}
+
+static PyObject *Dataset_get_tasks(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!dataset_ready(self))
+        return NULL;
+    size_t n = vf_dataset_num_tasks(self->d);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        const char *t = vf_dataset_task(self->d, i);
+        PyObject *s = PyUnicode_DecodeUTF8(t ? t : "", (Py_ssize_t)strlen(t ? t : ""), "replace");
+        if (!s) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+static PyObject *Dataset_get_stats(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!dataset_ready(self))
+        return NULL;
+    PyObject *dict = PyDict_New();
+    for (size_t i = 0; dict && i < vf_dataset_num_stats(self->d); i++) {
+        const vf_stat *st = vf_dataset_stat(self->d, i);
+        PyObject *per = PyDict_GetItemString(dict, st->feature); /* borrowed */
+        if (!per) {
+            per = PyDict_New();
+            if (!per || PyDict_SetItemString(dict, st->feature, per) < 0) {
+                Py_XDECREF(per);
+                Py_DECREF(dict);
+                return NULL;
+            }
+            Py_DECREF(per);
+        }
+        size_t k = 0;
+        int64_t flat = (int64_t)st->size;
+        const int64_t *shape = st->ndim > 0 ? st->shape : &flat;
+        int ndim = st->ndim > 0 ? st->ndim : 1;
+        int64_t product = 1;
+        for (int d = 0; d < ndim; d++)
+            product *= shape[d];
+        if (product != (int64_t)st->size) {
+            shape = &flat;
+            ndim = 1;
+        }
+        PyObject *v = nested(st->values, shape, ndim, &k);
+        if (!v || PyDict_SetItemString(per, st->name, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return dict;
+}
+
+static PyObject *Dataset_get_episodes(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!dataset_ready(self))
+        return NULL;
+    size_t n = vf_dataset_num_episodes(self->d);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        const vf_episode *e = vf_dataset_episode(self->d, i);
+        PyObject *entry = Py_BuildValue("{s:L,s:L,s:L,s:L}", "episode_index", (long long)e->episode_index, "length",
+                                        (long long)e->length, "from_index", (long long)e->from_index, "to_index",
+                                        (long long)e->to_index);
+        if (!entry) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, entry);
+    }
+    return list;
+}
+
+static PyMethodDef Dataset_methods[] = {
+    {"info", (PyCFunction)Dataset_info, METH_NOARGS, "info() -> dict: the `vlafeed info --json` document."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Dataset_getset[] = {
+    {"root", (getter)Dataset_get_root, NULL, "the dataset folder", NULL},
+    {"fps", (getter)Dataset_get_fps, NULL, "frames per second", NULL},
+    {"num_frames", (getter)Dataset_get_num_frames, NULL, "frames of the selected episodes", NULL},
+    {"num_episodes", (getter)Dataset_get_num_episodes, NULL, "selected episodes", NULL},
+    {"total_frames", (getter)Dataset_get_total_frames, NULL, "info.json total_frames", NULL},
+    {"total_episodes", (getter)Dataset_get_total_episodes, NULL, "info.json total_episodes", NULL},
+    {"fingerprint", (getter)Dataset_get_fingerprint, NULL, "64-bit identity of the dataset", NULL},
+    {"camera_keys", (getter)Dataset_get_camera_keys, NULL, "video feature names", NULL},
+    {"features", (getter)Dataset_get_features, NULL, "{name: {dtype, shape, kind}} in info.json order", NULL},
+    {"tasks", (getter)Dataset_get_tasks, NULL, "task strings by task_index", NULL},
+    {"stats", (getter)Dataset_get_stats, NULL, "{feature: {stat: nested list}}", NULL},
+    {"episodes", (getter)Dataset_get_episodes, NULL, "selected episodes: episode_index, length, from/to_index",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Dataset_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vlafeed._native.Dataset",
+    .tp_basicsize = sizeof(DatasetObject),
+    .tp_dealloc = (destructor)Dataset_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Dataset(root, episodes=None): an open LeRobot dataset (v3.0, v2.1).",
+    .tp_methods = Dataset_methods,
+    .tp_getset = Dataset_getset,
+    .tp_init = (initproc)Dataset_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ======================================================================
+ * Loader
+ * ==================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    vf_loader *l;
+    PyObject *dataset;
+    size_t batch_size;
+} LoaderObject;
+
+typedef struct {
+    PyObject_HEAD
+    vf_batch *b;
+    PyObject *loader;
+} BatchObject;
+
+typedef struct {
+    PyObject_HEAD
+    BatchObject *batch;
+    const vf_column *col;
+    Py_ssize_t shape[8];
+    Py_ssize_t strides[8];
+} ColumnObject;
+
+static PyTypeObject Loader_Type, Batch_Type, Column_Type;
+
+static PyObject *make_batch(LoaderObject *loader, vf_batch *b)
+{
+    BatchObject *o = PyObject_New(BatchObject, &Batch_Type);
+    if (!o) {
+        vf_batch_release(b);
+        return NULL;
+    }
+    o->b = b;
+    o->loader = (PyObject *)loader;
+    Py_INCREF(loader);
+    return (PyObject *)o;
+}
+
+static void Loader_dealloc(LoaderObject *self)
+{
+    if (self->l) {
+        vf_loader *l = self->l;
+        self->l = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        vf_loader_close(l);
+        Py_END_ALLOW_THREADS
+    }
+    Py_XDECREF(self->dataset);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int parse_choice(PyObject *obj, const char *what, const char *const *names, int count, int *out)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8(obj) : NULL;
+    if (!s) {
+        PyErr_Format(PyExc_TypeError, "%s must be a string", what);
+        return -1;
+    }
+    for (int i = 0; i < count; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    PyErr_Format(PyExc_ValueError, "%s: unknown value '%s'", what, s);
+    return -1;
+}
+
+/* Everything a Loader's settings point to while vf_loader_open runs. */
+typedef struct settings_memory {
+    vf_delta_spec *deltas;
+    double *seconds;
+    const char **keys;
+    vf_rename_spec *renames;
+    vf_norm_spec *norms;
+} settings_memory;
+
+static void settings_memory_free(settings_memory *m)
+{
+    PyMem_Free(m->deltas);
+    PyMem_Free(m->seconds);
+    PyMem_Free(m->keys);
+    PyMem_Free(m->renames);
+    PyMem_Free(m->norms);
+}
+
+static int parse_deltas(PyObject *obj, vf_sample_settings *s, settings_memory *m)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    if (!PyDict_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "delta_timestamps must be a dict {key: [seconds, ...]}");
+        return -1;
+    }
+    Py_ssize_t n = PyDict_Size(obj), total = 0, pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(obj, &pos, &key, &value)) {
+        Py_ssize_t len = PySequence_Size(value);
+        if (len < 0)
+            return -1;
+        total += len;
+    }
+    m->deltas = PyMem_Calloc((size_t)(n ? n : 1), sizeof *m->deltas);
+    m->seconds = PyMem_Calloc((size_t)(total ? total : 1), sizeof *m->seconds);
+    if (!m->deltas || !m->seconds) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    pos = 0;
+    Py_ssize_t i = 0, k = 0;
+    while (PyDict_Next(obj, &pos, &key, &value)) {
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        if (!name) {
+            PyErr_SetString(PyExc_TypeError, "delta_timestamps keys must be strings");
+            return -1;
+        }
+        PyObject *seq = PySequence_Fast(value, "delta_timestamps values must be lists of seconds");
+        if (!seq)
+            return -1;
+        Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+        if (k + len > total) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_RuntimeError, "delta_timestamps changed while being read");
+            return -1;
+        }
+        m->deltas[i].key = name;
+        m->deltas[i].seconds = m->seconds + k;
+        m->deltas[i].count = (size_t)len;
+        for (Py_ssize_t j = 0; j < len; j++) {
+            double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, j));
+            if (v == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            m->seconds[k++] = v;
+        }
+        Py_DECREF(seq);
+        i++;
+    }
+    s->delta_timestamps = m->deltas;
+    s->num_delta_timestamps = (size_t)i;
+    return 0;
+}
+
+static int parse_keys(PyObject *obj, vf_sample_settings *s, settings_memory *m, PyObject **hold)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    PyObject *seq = PySequence_Fast(obj, "keys must be a list of feature names");
+    if (!seq)
+        return -1;
+    *hold = seq;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    m->keys = PyMem_Calloc((size_t)(n ? n : 1), sizeof *m->keys);
+    if (!m->keys) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        m->keys[i] = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        if (!m->keys[i]) {
+            PyErr_SetString(PyExc_TypeError, "keys must be strings");
+            return -1;
+        }
+    }
+    s->keys = m->keys;
+    s->num_keys = (size_t)n;
+    return 0;
+}
+
+static int parse_renames(PyObject *obj, vf_sample_settings *s, settings_memory *m)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    if (!PyDict_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "renames must be a dict {dataset key: new name}");
+        return -1;
+    }
+    Py_ssize_t n = PyDict_Size(obj), pos = 0, i = 0;
+    m->renames = PyMem_Calloc((size_t)(n ? n : 1), sizeof *m->renames);
+    if (!m->renames) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *key, *value;
+    while (PyDict_Next(obj, &pos, &key, &value) && i < n) {
+        m->renames[i].from = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        m->renames[i].to = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
+        if (!m->renames[i].from || !m->renames[i].to) {
+            PyErr_SetString(PyExc_TypeError, "renames keys and values must be strings");
+            return -1;
+        }
+        i++;
+    }
+    s->renames = m->renames;
+    s->num_renames = (size_t)i;
+    return 0;
+}
+
+static int parse_normalize(PyObject *obj, vf_sample_settings *s, settings_memory *m)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    if (!PyDict_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "normalize must be a dict {key: 'mean_std' | 'min_max'}");
+        return -1;
+    }
+    Py_ssize_t n = PyDict_Size(obj), pos = 0, i = 0;
+    m->norms = PyMem_Calloc((size_t)(n ? n : 1), sizeof *m->norms);
+    if (!m->norms) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    static const char *const modes[] = {"none", "mean_std", "min_max"};
+    PyObject *key, *value;
+    while (PyDict_Next(obj, &pos, &key, &value) && i < n) {
+        m->norms[i].key = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        if (!m->norms[i].key) {
+            PyErr_SetString(PyExc_TypeError, "normalize keys must be strings");
+            return -1;
+        }
+        int mode = 0;
+        if (parse_choice(value, "normalize mode", modes, 3, &mode) < 0)
+            return -1;
+        m->norms[i].mode = (vf_normalization)mode;
+        i++;
+    }
+    s->normalize = m->norms;
+    s->num_normalize = (size_t)i;
+    return 0;
+}
+
+static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"dataset", "mode", "batch_size", "seed", "shuffle", "drop_last", "epoch", "rank",
+                               "world_size", "num_consumers", "consumer", "threads", "decode_threads", "prefetch",
+                               "shuffle_buffer", "partition", "episode_pool_size", "delta_timestamps", "keys",
+                               "renames", "image_format", "resize", "normalize", "lerobot_shapes", "include_task",
+                               "tolerance_s", "decoder_cache_entries", NULL};
+    PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *deltas = NULL, *keys = NULL, *renames = NULL,
+             *image_format = NULL, *resize = NULL, *normalize = NULL;
+    Py_ssize_t batch_size = 32, prefetch = 4, shuffle_buffer = 0, pool_size = 16, cache_entries = 32;
+    unsigned long long seed = 0;
+    long long epoch = 0;
+    int shuffle = 1, drop_last = 0, rank = 0, world_size = 1, num_consumers = 1, consumer = -1, threads = 0,
+        decode_threads = 1, lerobot_shapes = 1, include_task = 1;
+    double tolerance_s = 1e-4;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdn:Loader", keywords, &Dataset_Type,
+                                     &dataset, &mode, &batch_size, &seed, &shuffle, &drop_last, &epoch, &rank,
+                                     &world_size, &num_consumers, &consumer, &threads, &decode_threads, &prefetch,
+                                     &shuffle_buffer, &partition, &pool_size, &deltas, &keys, &renames, &image_format,
+                                     &resize, &normalize, &lerobot_shapes, &include_task, &tolerance_s,
+                                     &cache_entries))
+        return -1;
+    if (!((DatasetObject *)dataset)->d) {
+        PyErr_SetString(PyExc_ValueError, "the dataset is not open");
+        return -1;
+    }
+    if (batch_size < 1 || prefetch < 0 || shuffle_buffer < 0 || pool_size < 0 || cache_entries < 0) {
+        PyErr_SetString(PyExc_ValueError, "batch_size must be >= 1; prefetch, shuffle_buffer, episode_pool_size and "
+                                          "decoder_cache_entries >= 0");
+        return -1;
+    }
+    vf_loader_settings s;
+    vf_loader_defaults(&s);
+    static const char *const modes[] = {"map", "stream", "pool"};
+    static const char *const partitions[] = {"file_group", "episode", "sequential"};
+    static const char *const formats[] = {"float32", "uint8", "uint8_hwc"};
+    int mode_i = 0, part_i = 0, fmt_i = 0;
+    settings_memory mem = {0};
+    PyObject *keys_hold = NULL;
+    int ok = parse_choice(mode, "mode", modes, 3, &mode_i) == 0 &&
+             parse_choice(partition, "partition", partitions, 3, &part_i) == 0 &&
+             parse_choice(image_format, "image_format", formats, 3, &fmt_i) == 0 &&
+             parse_deltas(deltas, &s.sample, &mem) == 0 && parse_keys(keys, &s.sample, &mem, &keys_hold) == 0 &&
+             parse_renames(renames, &s.sample, &mem) == 0 && parse_normalize(normalize, &s.sample, &mem) == 0;
+    if (ok && resize && resize != Py_None) {
+        int w = 0, h = 0;
+        if (!PyArg_ParseTuple(resize, "ii;resize must be (width, height)", &w, &h))
+            ok = 0;
+        s.sample.resize_width = w;
+        s.sample.resize_height = h;
+    }
+    if (!ok) {
+        settings_memory_free(&mem);
+        Py_XDECREF(keys_hold);
+        return -1;
+    }
+    s.mode = (vf_mode)mode_i;
+    s.partition = (vf_partition)part_i;
+    s.sample.image_format = (vf_image_format)fmt_i;
+    s.batch_size = (size_t)batch_size;
+    s.seed = seed;
+    s.shuffle = shuffle;
+    s.drop_last = drop_last;
+    s.epoch = epoch;
+    s.rank = rank;
+    s.world_size = world_size;
+    s.num_consumers = num_consumers;
+    s.consumer = consumer;
+    s.threads = threads;
+    s.decode_threads = decode_threads;
+    s.prefetch_batches = (size_t)prefetch;
+    s.shuffle_buffer = (size_t)shuffle_buffer;
+    s.episode_pool_size = (size_t)pool_size;
+    s.decoder_cache_entries = (size_t)cache_entries;
+    s.sample.lerobot_shapes = lerobot_shapes;
+    s.sample.include_task = include_task;
+    s.sample.tolerance_s = tolerance_s;
+    vf_dataset *d = ((DatasetObject *)dataset)->d;
+    vf_loader *l = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_loader_open(&l, d, &s);
+    Py_END_ALLOW_THREADS
+    settings_memory_free(&mem);
+    Py_XDECREF(keys_hold);
+    if (r < 0) {
+        vf_py_raise(r);
+        return -1;
+    }
+    if (self->l) {
+        vf_loader *old = self->l;
+        Py_BEGIN_ALLOW_THREADS
+        vf_loader_close(old);
+        Py_END_ALLOW_THREADS
+    }
+    self->l = l;
+    self->batch_size = (size_t)batch_size;
+    Py_XSETREF(self->dataset, Py_NewRef(dataset));
+    return 0;
+}
+
+static int loader_ready(LoaderObject *self)
+{
+    if (!self->l) {
+        PyErr_SetString(PyExc_ValueError, "the loader is closed");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Loader_iter(LoaderObject *self) { return Py_NewRef(self); }
+
+static PyObject *Loader_next(LoaderObject *self)
+{
+    if (!loader_ready(self))
+        return NULL;
+    vf_batch *b = NULL;
+    int r;
+    vf_loader *l = self->l;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_loader_next(l, &b);
+    Py_END_ALLOW_THREADS
+    if (r == VF_EOF)
+        return NULL; /* StopIteration */
+    if (r < 0)
+        return vf_py_raise(r);
+    return make_batch(self, b);
+}
+
+static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg)
+{
+    if (!loader_ready(self))
+        return NULL;
+    long long epoch = PyLong_AsLongLong(arg);
+    if (epoch == -1 && PyErr_Occurred())
+        return NULL;
+    int r;
+    vf_loader *l = self->l;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_loader_set_epoch(l, epoch);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        return vf_py_raise(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_get_items(LoaderObject *self, PyObject *arg)
+{
+    if (!loader_ready(self))
+        return NULL;
+    int64_t *positions;
+    size_t n;
+    if (int64_list(arg, "get_items takes a list of positions", &positions, &n) < 0)
+        return NULL;
+    vf_batch *b = NULL;
+    int r;
+    vf_loader *l = self->l;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_loader_get_items(l, positions, n, &b);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(positions);
+    if (r < 0)
+        return vf_py_raise(r);
+    return make_batch(self, b);
+}
+
+static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!loader_ready(self))
+        return NULL;
+    vf_loader_stats st;
+    vf_loader_get_stats(self->l, &st);
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:d,s:d,s:d,s:d,s:d,s:K,s:n,s:n,s:K}", "samples",
+        (unsigned long long)st.samples, "batches", (unsigned long long)st.batches, "frames_delivered",
+        (unsigned long long)st.frames_delivered, "frames_decoded", (unsigned long long)st.frames_decoded,
+        "video_opens", (unsigned long long)st.video_opens, "cache_hits", (unsigned long long)st.cache_hits,
+        "cache_misses", (unsigned long long)st.cache_misses, "cache_evictions",
+        (unsigned long long)st.cache_evictions, "cache_entries", (Py_ssize_t)st.cache_entries, "wait_seconds",
+        st.wait_seconds, "first_batch_seconds", st.first_batch_seconds, "p50_sample_ms", st.p50_sample_ms,
+        "p95_sample_ms", st.p95_sample_ms, "p99_sample_ms", st.p99_sample_ms, "skipped",
+        (unsigned long long)st.skipped, "batch_buffers", (Py_ssize_t)st.batch_buffers, "window",
+        (Py_ssize_t)st.window, "samples_assembled", (unsigned long long)st.samples_assembled);
+}
+
+static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->l) {
+        vf_loader *l = self->l;
+        self->l = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        vf_loader_close(l);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_get_num_samples(LoaderObject *self, void *c)
+{
+    (void)c;
+    return loader_ready(self) ? PyLong_FromLongLong(vf_loader_num_samples(self->l)) : NULL;
+}
+
+static PyObject *Loader_get_num_positions(LoaderObject *self, void *c)
+{
+    (void)c;
+    return loader_ready(self) ? PyLong_FromLongLong(vf_loader_num_positions(self->l)) : NULL;
+}
+
+static PyObject *Loader_get_num_batches(LoaderObject *self, void *c)
+{
+    (void)c;
+    return loader_ready(self) ? PyLong_FromSize_t(vf_loader_num_batches(self->l)) : NULL;
+}
+
+static PyObject *Loader_get_dataset(LoaderObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->dataset ? self->dataset : Py_None);
+}
+
+static PyMethodDef Loader_methods[] = {
+    {"set_epoch", (PyCFunction)Loader_set_epoch, METH_O, "set_epoch(e): start epoch e (drops what is queued)."},
+    {"get_items", (PyCFunction)Loader_get_items, METH_O,
+     "get_items(positions) -> Batch: the samples at these positions, in order."},
+    {"stats", (PyCFunction)Loader_stats, METH_NOARGS, "stats() -> dict of the vf_loader_stats fields."},
+    {"close", (PyCFunction)Loader_close, METH_NOARGS, "close(): stop the engine threads now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Loader_getset[] = {
+    {"num_samples", (getter)Loader_get_num_samples, NULL, "samples this loader yields per epoch", NULL},
+    {"num_positions", (getter)Loader_get_num_positions, NULL, "frames of the selected episodes", NULL},
+    {"num_batches", (getter)Loader_get_num_batches, NULL, "batches this loader yields per epoch", NULL},
+    {"dataset", (getter)Loader_get_dataset, NULL, "the Dataset", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Loader_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vlafeed._native.Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)Loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Loader(dataset, *, mode='map'|'stream', batch_size=32, seed=0, ...): batches of samples.",
+    .tp_iter = (getiterfunc)Loader_iter,
+    .tp_iternext = (iternextfunc)Loader_next,
+    .tp_methods = Loader_methods,
+    .tp_getset = Loader_getset,
+    .tp_init = (initproc)Loader_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ======================================================================
+ * Batch and Column
+ * ==================================================================== */
+
+static void Batch_dealloc(BatchObject *self)
+{
+    vf_batch_release(self->b);
+    Py_XDECREF(self->loader);
+    PyObject_Free(self);
+}
+
+static Py_ssize_t Batch_len(BatchObject *self) { return (Py_ssize_t)vf_batch_size(self->b); }
+
+static PyObject *Batch_keys(BatchObject *self, PyObject *unused)
+{
+    (void)unused;
+    size_t n = vf_batch_num_columns(self->b);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(vf_batch_column(self->b, i)->name);
+        if (!s) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+static const char *column_format(vf_column_type t, Py_ssize_t *itemsize)
+{
+    switch (t) {
+    case VF_COL_FLOAT32: *itemsize = 4; return "f";
+    case VF_COL_FLOAT64: *itemsize = 8; return "d";
+    case VF_COL_INT64: *itemsize = 8; return "q";
+    case VF_COL_INT32: *itemsize = 4; return "i";
+    case VF_COL_UINT8: *itemsize = 1; return "B";
+    case VF_COL_BOOL: *itemsize = 1; return "?";
+    case VF_COL_STRING: break;
+    }
+    *itemsize = 0;
+    return NULL;
+}
+
+static PyObject *Batch_getitem(BatchObject *self, PyObject *key)
+{
+    const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    if (!name) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "batch columns are looked up by name");
+        return NULL;
+    }
+    const vf_column *c = vf_batch_find(self->b, name);
+    if (!c) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    if (c->type == VF_COL_STRING) {
+        PyObject *list = PyList_New((Py_ssize_t)c->shape[0]);
+        for (int64_t i = 0; list && i < c->shape[0]; i++) {
+            const char *s = c->strings[i] ? c->strings[i] : "";
+            PyObject *v = PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+            if (!v) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+        }
+        return list;
+    }
+    ColumnObject *o = PyObject_New(ColumnObject, &Column_Type);
+    if (!o)
+        return NULL;
+    o->batch = self;
+    Py_INCREF(self);
+    o->col = c;
+    Py_ssize_t itemsize;
+    column_format(c->type, &itemsize);
+    Py_ssize_t stride = itemsize;
+    for (int k = c->ndim - 1; k >= 0; k--) {
+        o->shape[k] = (Py_ssize_t)c->shape[k];
+        o->strides[k] = stride;
+        stride *= o->shape[k];
+    }
+    return (PyObject *)o;
+}
+
+static int Batch_contains(BatchObject *self, PyObject *key)
+{
+    const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    if (!name) {
+        PyErr_Clear();
+        return 0;
+    }
+    return vf_batch_find(self->b, name) != NULL;
+}
+
+static PyObject *Batch_get_positions(BatchObject *self, void *c)
+{
+    (void)c;
+    size_t n = vf_batch_size(self->b);
+    const int64_t *p = vf_batch_positions(self->b);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(p[i]);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+static PyMappingMethods Batch_mapping = {
+    .mp_length = (lenfunc)Batch_len,
+    .mp_subscript = (binaryfunc)Batch_getitem,
+};
+
+static PySequenceMethods Batch_sequence = {
+    .sq_contains = (objobjproc)Batch_contains,
+};
+
+static PyMethodDef Batch_methods[] = {
+    {"keys", (PyCFunction)Batch_keys, METH_NOARGS, "keys() -> column names in order"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Batch_getset[] = {
+    {"positions", (getter)Batch_get_positions, NULL, "positions of the samples (rows of the selected frames)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Batch_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vlafeed._native.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)Batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A batch: batch[name] is a zero-copy Column (buffer protocol) or a list of str.",
+    .tp_as_mapping = &Batch_mapping,
+    .tp_as_sequence = &Batch_sequence,
+    .tp_methods = Batch_methods,
+    .tp_getset = Batch_getset,
+};
+
+static void Column_dealloc(ColumnObject *self)
+{
+    Py_XDECREF(self->batch);
+    PyObject_Free(self);
+}
+
+static int Column_getbuffer(ColumnObject *self, Py_buffer *view, int flags)
+{
+    const vf_column *c = self->col;
+    Py_ssize_t itemsize;
+    const char *format = column_format(c->type, &itemsize);
+    if (!format) {
+        PyErr_SetString(PyExc_BufferError, "string columns have no buffer");
+        view->obj = NULL;
+        return -1;
+    }
+    view->buf = c->data;
+    view->obj = (PyObject *)self;
+    Py_INCREF(self);
+    view->len = (Py_ssize_t)c->nbytes;
+    view->readonly = 0;
+    view->itemsize = itemsize;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)format : NULL;
+    view->ndim = c->ndim;
+    view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static PyBufferProcs Column_buffer = {
+    .bf_getbuffer = (getbufferproc)Column_getbuffer,
+};
+
+static PyObject *Column_get_shape(ColumnObject *self, void *c)
+{
+    (void)c;
+    PyObject *t = PyTuple_New(self->col->ndim);
+    for (int k = 0; t && k < self->col->ndim; k++)
+        PyTuple_SET_ITEM(t, k, PyLong_FromSsize_t(self->shape[k]));
+    return t;
+}
+
+static PyObject *Column_get_dtype(ColumnObject *self, void *c)
+{
+    (void)c;
+    static const char *names[] = {"float32", "float64", "int64", "int32", "uint8", "bool", "str"};
+    return PyUnicode_FromString(names[self->col->type]);
+}
+
+static PyObject *Column_get_name(ColumnObject *self, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(self->col->name);
+}
+
+static PyObject *Column_get_address(ColumnObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromVoidPtr(self->col->data);
+}
+
+static PyObject *Column_get_nbytes(ColumnObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromSize_t(self->col->nbytes);
+}
+
+static PyGetSetDef Column_getset[] = {
+    {"shape", (getter)Column_get_shape, NULL, "shape, batch dimension first", NULL},
+    {"dtype", (getter)Column_get_dtype, NULL, "element type name (numpy spelling)", NULL},
+    {"name", (getter)Column_get_name, NULL, "column name", NULL},
+    {"address", (getter)Column_get_address, NULL, "address of the first element (engine memory)", NULL},
+    {"nbytes", (getter)Column_get_nbytes, NULL, "bytes of the column", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Column_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vlafeed._native.Column",
+    .tp_basicsize = sizeof(ColumnObject),
+    .tp_dealloc = (destructor)Column_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy view of one batch column (buffer protocol); keeps the batch alive.",
+    .tp_as_buffer = &Column_buffer,
+    .tp_getset = Column_getset,
+};
+
+/* ======================================================================
+ * plan()
+ * ==================================================================== */
+
+static PyObject *py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"root", "episodes", "world_size", "num_consumers", NULL};
+    PyObject *path_obj, *episodes_obj = Py_None;
+    int world_size = 1, num_consumers = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Oii:plan", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &world_size, &num_consumers))
+        return NULL;
+    int64_t *episodes = NULL;
+    size_t n = 0;
+    if (episodes_obj != Py_None &&
+        int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    vf_dataset_settings s;
+    vf_dataset_defaults(&s);
+    s.episodes = episodes_obj != Py_None ? episodes : NULL;
+    s.num_episodes = n;
+    s.check_files = 0;
+    vf_dataset *d = NULL;
+    char *text = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_dataset_open(&d, PyBytes_AS_STRING(path_obj), &s);
+    if (r == 0)
+        r = vf_plan_json(d, world_size, num_consumers, 0, &text);
+    vf_dataset_close(d);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(episodes);
+    Py_DECREF(path_obj);
+    if (r < 0)
+        return vf_py_raise(r);
+    PyObject *result = json_loads(text);
+    free(text);
+    return result;
+}
+
+static PyObject *py_set_log_level(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *level_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:set_log_level", &level_obj))
+        return NULL;
+    int level;
+    if (level_obj == Py_None) {
+        level = vf_log_level(); /* the VF_LOG environment variable, default warnings */
+    } else {
+        level = (int)PyLong_AsLong(level_obj);
+        if (level == -1 && PyErr_Occurred())
+            return NULL;
+        if (level < 0 || level > 3) {
+            PyErr_SetString(PyExc_ValueError, "log level must be 0 (errors), 1 (warnings), 2 (info) or 3 (debug)");
+            return NULL;
+        }
+    }
+    vf_set_log_level(level);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef loader_functions[] = {
+    {"set_log_level", (PyCFunction)py_set_log_level, METH_VARARGS,
+     "set_log_level(level=None): how much vlafeed and FFmpeg print (0 errors, 1 warnings, 2 info,\n"
+     "3 debug); None: the VF_LOG environment variable's level (default warnings)."},
+    {"plan", (PyCFunction)(void (*)(void))py_plan, METH_VARARGS | METH_KEYWORDS,
+     "plan(root, episodes=None, world_size=1, num_consumers=1) -> dict\n\n"
+     "The `vlafeed plan --json` document: tasks and MP4 opens per partition strategy."},
+    {NULL, NULL, 0, NULL},
+};
+
+int vf_py_register_loader(PyObject *module)
+{
+    PyTypeObject *types[] = {&Dataset_Type, &Loader_Type, &Batch_Type, &Column_Type};
+    const char *names[] = {"Dataset", "Loader", "Batch", "Column"};
+    for (size_t i = 0; i < 4; i++) {
+        if (PyType_Ready(types[i]) < 0)
+            return -1;
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(module, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            return -1;
+        }
+    }
+    return PyModule_AddFunctions(module, loader_functions);
+}

@@ -1,0 +1,134 @@
+/*
+ * plan.h: the plan layer of vlafeed, its whole interface to the engine and
+ * the public vf_plan_* functions.
+ *
+ * Owns: partitions of the selected episodes into tasks (sequential,
+ * per-episode, file-group), the per-epoch order of samples (seeded
+ * permutations, tasks dealt to consumers), the split over ranks and
+ * consumers, the stream shuffle buffer, and batching.
+ *
+ * Depends on: base (counter-based RNG), dataset (episodes and their files).
+ *
+ * Invariants:
+ *  - Everything here is a pure function of its inputs: the order of an epoch
+ *    depends on (seed, epoch, shuffle, partition, rank, world_size,
+ *    num_consumers, consumer, batch_size, drop_last, shuffle_buffer) and the
+ *    dataset's episodes, never on threads or time.
+ *  - Random streams come from vf_rng_derive(seed, purpose, epoch, rank,
+ *    consumer). Permutations shared by all ranks (of positions in map mode,
+ *    of tasks in stream mode) use rank = consumer = 0, so every rank derives
+ *    the same global order and takes its own slice of it.
+ *
+ * Remainder rule (documented in loader.h too): the epoch's global sequence
+ * of N samples is cut into world_size equal contiguous slices. Unless
+ * drop_last is set, each rank gets ceil(N / world_size) samples and the last
+ * slices wrap around to the start of the sequence (the first samples are
+ * repeated, as torch's DistributedSampler pads); with drop_last each rank
+ * gets floor(N / world_size) and the tail is dropped. Inside a rank the
+ * slice is split over its consumers into contiguous parts whose sizes differ
+ * by at most one, without padding, so the union over a rank's consumers is
+ * exactly its slice (no duplicates).
+ */
+#ifndef VF_PLAN_H
+#define VF_PLAN_H
+
+#include "base/base.h"
+#include "vlafeed/dataset.h"
+#include "vlafeed/loader.h"
+
+/* ---- partitions ----------------------------------------------------------- */
+
+/* What partitioning needs to know about the selected episodes. */
+typedef struct vf_plan_input {
+    size_t num_episodes;
+    int64_t *lengths;          /* frames per selected episode (> 0) */
+    size_t num_cameras;
+    int64_t *video_files;      /* [episode * num_cameras + camera]: the camera file's identity */
+    int64_t *data_files;       /* per episode: the data file's identity (groups when there is no camera) */
+} vf_plan_input;
+
+/* Fills in from the dataset's selected episodes (arrays newly allocated;
+ * vf_plan_input_free). */
+int vf_plan_input_from_dataset(const vf_dataset *d, vf_plan_input *in);
+void vf_plan_input_free(vf_plan_input *in);
+
+/* A task: a contiguous run of selected episodes and their positions. */
+typedef struct vf_plan_task {
+    size_t first_episode, num_episodes;
+    int64_t first_position, num_samples;
+} vf_plan_task;
+
+/* Partitions the episodes:
+ *  - FILE_GROUP: maximal runs of consecutive episodes that use the same
+ *    tuple of video files across all cameras (the same data file when there
+ *    is no camera), so each MP4 is opened once per task;
+ *  - EPISODE: one task per episode;
+ *  - SEQUENTIAL: min(consumers, episodes) contiguous runs of episodes with
+ *    about equal frame counts (episode e goes to task floor(start(e) *
+ *    consumers / total frames)).
+ * *tasks is newly allocated (free()). */
+int vf_plan_partition(const vf_plan_input *in, vf_partition partition, size_t consumers, vf_plan_task **tasks,
+                      size_t *num_tasks);
+
+/* MP4 opens to read every task once: the sum over tasks and cameras of the
+ * distinct files the task's episodes use. */
+size_t vf_plan_video_opens(const vf_plan_input *in, const vf_plan_task *tasks, size_t num_tasks);
+
+/* "file_group", "episode", "sequential" (or NULL for an unknown value);
+ * and back (-1 when unknown). */
+const char *vf_plan_partition_name(vf_partition p);
+int vf_plan_partition_from_name(const char *name);
+
+/* ---- epoch order ---------------------------------------------------------- */
+
+/* RNG purposes (the first stream id of vf_rng_derive). */
+enum {
+    VF_PLAN_RNG_POSITIONS = 0x706f73, /* map mode: permutation of positions */
+    VF_PLAN_RNG_TASKS = 0x7461736b,   /* stream mode: permutation of tasks */
+    VF_PLAN_RNG_BUFFER = 0x627566,    /* stream mode: shuffle buffer, per (rank, consumer) */
+};
+
+typedef struct vf_plan_epoch_settings {
+    uint64_t seed;
+    int64_t epoch;
+    int shuffle;
+    int rank, world_size;      /* 0 <= rank < world_size */
+    int num_consumers;         /* consumers per rank, >= 1 */
+    int consumer;              /* -1: every consumer of the rank, batches interleaved round-robin */
+    size_t batch_size;         /* >= 1 */
+    int drop_last;             /* drop short last batches, and the rank remainder (see above) */
+    size_t shuffle_buffer;     /* stream: samples in the seeded shuffle buffer, 0 = off */
+} vf_plan_epoch_settings;
+
+/* One epoch of one loader: positions in emitted order, cut into batches. */
+typedef struct vf_plan_epoch {
+    int64_t *positions;        /* num_samples */
+    int64_t num_samples;
+    size_t num_batches;
+    int64_t *batch_start;      /* num_batches + 1 offsets into positions */
+    int64_t *batch_consumer;   /* num_batches: the consumer each batch belongs to */
+} vf_plan_epoch;
+
+/* Map mode (tasks == NULL): the global sequence is a permutation of
+ * 0..num_positions-1 (identity without shuffle). Stream mode: the tasks in
+ * a seeded permutation (natural order without shuffle), each task's
+ * positions in order. Then the rank split, the consumer split, the shuffle
+ * buffer (stream, per consumer) and batching. *out is overwritten; free
+ * with vf_plan_epoch_free. */
+int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
+                        size_t num_tasks, vf_plan_epoch *out);
+void vf_plan_epoch_free(vf_plan_epoch *e);
+
+/* The rank's slice of an N-sample sequence: indices [start, start + count)
+ * of the sequence extended by wrapping around (index i means i mod N). */
+void vf_plan_rank_slice(int64_t n, int rank, int world_size, int drop_last, int64_t *start, int64_t *count);
+/* A consumer's contiguous part of a rank's `count` samples. */
+void vf_plan_consumer_slice(int64_t count, int consumer, int num_consumers, int64_t *start, int64_t *len);
+
+/* A bounded shuffle buffer over values[0..n) (LeRobot's streaming scheme):
+ * the first `buffer` values fill it; each later value replaces a uniformly
+ * drawn slot whose value is emitted; at the end the buffer is shuffled and
+ * drained. out receives the n values in emitted order (0 or VF_ENOMEM). */
+int vf_plan_shuffle_buffer(const int64_t *values, int64_t n, size_t buffer, vf_rng *rng, int64_t *out);
+
+#endif

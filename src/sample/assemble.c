@@ -1,0 +1,331 @@
+/*
+ * assemble.c: builds samples into caller memory (the batch buffers).
+ *
+ * One call handles a whole batch so that frame requests can be pooled: every
+ * (sample, camera, window step) becomes one request whose destination is its
+ * slot in the batch column; requests are grouped per video file, and each
+ * group is one reader checkout from the decoder cache plus one
+ * vf_video_read_frames call, which sorts the ordinals and decodes each forward
+ * run once (duplicates, e.g. padded steps repeating the boundary frame, are
+ * copied, not decoded again). The pixel conversion writes into the batch
+ * memory directly.
+ *
+ * Errors are deterministic: when several file groups fail, the message of
+ * the first group in (camera, file) order is reported.
+ */
+#include "sample/sample.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct frame_job {
+    vf_sample_video_file *file;
+    const vf_sample_column *column; /* the camera's output column (format) */
+    size_t episode_slot;     /* into file->episodes */
+    int64_t frame;           /* frame index within the episode */
+    void *dest;
+    int64_t episode_index;
+} frame_job;
+
+typedef struct group_result {
+    int rc;
+    char *message;
+} group_result;
+
+typedef struct assemble_ctx {
+    const vf_sample_spec *spec;
+    vf_video_cache *cache;
+    vf_sample_counters *counters;
+    frame_job *jobs;
+    size_t *group_start;     /* num_groups + 1 */
+    size_t num_groups;
+    group_result *results;
+} assemble_ctx;
+
+static int cmp_frame_job(const void *pa, const void *pb)
+{
+    const frame_job *a = pa, *b = pb;
+    if (a->file->id != b->file->id)
+        return a->file->id < b->file->id ? -1 : 1;
+    if (a->episode_slot != b->episode_slot)
+        return a->episode_slot < b->episode_slot ? -1 : 1;
+    if (a->frame != b->frame)
+        return a->frame < b->frame ? -1 : 1;
+    /* Equal targets: keep a total order on the destination for determinism. */
+    return (uintptr_t)a->dest < (uintptr_t)b->dest ? -1 : (uintptr_t)a->dest > (uintptr_t)b->dest;
+}
+
+/* Maps the file's episodes to frame ordinals once, from the reader's index. */
+static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_video_reader *reader)
+{
+    int state = atomic_load(&f->state);
+    if (state == 1)
+        return 0;
+    pthread_mutex_lock(&f->lock);
+    state = atomic_load(&f->state);
+    if (state == 0) {
+        const vf_video_index *ix = vf_video_reader_index(reader);
+        const vf_camera *cam = vf_dataset_camera(spec->dataset, (size_t)f->camera);
+        if (cam->width > 0 && cam->height > 0 && (ix->width != cam->width || ix->height != cam->height))
+            vf_log(VF_LOG_WARN, "%s: camera %s: the stream is %dx%d but info.json declares %dx%d; frames are "
+                   "scaled to the declared size", f->path, f->camera_key, ix->width, ix->height, cam->width,
+                   cam->height);
+        vf_video_map_settings ms = {spec->fps, 0.0, f->camera_key};
+        int r = vf_video_map_episodes(ix, f->episodes, f->num_episodes, &ms, &f->map);
+        if (r < 0) {
+            f->error = vf_strdup(vf_last_error());
+            state = r;
+        } else {
+            f->frame_count = ix->frame_count;
+            for (size_t i = 0; i < f->map.problem_count; i++) {
+                const vf_video_problem *p = &f->map.problems[i];
+                if (p->kind != VF_VIDEO_PROBLEM_DRIFT)
+                    vf_log(VF_LOG_WARN, "%s", p->message);
+            }
+            state = 1;
+        }
+        atomic_store(&f->state, state);
+    }
+    int r = 0;
+    if (state < 0)
+        r = vf_error(state, "%s", f->error ? f->error : "episode mapping failed");
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+/* Decodes one file group. */
+static int run_group(assemble_ctx *x, size_t g)
+{
+    size_t lo = x->group_start[g], hi = x->group_start[g + 1];
+    vf_sample_video_file *f = x->jobs[lo].file;
+    size_t count = hi - lo;
+    vf_video_reader *reader = NULL;
+    int r = vf_video_cache_checkout(x->cache, f->path, &reader);
+    if (r < 0)
+        return vf_error_context(r, "camera %s: episode %lld", f->camera_key, (long long)x->jobs[lo].episode_index);
+    r = ensure_map(x->spec, f, reader);
+    if (r < 0) {
+        vf_video_cache_return(x->cache, reader);
+        return vf_error_context(r, "camera %s", f->camera_key);
+    }
+    vf_video_request *req = vf_malloc_array(count, sizeof *req);
+    if (!req) {
+        vf_video_cache_return(x->cache, reader);
+        return VF_ENOMEM;
+    }
+    for (size_t i = 0; i < count && r == 0; i++) {
+        const frame_job *j = &x->jobs[lo + i];
+        req[i].dest = j->dest;
+        req[i].episode = j->episode_index;
+        req[i].frame_in_episode = j->frame;
+        req[i].status = 0;
+        r = vf_video_episode_frame(&f->episodes[j->episode_slot], j->frame, &req[i].frame_ordinal);
+        if (r < 0)
+            r = vf_error_context(r, "%s: camera %s", f->path, f->camera_key);
+    }
+    if (r == 0) {
+        vf_video_stats before, after;
+        vf_video_get_stats(reader, &before);
+        r = vf_video_read_frames(reader, req, count, &x->jobs[lo].column->format);
+        vf_video_get_stats(reader, &after);
+        atomic_fetch_add(&x->counters->frames_decoded, after.frames_decoded - before.frames_decoded);
+        if (r == 0)
+            atomic_fetch_add(&x->counters->frames_delivered, (uint64_t)count);
+        else
+            r = vf_error_context(r, "camera %s", f->camera_key);
+    }
+    free(req);
+    if (r < 0)
+        vf_video_cache_discard(x->cache, reader); /* its decoder state is unknown after a failure */
+    else
+        vf_video_cache_return(x->cache, reader);
+    return r;
+}
+
+static void group_task(void *arg, size_t g)
+{
+    assemble_ctx *x = arg;
+    int r = run_group(x, g);
+    x->results[g].rc = r;
+    if (r < 0)
+        x->results[g].message = vf_strdup(vf_last_error());
+}
+
+/* ---- tabular gather ------------------------------------------------------------ */
+
+static void copy_table_step(const vf_sample_spec *s, const vf_sample_column *c, int64_t row, void *out)
+{
+    const vf_ds_column *tc = &s->table.columns[c->table_column];
+    int64_t w = tc->width;
+    if (tc->type == VF_DS_F32) {
+        const float *src = (const float *)tc->values + row * w;
+        float *dst = out;
+        if (c->norm == VF_NORM_NONE) {
+            memcpy(dst, src, (size_t)w * sizeof(float));
+        } else {
+            for (int64_t k = 0; k < w; k++) {
+                float y = (src[k] - c->norm_shift[k]) / c->norm_scale[k];
+                dst[k] = c->norm == VF_NORM_MIN_MAX ? y * 2.0f - 1.0f : y;
+            }
+        }
+    } else {
+        const int64_t *src = (const int64_t *)tc->values + row * w;
+        if (c->type == VF_COL_BOOL) {
+            uint8_t *dst = out;
+            for (int64_t k = 0; k < w; k++)
+                dst[k] = src[k] != 0;
+        } else {
+            memcpy(out, src, (size_t)w * sizeof(int64_t));
+        }
+    }
+}
+
+static void normalize_frame(const vf_sample_column *c, float *pixels)
+{
+    size_t plane = (size_t)(c->values_per_step / 4 / 3);
+    for (int ch = 0; ch < 3; ch++) {
+        float shift = c->norm_shift[ch], scale = c->norm_scale[ch];
+        float *p = pixels + (size_t)ch * plane;
+        if (c->norm == VF_NORM_MIN_MAX)
+            for (size_t i = 0; i < plane; i++)
+                p[i] = (p[i] - shift) / scale * 2.0f - 1.0f;
+        else
+            for (size_t i = 0; i < plane; i++)
+                p[i] = (p[i] - shift) / scale;
+    }
+}
+
+int vf_sample_assemble(const vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters,
+                       const int64_t *positions, size_t n, const vf_sample_dest *dest,
+                       const vf_sample_parallel *parallel)
+{
+    for (size_t i = 0; i < n; i++)
+        if (positions[i] < 0 || positions[i] >= s->num_positions)
+            return vf_error(VF_ERANGE, "position %lld is out of range (the selected episodes hold %lld frames)",
+                            (long long)positions[i], (long long)s->num_positions);
+    /* Count frame requests. */
+    size_t max_steps = 1;
+    for (size_t w = 0; w < s->num_windows; w++)
+        max_steps = VF_MAX(max_steps, s->windows[w].count);
+    size_t num_jobs = 0;
+    for (size_t ci = 0; ci < s->num_columns; ci++) {
+        const vf_sample_column *c = &s->columns[ci];
+        if (c->source == VF_SAMPLE_SRC_VIDEO)
+            num_jobs += n * (c->window >= 0 ? s->windows[c->window].count : 1);
+    }
+    int64_t *rows = vf_malloc_array(max_steps, sizeof *rows);
+    uint8_t *pad = vf_malloc(max_steps);
+    frame_job *jobs = num_jobs ? vf_malloc_array(num_jobs, sizeof *jobs) : NULL;
+    if (!rows || !pad || (num_jobs && !jobs)) {
+        free(rows);
+        free(pad);
+        free(jobs);
+        return VF_ENOMEM;
+    }
+    size_t nj = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t a = positions[i];
+        size_t ep = vf_sample_episode_of(s, a);
+        int64_t first = s->episode_start[ep], end = s->episode_start[ep + 1];
+        size_t out = dest->first + i;
+        for (size_t ci = 0; ci < s->num_columns; ci++) {
+            const vf_sample_column *c = &s->columns[ci];
+            size_t steps = 1;
+            if (c->window >= 0) {
+                const vf_sample_window_spec *w = &s->windows[c->window];
+                steps = w->count;
+                vf_sample_window(a, first, end, w->offsets, steps, rows, pad);
+            } else {
+                rows[0] = a;
+                pad[0] = 0;
+            }
+            uint8_t *base = dest->data[ci] ? (uint8_t *)dest->data[ci] + out * c->sample_bytes : NULL;
+            switch (c->source) {
+            case VF_SAMPLE_SRC_TABLE:
+                if (c->type == VF_COL_STRING) {
+                    const vf_ds_column *tc = &s->table.columns[c->table_column];
+                    dest->strings[ci][out] = s->table_strings[c->table_column] + tc->offsets[a] + a;
+                    break;
+                }
+                for (size_t k = 0; k < steps; k++)
+                    copy_table_step(s, c, rows[k],
+                                    base + k * (c->sample_bytes / steps));
+                break;
+            case VF_SAMPLE_SRC_PAD:
+                memcpy(base, pad, steps);
+                break;
+            case VF_SAMPLE_SRC_TASK: {
+                const int64_t *ti = s->table.columns[s->task_index_column].values;
+                dest->strings[ci][out] = vf_dataset_task(s->dataset, (size_t)ti[a]);
+                break;
+            }
+            case VF_SAMPLE_SRC_VIDEO: {
+                const vf_sample_video_slot *slot = &s->slots[ep * s->num_cameras + (size_t)c->camera];
+                int64_t episode_index = slot->file->episodes[slot->episode].episode_index;
+                for (size_t k = 0; k < steps; k++) {
+                    frame_job *j = &jobs[nj++];
+                    j->file = slot->file;
+                    j->column = c;
+                    j->episode_slot = slot->episode;
+                    j->frame = rows[k] - first;
+                    j->dest = base + k * (size_t)c->values_per_step;
+                    j->episode_index = episode_index;
+                }
+                break;
+            }
+            }
+        }
+    }
+    free(rows);
+    free(pad);
+
+    int r = 0;
+    if (nj) {
+        qsort(jobs, nj, sizeof *jobs, cmp_frame_job);
+        assemble_ctx x = {s, cache, counters, jobs, NULL, 0, NULL};
+        x.group_start = vf_malloc_array(nj + 1, sizeof *x.group_start);
+        if (!x.group_start) {
+            free(jobs);
+            return VF_ENOMEM;
+        }
+        for (size_t i = 0; i < nj; i++)
+            if (i == 0 || jobs[i].file != jobs[i - 1].file)
+                x.group_start[x.num_groups++] = i;
+        x.group_start[x.num_groups] = nj;
+        x.results = vf_calloc(x.num_groups, sizeof *x.results);
+        if (!x.results) {
+            free(x.group_start);
+            free(jobs);
+            return VF_ENOMEM;
+        }
+        if (parallel && parallel->run && x.num_groups > 1)
+            parallel->run(parallel->pool_ctx, x.num_groups, group_task, &x);
+        else
+            for (size_t g = 0; g < x.num_groups; g++)
+                group_task(&x, g);
+        for (size_t g = 0; g < x.num_groups; g++) {
+            if (x.results[g].rc < 0 && r == 0)
+                r = vf_error(x.results[g].rc, "%s", x.results[g].message ? x.results[g].message : "decode failed");
+            free(x.results[g].message);
+        }
+        free(x.results);
+        free(x.group_start);
+    }
+    free(jobs);
+    if (r < 0)
+        return r;
+
+    /* Image normalization, after the frames are in place. */
+    for (size_t ci = 0; ci < s->num_columns; ci++) {
+        const vf_sample_column *c = &s->columns[ci];
+        if (c->source != VF_SAMPLE_SRC_VIDEO || c->norm == VF_NORM_NONE)
+            continue;
+        size_t steps = c->window >= 0 ? s->windows[c->window].count : 1;
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < steps; k++)
+                normalize_frame(c, (float *)((uint8_t *)dest->data[ci] + (dest->first + i) * c->sample_bytes +
+                                             k * (size_t)c->values_per_step));
+    }
+    atomic_fetch_add(&counters->samples, (uint64_t)n);
+    return 0;
+}

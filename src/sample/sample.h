@@ -1,0 +1,190 @@
+/*
+ * sample.h: the sample layer of vlafeed, its whole interface to the engine.
+ *
+ * Owns: what one sample is and how it is built, with LeRobot's semantics
+ * (lerobot-format.md §7):
+ *  - delta_timestamps -> frame offsets (round(d * fps), checked against the
+ *    1/fps grid within tolerance_s), clamped to the episode with
+ *    `<key>_is_pad` masks (padded steps repeat the boundary frame);
+ *  - the column layout of a batch (names, types, per-sample shapes, in
+ *    LeRobot's order: video keys, data columns, pad masks, task);
+ *  - the tabular gather from in-memory columns (every selected episode's
+ *    numeric columns are read once when the spec is built);
+ *  - frame requests: every camera and window step of every sample of a
+ *    batch, grouped per video file and served by one vf_video_read_frames
+ *    call per file (sorted; each forward decode run decoded once), written
+ *    straight into the batch memory in the output format (resize, float32
+ *    CHW in [0,1], uint8 CHW, uint8 HWC);
+ *  - normalization of vectors (and float32 images) from the dataset stats.
+ *
+ * Depends on: base, video, dataset (internal header: episodes, video
+ * locations, table reads), and the public loader.h types.
+ *
+ * Invariants:
+ *  - A position is a row of the selected episodes' frames, 0..num_positions-1,
+ *    in ascending episode order (the table row of that frame).
+ *  - A spec is immutable after vf_sample_spec_build except for the per-file
+ *    episode maps, which are built lazily once under the file's lock and
+ *    read-only afterwards; any number of threads may assemble at once.
+ *  - Frames are located by ordinal through vf_video_map_episodes over every
+ *    episode stored in the camera file (selected or not), so the mapping is
+ *    exact whatever LeRobot's timestamp drift.
+ */
+#ifndef VF_SAMPLE_H
+#define VF_SAMPLE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "base/base.h"
+#include "dataset/dataset.h"
+#include "video/video.h"
+#include "vlafeed/loader.h"
+
+/* ---- delta windows ---------------------------------------------------------- */
+
+/* LeRobot's default tolerance for the delta grid check. */
+#define VF_SAMPLE_DEFAULT_TOLERANCE_S 1e-4
+
+/* Converts a key's delta_timestamps (seconds) to frame offsets:
+ * offsets[i] = round(seconds[i] * fps), ties to even. Each value must lie on
+ * the 1/fps grid: |d*fps - round(d*fps)| / fps <= tolerance_s, else VF_EINVAL
+ * naming the key and the value. Non-finite values and count 0 are errors. */
+int vf_sample_delta_offsets(const char *key, const double *seconds, size_t count, double fps, double tolerance_s,
+                            int64_t *offsets);
+
+/* The rows a window reads for the frame at position a of an episode covering
+ * positions [first, end): rows[i] = clamp(a + offsets[i], first, end - 1),
+ * pad[i] = 1 when a + offsets[i] falls outside [first, end). */
+void vf_sample_window(int64_t a, int64_t first, int64_t end, const int64_t *offsets, size_t count, int64_t *rows,
+                      uint8_t *pad);
+
+/* ---- the sample specification ------------------------------------------- */
+
+typedef enum vf_sample_source {
+    VF_SAMPLE_SRC_VIDEO = 0, /* frames of a camera */
+    VF_SAMPLE_SRC_TABLE = 1, /* a numeric or string data column */
+    VF_SAMPLE_SRC_PAD = 2,   /* <key>_is_pad of a window */
+    VF_SAMPLE_SRC_TASK = 3,  /* the task string of the current frame */
+} vf_sample_source;
+
+/* One output column. Shapes exclude the batch dimension. */
+typedef struct vf_sample_column {
+    char *name;                /* output name (after renames) */
+    vf_sample_source source;
+    const vf_feature *feature; /* VIDEO, TABLE: the dataset feature; else NULL */
+    int camera;                /* VIDEO: camera index, else -1 */
+    int table_column;          /* TABLE: column of spec->table, else -1 */
+    int window;                /* index into spec->windows (VIDEO, TABLE, PAD), -1: current frame only */
+    vf_column_type type;
+    int ndim;
+    int64_t shape[7];
+    size_t sample_bytes;       /* bytes of one sample of this column */
+    int64_t values_per_step;   /* TABLE: values per row; VIDEO: bytes per frame */
+    vf_video_format format;    /* VIDEO: layout and output size (always explicit: the
+                                * declared size, or the resize), so a stream whose real
+                                * size differs can never overrun the batch slot */
+    /* Normalization: y = (x - shift[i]) / scale[i], then (min/max) 2y - 1.
+     * Per element for vectors, per channel for float32 CHW images. */
+    vf_normalization norm;
+    float *norm_shift, *norm_scale;
+} vf_sample_column;
+
+typedef struct vf_sample_window_spec {
+    char *key;                 /* the dataset key of delta_timestamps */
+    size_t count;
+    int64_t *offsets;
+} vf_sample_window_spec;
+
+/* The episodes of one camera file and their frame ordinals, mapped lazily. */
+typedef struct vf_sample_video_file {
+    const char *path;          /* owned by the dataset */
+    const char *camera_key;
+    int camera;
+    size_t id;                 /* unique over all cameras' files */
+    pthread_mutex_t lock;
+    atomic_int state;          /* 0 not mapped yet, 1 mapped, < 0 mapping failed (that code) */
+    char *error;               /* message of a failed mapping */
+    vf_video_episode *episodes;/* every episode of the metadata stored in this file */
+    size_t num_episodes, cap_episodes;
+    vf_video_map map;
+    int64_t frame_count;
+} vf_sample_video_file;
+
+/* Where a selected episode's frames of one camera are. */
+typedef struct vf_sample_video_slot {
+    vf_sample_video_file *file;
+    size_t episode;            /* index into file->episodes */
+} vf_sample_video_slot;
+
+typedef struct vf_sample_spec {
+    const vf_dataset *dataset;
+    double fps;
+    vf_sample_column *columns;
+    size_t num_columns;
+    vf_sample_window_spec *windows;
+    size_t num_windows;
+    /* Tabular data: every selected episode's rows of the needed columns. */
+    vf_ds_table table;
+    int task_index_column;         /* column of table holding task_index, -1 when no task column */
+    char **table_strings;          /* per table column: NUL-terminated copies for STRING columns (else NULL) */
+    /* Episodes: positions [episode_start[i], episode_start[i+1]) belong to selected episode i. */
+    size_t num_episodes;
+    int64_t *episode_start;
+    int64_t num_positions;
+    /* Video: files per camera, and (episode, camera) -> slot. */
+    size_t num_cameras;
+    vf_sample_video_file **files;  /* [camera] -> array of num_files[camera] */
+    size_t *num_files;
+    vf_sample_video_slot *slots;   /* [episode * num_cameras + camera] */
+} vf_sample_spec;
+
+/* Builds the spec for the dataset's selected episodes from the sample
+ * settings: checks keys (delta_timestamps, renames, normalize, keys) against
+ * the features with messages naming the key, converts the deltas, lays out
+ * the columns and reads the table. *out is owned by the caller
+ * (vf_sample_spec_free). The dataset must outlive the spec. */
+int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *dataset, const vf_sample_settings *settings);
+void vf_sample_spec_free(vf_sample_spec *spec);
+
+/* The selected episode (0..num_episodes-1) holding a position; position must
+ * be in range. */
+size_t vf_sample_episode_of(const vf_sample_spec *spec, int64_t position);
+
+/* ---- assembly ------------------------------------------------------------ */
+
+/* Counters shared by the assemblers of one loader (atomics: any thread). */
+typedef struct vf_sample_counters {
+    atomic_uint_fast64_t frames_decoded;   /* frames that came out of decoders */
+    atomic_uint_fast64_t frames_delivered; /* frames written into batches */
+    atomic_uint_fast64_t samples;          /* samples assembled */
+} vf_sample_counters;
+
+/* Where assembled samples go: per spec column, the base of its
+ * [capacity, per-sample shape...] memory (numeric columns) or of its string
+ * pointer array (STRING columns). Sample i of the call is written at index
+ * first + i. */
+typedef struct vf_sample_dest {
+    void *const *data;
+    const char **const *strings;
+    size_t first;
+} vf_sample_dest;
+
+/* Runs `fn(arg, i)` for i in [0, n) on helper threads while the caller works
+ * too; returns when every call is done. NULL: run everything on the caller. */
+typedef struct vf_sample_parallel {
+    void (*run)(void *pool_ctx, size_t n, void (*fn)(void *arg, size_t i), void *arg);
+    void *pool_ctx;
+} vf_sample_parallel;
+
+/* Assembles the samples at positions[0..n) into dest: table values,
+ * windows, pad masks, task strings, and every frame of every camera and
+ * window step, the frame requests grouped per video file (one reader
+ * checkout and one vf_video_read_frames call per file). parallel, when
+ * given, spreads the per-file groups over threads. Errors name the file,
+ * camera and episode (and the position for out-of-range ones: VF_ERANGE). */
+int vf_sample_assemble(const vf_sample_spec *spec, vf_video_cache *cache, vf_sample_counters *counters,
+                       const int64_t *positions, size_t n, const vf_sample_dest *dest,
+                       const vf_sample_parallel *parallel);
+
+#endif

@@ -1,0 +1,692 @@
+/*
+ * spec.c: builds a vf_sample_spec from the sample settings: which features
+ * become which columns (LeRobot's order and shapes, §7.4 and §7.6), the
+ * delta windows, normalization constants, the in-memory table of every
+ * selected episode, and the camera files with their episode lists.
+ *
+ * Settings are checked up front so a bad key fails at open with a message
+ * naming it, not in the middle of an epoch.
+ */
+#include "sample/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NORM_EPS 1e-8f /* LeRobot's normalization epsilon */
+
+static const char *kind_name(vf_feature_kind k)
+{
+    switch (k) {
+    case VF_FEATURE_VECTOR: return "vector";
+    case VF_FEATURE_SCALAR: return "scalar";
+    case VF_FEATURE_STRING: return "string";
+    case VF_FEATURE_VIDEO: return "video";
+    case VF_FEATURE_IMAGE: return "image";
+    case VF_FEATURE_LANGUAGE: return "language";
+    }
+    return "?";
+}
+
+/* A short list of the features' names for "unknown key" messages. */
+static void feature_list(const vf_dataset *d, char *buf, size_t cap)
+{
+    size_t n = vf_dataset_num_features(d), len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && len + 1 < cap; i++) {
+        int w = snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", vf_dataset_feature(d, i)->name);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    if (len >= cap && cap > 4)
+        memcpy(buf + cap - 4, "...", 4);
+}
+
+static int unknown_key(const vf_dataset *d, const char *what, const char *key)
+{
+    char names[512];
+    feature_list(d, names, sizeof names);
+    return vf_error(VF_EINVAL, "%s: unknown key '%s' (the dataset's features: %s)", what, key, names);
+}
+
+static int camera_index(const vf_dataset *d, const vf_feature *f)
+{
+    for (size_t c = 0; c < vf_dataset_num_cameras(d); c++)
+        if (strcmp(vf_dataset_camera(d, c)->key, f->name) == 0)
+            return (int)c;
+    return -1;
+}
+
+void vf_sample_spec_free(vf_sample_spec *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->num_columns; i++) {
+        free(s->columns[i].name);
+        free(s->columns[i].norm_shift);
+        free(s->columns[i].norm_scale);
+    }
+    free(s->columns);
+    for (size_t i = 0; i < s->num_windows; i++) {
+        free(s->windows[i].key);
+        free(s->windows[i].offsets);
+    }
+    free(s->windows);
+    if (s->table_strings) {
+        for (size_t i = 0; i < s->table.num_columns; i++)
+            free(s->table_strings[i]);
+        free(s->table_strings);
+    }
+    vf_ds_table_free(&s->table);
+    free(s->episode_start);
+    for (size_t c = 0; s->files && c < s->num_cameras; c++) {
+        for (size_t i = 0; i < s->num_files[c]; i++) {
+            vf_sample_video_file *f = &s->files[c][i];
+            pthread_mutex_destroy(&f->lock);
+            vf_video_map_free(&f->map, f->episodes, f->num_episodes);
+            free(f->episodes);
+            free(f->error);
+        }
+        free(s->files[c]);
+    }
+    free(s->files);
+    free(s->num_files);
+    free(s->slots);
+    free(s);
+}
+
+size_t vf_sample_episode_of(const vf_sample_spec *s, int64_t position)
+{
+    size_t lo = 0, hi = s->num_episodes; /* episode_start[lo] <= position < episode_start[hi] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->episode_start[mid] <= position)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- columns ----------------------------------------------------------------- */
+
+typedef struct builder {
+    vf_sample_spec *spec;
+    const vf_dataset *d;
+    const vf_sample_settings *set;
+    size_t cap_columns;
+    const char **table_names; /* columns to read */
+    size_t num_table;
+} builder;
+
+static vf_sample_column *add_column(builder *b, const char *name, vf_sample_source source)
+{
+    vf_sample_spec *s = b->spec;
+    if (s->num_columns == b->cap_columns) {
+        size_t cap = b->cap_columns ? b->cap_columns * 2 : 16;
+        vf_sample_column *n = vf_realloc(s->columns, cap * sizeof *n);
+        if (!n)
+            return NULL;
+        s->columns = n;
+        b->cap_columns = cap;
+    }
+    vf_sample_column *c = &s->columns[s->num_columns];
+    memset(c, 0, sizeof *c);
+    c->name = vf_strdup(name);
+    if (!c->name)
+        return NULL;
+    s->num_columns++;
+    c->source = source;
+    c->camera = -1;
+    c->table_column = -1;
+    c->window = -1;
+    return c;
+}
+
+static const char *output_name(const vf_sample_settings *set, const char *key)
+{
+    for (size_t i = 0; i < set->num_renames; i++)
+        if (strcmp(set->renames[i].from, key) == 0)
+            return set->renames[i].to;
+    return key;
+}
+
+static int window_of(const vf_sample_spec *s, const char *key)
+{
+    for (size_t i = 0; i < s->num_windows; i++)
+        if (strcmp(s->windows[i].key, key) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int is_selected(const vf_sample_settings *set, const char *name)
+{
+    if (!set->keys)
+        return 1;
+    for (size_t i = 0; i < set->num_keys; i++)
+        if (set->keys[i] && strcmp(set->keys[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+static vf_normalization norm_of(const vf_sample_settings *set, const char *key)
+{
+    for (size_t i = 0; i < set->num_normalize; i++)
+        if (strcmp(set->normalize[i].key, key) == 0)
+            return set->normalize[i].mode;
+    return VF_NORM_NONE;
+}
+
+static int table_column_of(builder *b, const char *name)
+{
+    for (size_t i = 0; i < b->num_table; i++)
+        if (strcmp(b->table_names[i], name) == 0)
+            return (int)i;
+    b->table_names[b->num_table] = name;
+    return (int)b->num_table++;
+}
+
+/* Fills shift/scale of a column from the dataset stats. width: number of
+ * values (vector elements or image channels). */
+static int set_normalization(builder *b, vf_sample_column *c, const char *key, vf_normalization mode, int64_t width)
+{
+    const char *a_name = mode == VF_NORM_MEAN_STD ? "mean" : "min";
+    const char *b_name = mode == VF_NORM_MEAN_STD ? "std" : "max";
+    const vf_stat *sa = vf_dataset_find_stat(b->d, key, a_name);
+    const vf_stat *sb = vf_dataset_find_stat(b->d, key, b_name);
+    if (!sa || !sb)
+        return vf_error(VF_EINVAL, "normalize['%s']: the dataset has no '%s' and '%s' statistics for it (meta/stats.json)",
+                        key, a_name, b_name);
+    if (sa->size != (size_t)width || sb->size != (size_t)width)
+        return vf_error(VF_ECORRUPT, "normalize['%s']: statistics hold %zu/%zu values, expected %lld", key, sa->size,
+                        sb->size, (long long)width);
+    c->norm = mode;
+    c->norm_shift = vf_malloc_array((size_t)width, sizeof(float));
+    c->norm_scale = vf_malloc_array((size_t)width, sizeof(float));
+    if (!c->norm_shift || !c->norm_scale)
+        return VF_ENOMEM;
+    for (int64_t i = 0; i < width; i++) {
+        double va = sa->values[i], vb = sb->values[i];
+        if (!isfinite(va) || !isfinite(vb))
+            return vf_error(VF_ECORRUPT, "normalize['%s']: statistic %s/%s[%lld] is not finite", key, a_name, b_name,
+                            (long long)i);
+        c->norm_shift[i] = (float)va;
+        /* As LeRobot computes in float32: (x - mean) / (std + eps), (x - min) / (max - min + eps). */
+        c->norm_scale[i] = mode == VF_NORM_MEAN_STD ? (float)vb + NORM_EPS : ((float)vb - (float)va) + NORM_EPS;
+    }
+    return 0;
+}
+
+static int check_settings(builder *b)
+{
+    const vf_dataset *d = b->d;
+    const vf_sample_settings *set = b->set;
+    if ((set->num_delta_timestamps && !set->delta_timestamps) || (set->num_keys && !set->keys) ||
+        (set->num_renames && !set->renames) || (set->num_normalize && !set->normalize))
+        return vf_error(VF_EINVAL, "sample settings: a list has a count but no entries");
+    if ((unsigned)set->image_format > VF_IMAGE_UINT8_HWC)
+        return vf_error(VF_EINVAL, "sample settings: unknown image format %d", (int)set->image_format);
+    if (set->resize_width < 0 || set->resize_height < 0 || (set->resize_width == 0) != (set->resize_height == 0) ||
+        set->resize_width > 16384 || set->resize_height > 16384)
+        return vf_error(VF_EINVAL, "resize: %dx%d is not a valid size (both > 0, or both 0 for the stream's size)",
+                        set->resize_width, set->resize_height);
+    for (size_t i = 0; i < set->num_keys; i++) {
+        if (!set->keys[i] || !vf_dataset_find_feature(d, set->keys[i]))
+            return unknown_key(d, "keys", set->keys[i] ? set->keys[i] : "(null)");
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(set->keys[i], set->keys[j]) == 0)
+                return vf_error(VF_EINVAL, "keys: '%s' is listed twice", set->keys[i]);
+    }
+    for (size_t i = 0; i < set->num_renames; i++) {
+        const vf_rename_spec *r = &set->renames[i];
+        if (!r->from || !vf_dataset_find_feature(d, r->from))
+            return unknown_key(d, "renames", r->from ? r->from : "(null)");
+        if (!r->to || !r->to[0])
+            return vf_error(VF_EINVAL, "renames['%s']: empty new name", r->from);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(set->renames[j].from, r->from) == 0)
+                return vf_error(VF_EINVAL, "renames: '%s' is renamed twice", r->from);
+    }
+    for (size_t i = 0; i < set->num_normalize; i++) {
+        const vf_norm_spec *n = &set->normalize[i];
+        const vf_feature *f = n->key ? vf_dataset_find_feature(d, n->key) : NULL;
+        if (!f)
+            return unknown_key(d, "normalize", n->key ? n->key : "(null)");
+        if ((unsigned)n->mode > VF_NORM_MIN_MAX)
+            return vf_error(VF_EINVAL, "normalize['%s']: unknown mode %d", n->key, (int)n->mode);
+        if (n->mode == VF_NORM_NONE)
+            continue;
+        int numeric_float = (f->kind == VF_FEATURE_VECTOR || f->kind == VF_FEATURE_SCALAR) &&
+                            vf_ds_feature_value_type(f) == VF_DS_F32;
+        if (f->kind == VF_FEATURE_VIDEO) {
+            if (set->image_format != VF_IMAGE_FLOAT32_CHW)
+                return vf_error(VF_EINVAL, "normalize['%s']: images can be normalized only in the float32 format",
+                                n->key);
+        } else if (!numeric_float) {
+            return vf_error(VF_EINVAL, "normalize['%s']: only float vectors, scalars and videos can be normalized "
+                                       "(this feature is %s %s)",
+                            n->key, f->dtype, kind_name(f->kind));
+        }
+    }
+    for (size_t i = 0; i < set->num_delta_timestamps; i++) {
+        const vf_delta_spec *ds = &set->delta_timestamps[i];
+        const vf_feature *f = ds->key ? vf_dataset_find_feature(d, ds->key) : NULL;
+        if (!f)
+            return unknown_key(d, "delta_timestamps", ds->key ? ds->key : "(null)");
+        if (!is_selected(set, ds->key))
+            return vf_error(VF_EINVAL, "delta_timestamps: key '%s' is not among the selected keys", ds->key);
+        if (f->kind != VF_FEATURE_VIDEO && f->kind != VF_FEATURE_VECTOR && f->kind != VF_FEATURE_SCALAR)
+            return vf_error(VF_EUNSUPPORTED, "delta_timestamps['%s']: windows over %s features are not supported",
+                            ds->key, kind_name(f->kind));
+        if (ds->count && !ds->seconds)
+            return vf_error(VF_EINVAL, "delta_timestamps['%s']: a count but no values", ds->key);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(set->delta_timestamps[j].key, ds->key) == 0)
+                return vf_error(VF_EINVAL, "delta_timestamps: '%s' is listed twice", ds->key);
+    }
+    return 0;
+}
+
+static int build_windows(builder *b)
+{
+    vf_sample_spec *s = b->spec;
+    const vf_sample_settings *set = b->set;
+    double tol = set->tolerance_s > 0 ? set->tolerance_s : VF_SAMPLE_DEFAULT_TOLERANCE_S;
+    if (!set->num_delta_timestamps)
+        return 0;
+    s->windows = vf_calloc(set->num_delta_timestamps, sizeof *s->windows);
+    if (!s->windows)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < set->num_delta_timestamps; i++) {
+        const vf_delta_spec *ds = &set->delta_timestamps[i];
+        vf_sample_window_spec *w = &s->windows[i];
+        s->num_windows = i + 1;
+        w->key = vf_strdup(ds->key);
+        w->offsets = vf_malloc_array(ds->count ? ds->count : 1, sizeof *w->offsets);
+        if (!w->key || !w->offsets)
+            return VF_ENOMEM;
+        w->count = ds->count;
+        int r = vf_sample_delta_offsets(ds->key, ds->seconds, ds->count, s->fps, tol, w->offsets);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int check_unique_names(const vf_sample_spec *s)
+{
+    for (size_t i = 0; i < s->num_columns; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(s->columns[i].name, s->columns[j].name) == 0)
+                return vf_error(VF_EINVAL, "two output columns would be named '%s' (check renames)",
+                                s->columns[i].name);
+    return 0;
+}
+
+static int build_columns(builder *b)
+{
+    vf_sample_spec *s = b->spec;
+    const vf_dataset *d = b->d;
+    const vf_sample_settings *set = b->set;
+    size_t nf = vf_dataset_num_features(d);
+    b->table_names = vf_calloc(nf + 1, sizeof *b->table_names);
+    if (!b->table_names)
+        return VF_ENOMEM;
+
+    /* 1. Video keys, in feature order. */
+    for (size_t i = 0; i < nf; i++) {
+        const vf_feature *f = vf_dataset_feature(d, i);
+        if (f->kind != VF_FEATURE_VIDEO || !is_selected(set, f->name))
+            continue;
+        int cam = camera_index(d, f);
+        if (cam < 0)
+            return vf_error(VF_ECORRUPT, "video feature '%s' has no camera entry", f->name);
+        const vf_camera *camera = vf_dataset_camera(d, (size_t)cam);
+        if (camera->is_depth)
+            return vf_error(VF_EUNSUPPORTED, "camera '%s' is a depth map; depth decoding is not supported yet "
+                                             "(leave it out with keys=)",
+                            f->name);
+        int w = set->resize_width ? set->resize_width : camera->width;
+        int h = set->resize_height ? set->resize_height : camera->height;
+        if (w <= 0 || h <= 0 || w > 16384 || h > 16384)
+            return vf_error(VF_ECORRUPT, "camera '%s': info.json gives no usable frame size (video.width/height %dx%d)",
+                            f->name, camera->width, camera->height);
+        vf_sample_column *c = add_column(b, output_name(set, f->name), VF_SAMPLE_SRC_VIDEO);
+        if (!c)
+            return VF_ENOMEM;
+        vf_video_format_defaults(&c->format);
+        c->format.layout = set->image_format == VF_IMAGE_FLOAT32_CHW ? VF_VIDEO_RGB_CHW_F32
+                           : set->image_format == VF_IMAGE_UINT8_CHW ? VF_VIDEO_RGB_CHW_U8
+                                                                     : VF_VIDEO_RGB_HWC_U8;
+        c->format.width = w;
+        c->format.height = h;
+        c->feature = f;
+        c->camera = cam;
+        c->window = window_of(s, f->name);
+        int64_t steps = c->window >= 0 ? (int64_t)s->windows[c->window].count : 1;
+        int squeeze = c->window < 0 || (steps == 1 && set->lerobot_shapes);
+        int nd = 0;
+        if (!squeeze)
+            c->shape[nd++] = steps;
+        if (set->image_format == VF_IMAGE_UINT8_HWC) {
+            c->shape[nd++] = h;
+            c->shape[nd++] = w;
+            c->shape[nd++] = 3;
+        } else {
+            c->shape[nd++] = 3;
+            c->shape[nd++] = h;
+            c->shape[nd++] = w;
+        }
+        c->ndim = nd;
+        c->type = set->image_format == VF_IMAGE_FLOAT32_CHW ? VF_COL_FLOAT32 : VF_COL_UINT8;
+        c->values_per_step = (int64_t)w * h * 3 * (c->type == VF_COL_FLOAT32 ? 4 : 1);
+        c->sample_bytes = (size_t)(c->values_per_step * steps);
+        vf_normalization norm = norm_of(set, f->name);
+        if (norm != VF_NORM_NONE) {
+            int r = set_normalization(b, c, f->name, norm, 3);
+            if (r < 0)
+                return r;
+        }
+    }
+    /* 2. Data columns, in feature order. */
+    for (size_t i = 0; i < nf; i++) {
+        const vf_feature *f = vf_dataset_feature(d, i);
+        if (f->kind == VF_FEATURE_VIDEO)
+            continue;
+        if (!is_selected(set, f->name))
+            continue;
+        if (f->kind == VF_FEATURE_LANGUAGE) {
+            if (set->keys)
+                return vf_error(VF_EUNSUPPORTED, "keys: '%s' is a language column, which is not supported", f->name);
+            continue;
+        }
+        if (f->kind == VF_FEATURE_IMAGE) {
+            if (set->keys)
+                return vf_error(VF_EUNSUPPORTED, "keys: '%s' is an image feature (PNG in Parquet), which is not "
+                                                 "supported yet",
+                                f->name);
+            vf_log(VF_LOG_WARN, "image feature '%s' (PNG in Parquet) is not supported yet and is left out", f->name);
+            continue;
+        }
+        int vt = vf_ds_feature_value_type(f);
+        if (vt < 0) {
+            if (set->keys)
+                return vf_error(VF_EUNSUPPORTED, "keys: feature '%s' (dtype %s) has no supported values", f->name,
+                                f->dtype);
+            vf_log(VF_LOG_WARN, "feature '%s' (dtype %s) is not supported and is left out", f->name, f->dtype);
+            continue;
+        }
+        vf_sample_column *c = add_column(b, output_name(set, f->name), VF_SAMPLE_SRC_TABLE);
+        if (!c)
+            return VF_ENOMEM;
+        c->feature = f;
+        c->table_column = table_column_of(b, f->name);
+        c->window = window_of(s, f->name);
+        int nd = 0;
+        int64_t steps = 1;
+        if (c->window >= 0) {
+            steps = (int64_t)s->windows[c->window].count;
+            c->shape[nd++] = steps; /* vectors keep [T, ...] even for T = 1 (LeRobot) */
+        }
+        if (f->kind == VF_FEATURE_VECTOR) {
+            if (f->ndim + nd > 7)
+                return vf_error(VF_EUNSUPPORTED, "feature '%s' has too many dimensions (%d)", f->name, f->ndim);
+            for (int k = 0; k < f->ndim; k++)
+                c->shape[nd++] = f->shape[k];
+        }
+        c->ndim = nd;
+        c->values_per_step = vt == VF_DS_STRING ? 1 : f->size;
+        if (vt == VF_DS_STRING) {
+            if (c->window >= 0)
+                return vf_error(VF_EUNSUPPORTED, "delta_timestamps['%s']: windows over strings are not supported",
+                                f->name);
+            c->type = VF_COL_STRING;
+            c->sample_bytes = sizeof(char *);
+        } else {
+            c->type = vt == VF_DS_F32 ? VF_COL_FLOAT32 : f->type == VF_DTYPE_BOOL ? VF_COL_BOOL : VF_COL_INT64;
+            size_t elem = c->type == VF_COL_FLOAT32 ? 4 : c->type == VF_COL_BOOL ? 1 : 8;
+            c->sample_bytes = (size_t)(steps * c->values_per_step) * elem;
+        }
+        vf_normalization norm = norm_of(set, f->name);
+        if (norm != VF_NORM_NONE) {
+            int r = set_normalization(b, c, f->name, norm, f->size);
+            if (r < 0)
+                return r;
+        }
+    }
+    /* 3. Pad masks, in delta_timestamps order. */
+    for (size_t i = 0; i < s->num_windows; i++) {
+        const char *base = output_name(set, s->windows[i].key);
+        char *name = vf_asprintf("%s_is_pad", base);
+        if (!name)
+            return VF_ENOMEM;
+        vf_sample_column *c = add_column(b, name, VF_SAMPLE_SRC_PAD);
+        free(name);
+        if (!c)
+            return VF_ENOMEM;
+        c->window = (int)i;
+        c->type = VF_COL_BOOL;
+        c->ndim = 1;
+        c->shape[0] = (int64_t)s->windows[i].count;
+        c->values_per_step = 1;
+        c->sample_bytes = s->windows[i].count;
+    }
+    /* 4. The task string. */
+    s->task_index_column = -1;
+    if (set->include_task) {
+        const vf_feature *ti = vf_dataset_find_feature(d, "task_index");
+        if (ti && vf_ds_feature_value_type(ti) == VF_DS_I64 && vf_dataset_num_tasks(d) > 0) {
+            vf_sample_column *c = add_column(b, "task", VF_SAMPLE_SRC_TASK);
+            if (!c)
+                return VF_ENOMEM;
+            c->type = VF_COL_STRING;
+            c->ndim = 0;
+            c->sample_bytes = sizeof(char *);
+            s->task_index_column = table_column_of(b, "task_index");
+        }
+    }
+    return check_unique_names(s);
+}
+
+/* ---- table ---------------------------------------------------------------------- */
+
+static int load_table(builder *b)
+{
+    vf_sample_spec *s = b->spec;
+    size_t n = s->num_episodes;
+    size_t *positions = vf_malloc_array(n ? n : 1, sizeof *positions);
+    if (!positions)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        positions[i] = i;
+    int r = vf_ds_read_table(b->d, positions, n, b->table_names, b->num_table, VF_DS_VERIFY_INDEX, &s->table);
+    free(positions);
+    if (r < 0)
+        return r;
+    if (s->table.rows != s->num_positions)
+        return vf_error(VF_ECORRUPT, "%s: the data files hold %lld rows for the selected episodes, the metadata says %lld",
+                        vf_dataset_root(b->d), (long long)s->table.rows, (long long)s->num_positions);
+    /* NUL-terminated copies of string columns. */
+    for (size_t ci = 0; ci < s->table.num_columns; ci++) {
+        const vf_ds_column *c = &s->table.columns[ci];
+        if (c->type != VF_DS_STRING)
+            continue;
+        if (!s->table_strings && !(s->table_strings = vf_calloc(s->table.num_columns, sizeof *s->table_strings)))
+            return VF_ENOMEM;
+        int64_t bytes = c->offsets[c->rows];
+        char *copy = vf_malloc((size_t)(bytes + c->rows) + 1);
+        if (!copy)
+            return VF_ENOMEM;
+        /* Row k lives at copy + offsets[k] + k, followed by its NUL. */
+        for (int64_t k = 0; k < c->rows; k++) {
+            int64_t lo = c->offsets[k], len = c->offsets[k + 1] - lo;
+            memcpy(copy + lo + k, c->data + lo, (size_t)len);
+            copy[lo + k + len] = 0;
+        }
+        s->table_strings[ci] = copy;
+    }
+    /* task_index values must name a task. */
+    if (s->task_index_column >= 0) {
+        const vf_ds_column *c = &s->table.columns[s->task_index_column];
+        const int64_t *v = c->values;
+        size_t ntasks = vf_dataset_num_tasks(b->d);
+        for (int64_t k = 0; k < c->rows; k++)
+            if (v[k] < 0 || (uint64_t)v[k] >= ntasks) {
+                size_t ep = vf_sample_episode_of(s, k);
+                return vf_error(VF_ECORRUPT, "%s: episode %lld frame %lld: task_index %lld is not one of the %zu tasks",
+                                vf_dataset_root(b->d), (long long)vf_dataset_episode(b->d, ep)->episode_index,
+                                (long long)(k - s->episode_start[ep]), (long long)v[k], ntasks);
+            }
+    }
+    return 0;
+}
+
+/* ---- video files ------------------------------------------------------------------ */
+
+typedef struct file_key {
+    int64_t chunk, file;
+    size_t id;
+} file_key;
+
+static int cmp_file_key(const void *pa, const void *pb)
+{
+    const file_key *a = pa, *b = pb;
+    if (a->chunk != b->chunk)
+        return a->chunk < b->chunk ? -1 : 1;
+    return a->file < b->file ? -1 : a->file > b->file;
+}
+
+static int build_video(builder *b)
+{
+    vf_sample_spec *s = b->spec;
+    const vf_dataset *d = b->d;
+    s->num_cameras = d->num_cameras;
+    if (!s->num_cameras)
+        return 0;
+    s->files = vf_calloc(s->num_cameras, sizeof *s->files);
+    s->num_files = vf_calloc(s->num_cameras, sizeof *s->num_files);
+    s->slots = vf_calloc(s->num_episodes ? s->num_episodes * s->num_cameras : 1, sizeof *s->slots);
+    if (!s->files || !s->num_files || !s->slots)
+        return VF_ENOMEM;
+    size_t next_id = 0;
+    for (size_t cam = 0; cam < s->num_cameras; cam++) {
+        const vf_ds_camera *dc = &d->cameras[cam];
+        size_t nfiles = dc->num_files;
+        s->files[cam] = vf_calloc(nfiles ? nfiles : 1, sizeof **s->files);
+        if (!s->files[cam])
+            return VF_ENOMEM;
+        s->num_files[cam] = nfiles;
+        double fps = dc->pub.fps > 0 ? dc->pub.fps : d->fps;
+        (void)fps;
+        for (size_t i = 0; i < nfiles; i++) {
+            vf_sample_video_file *f = &s->files[cam][i];
+            pthread_mutex_init(&f->lock, NULL);
+            f->path = dc->files[i].path;
+            f->camera_key = dc->pub.key;
+            f->camera = (int)cam;
+            f->id = next_id++;
+        }
+        /* Every episode of the metadata stored in one of these files (the
+         * exact ordinal mapping needs all of them, selected or not). */
+        file_key *keys = vf_malloc_array(nfiles ? nfiles : 1, sizeof *keys);
+        if (!keys)
+            return VF_ENOMEM;
+        for (size_t i = 0; i < nfiles; i++) {
+            keys[i].chunk = dc->files[i].chunk_index;
+            keys[i].file = dc->files[i].file_index;
+            keys[i].id = i;
+        }
+        qsort(keys, nfiles, sizeof *keys, cmp_file_key);
+        for (size_t e = 0; e < d->num_all_episodes; e++) {
+            const vf_ds_video_loc *v = &d->episodes[e].video[cam];
+            file_key want = {v->chunk_index, v->file_index, 0};
+            const file_key *hit = nfiles ? bsearch(&want, keys, nfiles, sizeof *keys, cmp_file_key) : NULL;
+            if (hit) {
+                vf_sample_video_file *f = &s->files[cam][hit->id];
+                if (f->num_episodes == f->cap_episodes) {
+                    size_t cap = f->cap_episodes ? f->cap_episodes * 2 : 4;
+                    vf_video_episode *n = vf_realloc(f->episodes, cap * sizeof *n);
+                    if (!n) {
+                        free(keys);
+                        return VF_ENOMEM;
+                    }
+                    f->episodes = n;
+                    f->cap_episodes = cap;
+                }
+                vf_video_episode *ve = &f->episodes[f->num_episodes++];
+                memset(ve, 0, sizeof *ve);
+                ve->episode_index = d->episodes[e].pub.episode_index;
+                ve->from_timestamp = v->from_timestamp;
+                ve->to_timestamp = v->to_timestamp;
+                ve->length = d->episodes[e].pub.length;
+                ve->first_ordinal = -1;
+            }
+        }
+        free(keys);
+        /* Selected episode -> (file, slot). */
+        for (size_t p = 0; p < s->num_episodes; p++) {
+            vf_video_span span;
+            int r = vf_dataset_episode_video(d, p, cam, &span);
+            if (r < 0)
+                return r;
+            if (span.file >= nfiles)
+                return vf_error(VF_ECORRUPT, "camera %s: episode %lld has no video file", dc->pub.key,
+                                (long long)vf_dataset_episode(d, p)->episode_index);
+            vf_sample_video_file *f = &s->files[cam][span.file];
+            int64_t ep = vf_dataset_episode(d, p)->episode_index;
+            size_t k = 0;
+            while (k < f->num_episodes && f->episodes[k].episode_index != ep)
+                k++;
+            if (k == f->num_episodes)
+                return vf_error(VF_ECORRUPT, "%s: camera %s: episode %lld is not listed in its file", f->path,
+                                dc->pub.key, (long long)ep);
+            s->slots[p * s->num_cameras + cam].file = f;
+            s->slots[p * s->num_cameras + cam].episode = k;
+        }
+    }
+    return 0;
+}
+
+int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *d, const vf_sample_settings *set)
+{
+    *out = NULL;
+    vf_sample_spec *s = vf_calloc(1, sizeof *s);
+    if (!s)
+        return VF_ENOMEM;
+    builder b = {s, d, set, 0, NULL, 0};
+    s->dataset = d;
+    s->fps = vf_dataset_fps(d);
+    s->task_index_column = -1;
+    int r = check_settings(&b);
+    if (r == 0)
+        r = build_windows(&b);
+    if (r == 0)
+        r = build_columns(&b);
+    if (r == 0) {
+        s->num_episodes = vf_dataset_num_episodes(d);
+        s->episode_start = vf_calloc(s->num_episodes + 1, sizeof *s->episode_start);
+        if (!s->episode_start)
+            r = VF_ENOMEM;
+        for (size_t i = 0; r == 0 && i < s->num_episodes; i++) {
+            const vf_episode *e = vf_dataset_episode(d, i);
+            if (e->length <= 0)
+                r = vf_error(VF_ECORRUPT, "%s: episode %lld has length %lld", vf_dataset_root(d),
+                             (long long)e->episode_index, (long long)e->length);
+            else
+                s->episode_start[i + 1] = s->episode_start[i] + e->length;
+        }
+        s->num_positions = s->episode_start[s->num_episodes];
+    }
+    if (r == 0)
+        r = load_table(&b);
+    if (r == 0)
+        r = build_video(&b);
+    free(b.table_names);
+    if (r < 0) {
+        vf_sample_spec_free(s);
+        return r;
+    }
+    *out = s;
+    return 0;
+}
