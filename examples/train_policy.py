@@ -114,26 +114,9 @@ def dataset_meta(root: str, loader_kind: str):
     return float(fps), cams, state_dim, action_dim, stats
 
 
-def quiet_ffmpeg():
-    """Sets the FFmpeg log level of the libavutil the vlafeed extension links
-    to AV_LOG_WARNING (libdav1d prints a banner at INFO for every decoder it
-    opens). The vlafeed command does this itself; the Python package does not
-    expose it yet. Harmless when the library is not found."""
-    import ctypes
-    try:
-        import vlafeed._native  # noqa: F401  (loads the system libavutil)
-        with open(f"/proc/{os.getpid()}/maps", encoding="utf-8") as f:
-            libs = {line.split()[-1] for line in f if "/libavutil.so" in line}
-        for lib in libs:
-            ctypes.CDLL(lib).av_log_set_level(24)  # AV_LOG_WARNING
-    except (OSError, AttributeError, ImportError):
-        pass
-
-
 def make_loader(args, rank: int, world: int, deltas: dict):
     if args.loader == "vlafeed":
-        import vlafeed
-        quiet_ffmpeg()
+        import vlafeed  # quiets FFmpeg's info lines on import (vlafeed.set_log_level)
         return vlafeed.Loader(args.dataset, mode="stream", batch_size=args.batch_size, seed=args.seed, rank=rank,
                               world_size=world, delta_timestamps=deltas, image_format="uint8", drop_last=True)
     sys.path.insert(0, str(REPO / "tests" / "python"))
