@@ -356,3 +356,27 @@ def test_item_differences_catches_every_kind_of_mismatch(av1_root):
     assert mutated(lambda g: g["action_is_pad"].logical_not_())
     assert mutated(lambda g: g.update({"task": g["task"] + " "}))
     assert mutated(lambda g: g.pop("observation.state"))
+
+
+def test_timestamp_fallback_finds_the_ordinal_frames(av1_root):
+    """When the lengths of a file's episodes do not add up to its frames
+    (here: one episode hidden from the metadata), the reference falls back to
+    timestamps (first pts >= from - 0.5/fps, then nearest within 0.45/fps)
+    and still lands on the frames the ordinal mapping gives."""
+    meta = R.ReferenceMeta(av1_root)
+    key = meta.camera_keys[0]
+    path = meta.video_file(meta.episodes[-1], key)
+    video = R.VideoFile(path)
+    exact = R.CameraMap(meta, key, path, video)
+    eps = meta.episodes_in_video_file(path, key)
+    assert exact.method == "ordinal" and len(eps) >= 3
+    hidden = eps[1]["episode_index"]
+    meta.episodes = [ep for ep in meta.episodes if ep["episode_index"] != hidden]
+    fallback = R.CameraMap(meta, key, path, video)
+    assert fallback.method == "timestamp"
+    for ep in eps:
+        e = ep["episode_index"]
+        if e == hidden:
+            continue
+        assert [fallback.ordinal(e, k) for k in range(ep["length"])] == [exact.start[e] + k
+                                                                        for k in range(ep["length"])]
