@@ -21,7 +21,7 @@ import pytest
 from vlafeed import _native
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import assume, HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
@@ -590,6 +590,13 @@ def test_property_random_schemas(tmp_path, data):
     }))
     path = tmp_path / "prop.parquet"
     pq.write_table(table, path, write_batch_size=8, **opts)
+    try:
+        pq.read_table(path)
+    except pa.ArrowInvalid:
+        # pyarrow 26 cannot always read back what it wrote (seen: a 1-row
+        # list<bool> column in tiny v2 pages reads as 0 rows). The oracle
+        # itself fails there, so the example says nothing about our reader.
+        assume(False)
     assert_matches_pyarrow(path)
 
 
