@@ -11,8 +11,10 @@ is hashed (CRC-32, stable across processes) into an embedding table, and a
 action chunk: `action` over the next --chunk steps (a delta window
 [0, 1/fps, ..., (chunk-1)/fps], padded steps masked out of the L1 loss).
 
-Data: vlafeed.Loader in stream mode, one loader per process with rank and
-world size from torch.distributed, uint8 frames (converted on the device).
+Data: vlafeed.Loader in stream mode (--mode pool: the episode pool), one
+loader per process with rank and world size from torch.distributed, uint8
+frames (converted on the device). --log-indices PREFIX writes each step's
+`index` column to PREFIX.rank<r>.jsonl (what a resumed run must match).
 Distributed: DDP over gloo on CPU, NCCL when CUDA is used (--device).
 
 Reports (rank 0): a tqdm bar with loss, samples/s and the fraction of step
@@ -117,7 +119,7 @@ def dataset_meta(root: str, loader_kind: str):
 def make_loader(args, rank: int, world: int, deltas: dict):
     if args.loader == "vlafeed":
         import vlafeed  # quiets FFmpeg's info lines on import (vlafeed.set_log_level)
-        return vlafeed.Loader(args.dataset, mode="stream", batch_size=args.batch_size, seed=args.seed, rank=rank,
+        return vlafeed.Loader(args.dataset, mode=args.mode, batch_size=args.batch_size, seed=args.seed, rank=rank,
                               world_size=world, delta_timestamps=deltas, image_format="uint8", drop_last=True)
     sys.path.insert(0, str(REPO / "tests" / "python"))
     import lerobot_reference as R
@@ -193,6 +195,8 @@ def parse_args(argv=None):
     p.add_argument("--loader", choices=["vlafeed", "reference"], default="vlafeed",
                    help="vlafeed.Loader, or the pure-Python reference (slow baseline)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress-bar updates")
+    p.add_argument("--mode", choices=["stream", "pool"], default="stream", help="vlafeed sampling mode")
+    p.add_argument("--log-indices", default=None, help="write each step's sample indices to PREFIX.rank<r>.jsonl")
     return p.parse_args(argv)
 
 
@@ -258,6 +262,7 @@ def main(argv=None):
     bar = tqdm(total=args.steps, initial=step, disable=not is_main or tqdm is None, unit="step",
                dynamic_ncols=True, mininterval=0.5) if tqdm else None
 
+    index_log = open(f"{args.log_indices}.rank{rank}.jsonl", "a") if args.log_indices else None
     losses: list[float] = []
     wait_total = step_total = 0.0
     win_wait = win_total = 0.0
@@ -274,6 +279,10 @@ def main(argv=None):
         target = (batch["action"].to(device).float() - a_mean) / a_std
         valid = ~batch["action_is_pad"].to(device)
         pred = ddp(images, state, batch["task"])
+        if index_log:
+            index_log.write(json.dumps({"step": step + 1, "epoch": batches.epoch,
+                                        "index": batch["index"].tolist()}) + "\n")
+            index_log.flush()
         del batch  # vlafeed tensors view engine buffers: hand this one back before the next wait
         err = F.l1_loss(pred, target, reduction="none").mean(dim=-1)
         loss = (err * valid).sum() / valid.sum().clamp_min(1)
@@ -304,6 +313,8 @@ def main(argv=None):
                 save_checkpoint(ckdir / f"step_{step:06d}.pt", model, opt, step, batches.epoch,
                                 [s for s in states] if any(s is not None for s in states) else None, args)
     elapsed = time.perf_counter() - t_start
+    if index_log:
+        index_log.close()
     if bar is not None:
         bar.close()
 
