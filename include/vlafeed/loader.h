@@ -36,18 +36,21 @@
  *
  * Distribution: the epoch's global sequence (map: a seeded permutation of
  * the positions; stream: the partition's tasks in a seeded order, each
- * task's frames in order) is cut into world_size equal contiguous slices.
+ * task's frames in order; pool: the episodes in a seeded order, each
+ * episode's frames in order) is cut into world_size equal contiguous
+ * slices.
  * Remainder rule: without drop_last every rank gets ceil(N / world_size)
  * samples, the last slices wrapping around to the start of the sequence
  * (a few samples repeat, like torch's DistributedSampler); with drop_last
  * every rank gets floor(N / world_size) and the tail is dropped. A rank's
  * slice is split over its num_consumers consumers in contiguous parts
  * (sizes differ by at most one, no padding, so a rank's consumers together
- * cover its slice exactly once); stream mode's shuffle buffer then permutes
- * each consumer's part (seeded by seed, epoch, rank, consumer); each
- * consumer's part is cut into batches; a loader with consumer = -1 yields
- * its consumers' batches round-robin (the order in which a DataLoader takes
- * them from its workers), a loader with consumer = c only consumer c's.
+ * cover its slice exactly once); stream mode's shuffle buffer (pool mode:
+ * the pool's draws) then orders each consumer's part (seeded by seed,
+ * epoch, rank, consumer); each consumer's part is cut into batches; a
+ * loader with consumer = -1 yields its consumers' batches round-robin (the
+ * order in which a DataLoader takes them from its workers), a loader with
+ * consumer = c only consumer c's.
  *
  * Pool mode (VF_MODE_POOL): the epoch's global sequence is the selected
  * episodes in a seeded permutation (the same on every rank), each

@@ -12,12 +12,14 @@
  * Invariants:
  *  - Everything here is a pure function of its inputs: the order of an epoch
  *    depends on (seed, epoch, shuffle, partition, rank, world_size,
- *    num_consumers, consumer, batch_size, drop_last, shuffle_buffer) and the
- *    dataset's episodes, never on threads or time.
+ *    num_consumers, consumer, batch_size, drop_last, shuffle_buffer,
+ *    pool_size, resume_batch) and the dataset's episodes, never on threads
+ *    or time.
  *  - Random streams come from vf_rng_derive(seed, purpose, epoch, rank,
  *    consumer). Permutations shared by all ranks (of positions in map mode,
- *    of tasks in stream mode) use rank = consumer = 0, so every rank derives
- *    the same global order and takes its own slice of it.
+ *    of tasks in stream mode, of episodes in pool mode) use rank = consumer
+ *    = 0, so every rank derives the same global order and takes its own
+ *    slice of it.
  *
  * Pool mode: the global sequence is the selected episodes in a seeded
  * permutation (shared by every rank), each episode's frames in order. After

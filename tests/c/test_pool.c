@@ -368,7 +368,7 @@ static size_t episode_pos(const vf_dataset *d, int64_t position)
 /* 2 ranks x 2 consumers, each consumer its own loader: exactly once plus padding. */
 static void test_coverage(vf_dataset *d)
 {
-    int64_t n = 0, total = 0, bad = 0;
+    int64_t n = 0, total = 0, bad = 0, rank_total[2] = {0, 0};
     int64_t *seen = NULL;
     for (int rank = 0; rank < 2; rank++) {
         tp_run rank_runs[2];
@@ -396,6 +396,7 @@ static void test_coverage(vf_dataset *d)
             for (int64_t i = 0; i < rank_runs[c].count; i++)
                 seen[rank_runs[c].positions[i]]++;
             total += rank_runs[c].count;
+            rank_total[rank] += rank_runs[c].count;
             vf_loader_close(l);
         }
         /* The rank-level loader yields the consumers' batches round-robin. */
@@ -429,6 +430,9 @@ static void test_coverage(vf_dataset *d)
     CHECK_EQ_INT(bad, 0);
     int64_t per_rank = (n + 1) / 2, missing = 0, extra = 0;
     CHECK_EQ_INT(total, 2 * per_rank);
+    CHECK_EQ_INT(rank_total[0], per_rank); /* every rank the same count (DDP steps in lockstep) */
+    CHECK_EQ_INT(rank_total[1], per_rank);
+    CHECK(n % 2 == 1); /* the dataset is odd-sized, so the padding rule is exercised */
     for (int64_t i = 0; i < n; i++) {
         missing += seen[i] == 0;
         extra += seen[i] > 1 ? seen[i] - 1 : 0;
