@@ -145,7 +145,7 @@ static void canned_stop(canned_server *s)
 
 /* The value of header `name` (case-insensitive) in request n, copied into
  * out; "" when absent. */
-static const char *canned_header(canned_server *s, int n, const char *name, char *out, size_t cap)
+static VF_UNUSED const char *canned_header(canned_server *s, int n, const char *name, char *out, size_t cap)
 {
     out[0] = '\0';
     if (n < 0 || n >= CANNED_MAX_REQUESTS)
@@ -170,7 +170,7 @@ static const char *canned_header(canned_server *s, int n, const char *name, char
 }
 
 /* A port on 127.0.0.1 where nothing listens (bound, then closed). */
-static int closed_port(void)
+static VF_UNUSED int closed_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
