@@ -114,7 +114,7 @@ static int canned_start(canned_server *s, canned_respond_fn respond, void *ctx, 
     memset(s, 0, sizeof *s);
     s->respond = respond;
     s->ctx = ctx;
-    s->max_requests = max_requests < CANNED_MAX_REQUESTS ? max_requests : CANNED_MAX_REQUESTS;
+    s->max_requests = max_requests; /* only the first CANNED_MAX_REQUESTS are recorded */
     s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s->listen_fd < 0)
         return -1;
@@ -167,6 +167,62 @@ static VF_UNUSED const char *canned_header(canned_server *s, int n, const char *
         }
     }
     return out;
+}
+
+/* A responder serving files under a root directory (ctx: canned_files):
+ * HEAD, GET and one "bytes=a-b" / "bytes=a-" range; counts GETs of paths
+ * ending in count_suffix. */
+typedef struct canned_files {
+    const char *root;
+    const char *count_suffix;
+    atomic_int counted_gets;
+} canned_files;
+
+static VF_UNUSED void canned_serve_files(canned_server *s, int n, const char *req, int fd)
+{
+    canned_files *cf = s->ctx;
+    int head = !strncmp(req, "HEAD ", 5);
+    const char *p = strchr(req, ' ');
+    const char *e = p ? strchr(p + 1, ' ') : NULL;
+    char rel[1024];
+    if (!p || !e || (size_t)(e - p - 1) >= sizeof rel || p[1] != '/' || memmem(p, (size_t)(e - p), "..", 2)) {
+        canned_printf(fd, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+    }
+    memcpy(rel, p + 2, (size_t)(e - p - 2));
+    rel[e - p - 2] = '\0';
+    char *path = vf_path_join(cf->root, rel);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (!path || vf_read_file(path, &data, &len) < 0) {
+        free(path);
+        canned_printf(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+    }
+    free(path);
+    size_t a = 0, b = len ? len - 1 : 0;
+    const char *r = strcasestr(req, "\r\nRange: bytes=");
+    if (r) {
+        r += strlen("\r\nRange: bytes=");
+        a = (size_t)strtoull(r, (char **)&r, 10);
+        if (*r == '-' && r[1] >= '0' && r[1] <= '9')
+            b = (size_t)strtoull(r + 1, NULL, 10);
+        if (b >= len)
+            b = len - 1;
+    }
+    if (!head && cf->count_suffix) {
+        size_t lr = strlen(rel), ls = strlen(cf->count_suffix);
+        if (lr >= ls && !strcmp(rel + lr - ls, cf->count_suffix))
+            atomic_fetch_add(&cf->counted_gets, 1);
+    }
+    if (r && len && a <= b)
+        canned_printf(fd, "HTTP/1.1 206 Partial Content\r\nContent-Length: %zu\r\nContent-Range: bytes %zu-%zu/%zu\r\n"
+                          "Connection: close\r\n\r\n", b - a + 1, a, b, len);
+    else
+        canned_printf(fd, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", len);
+    if (!head && len)
+        canned_write(fd, data + (r ? a : 0), r ? b - a + 1 : len);
+    free(data);
 }
 
 /* A port on 127.0.0.1 where nothing listens (bound, then closed). */
