@@ -352,3 +352,128 @@ def test_real_v21_fixture_over_http(cli, g1_dir):
         a = loader_batches(g1_dir, "map", limit=6, **kw)
         b = loader_batches(srv.url(""), "map", limit=6, **kw)
     assert_same_batches(b, a)
+
+
+# ---- the prefetch file cache (C API through ctypes) --------------------------------------
+
+
+class CacheStats(__import__("ctypes").Structure):
+    _fields_ = [(name, __import__("ctypes").c_uint64) for name in (
+        "hits", "misses", "bytes_downloaded", "downloads", "failures", "evictions", "bytes", "peak_bytes",
+        "entries", "waiting_for_space")]
+
+
+class FileCache:
+    """The C file cache (vf_file_cache_*), reached through the extension's
+    exported symbols: real HTTP downloads against the fault-injecting server."""
+
+    def __init__(self, directory, max_bytes):
+        import ctypes
+        from vlafeed import _native
+        lib = ctypes.CDLL(_native.__file__)
+        self.lib, self.ct = lib, ctypes
+        p, cp, u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64
+        lib.vf_file_cache_open.argtypes = [ctypes.POINTER(p), cp, u64]
+        lib.vf_file_cache_acquire.argtypes = [p, cp, ctypes.POINTER(cp)]
+        lib.vf_file_cache_acquire_nowait.argtypes = [p, cp, ctypes.POINTER(cp)]
+        lib.vf_file_cache_release.argtypes = [p, cp]
+        lib.vf_file_cache_refs.argtypes = [p, cp]
+        lib.vf_file_cache_get_stats.argtypes = [p, ctypes.POINTER(CacheStats)]
+        lib.vf_file_cache_get_stats.restype = None
+        lib.vf_file_cache_close.argtypes = [p]
+        lib.vf_file_cache_close.restype = None
+        lib.vf_last_error.restype = cp
+        self.handle = p()
+        assert lib.vf_file_cache_open(ctypes.byref(self.handle), os.fsencode(directory), max_bytes) == 0, self.error()
+
+    def error(self):
+        return self.lib.vf_last_error().decode()
+
+    def acquire(self, url, wait=True):
+        path = self.ct.c_char_p()
+        fn = self.lib.vf_file_cache_acquire if wait else self.lib.vf_file_cache_acquire_nowait
+        rc = fn(self.handle, url.encode(), self.ct.byref(path))
+        return rc, (path.value.decode() if path.value else None), (self.error() if rc else "")
+
+    def release(self, url):
+        return self.lib.vf_file_cache_release(self.handle, url.encode())
+
+    def refs(self, url):
+        return self.lib.vf_file_cache_refs(self.handle, url.encode())
+
+    def stats(self):
+        s = CacheStats()
+        self.lib.vf_file_cache_get_stats(self.handle, self.ct.byref(s))
+        return {name: getattr(s, name) for name, _ in CacheStats._fields_}
+
+    def close(self):
+        if self.handle:
+            self.lib.vf_file_cache_close(self.handle)
+            self.handle = None
+
+
+def dir_bytes(directory):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(directory) for f in fs)
+
+
+def test_file_cache_bound_refcounts_and_faults(served, tmp_path):
+    top, root = served
+    videos = sorted(root.glob("videos/*/*/*.mp4"))
+    sizes = {v: v.stat().st_size for v in videos}
+    bound = sum(sorted(sizes.values())[-2:]) + 1  # any two files fit, not all of them
+    assert bound < sum(sizes.values())
+    cache_dir = tmp_path / "cache"
+    faults = Faults(match=".mp4", truncate_first=1, reset_first=1)  # 2 faults < 4 attempts
+    with RemoteServer(top, faults) as srv:
+        cache = FileCache(cache_dir, bound)
+        try:
+            urls = {v: srv.url("ds/" + str(v.relative_to(root))) for v in videos}
+            a, b = videos[0], videos[1]
+            # Two episodes share file a: two references, one download.
+            rc, pa, err = cache.acquire(urls[a])
+            assert rc == 0, err
+            rc, pa2, err = cache.acquire(urls[a])
+            assert rc == 0 and pa2 == pa and cache.refs(urls[a]) == 2
+            assert open(pa, "rb").read() == a.read_bytes()  # exact bytes despite truncation/reset faults
+            assert cache.release(urls[a]) == 0 and os.path.exists(pa)  # one user left
+            assert cache.release(urls[a]) == 0 and os.path.exists(pa)  # cached, now evictable
+            assert cache.release(urls[a]) != 0 and "not acquired" in cache.error()
+            # Walk every other file, holding at most one at a time: evictions
+            # happen and the bound holds after every step.
+            for v in videos[1:]:
+                rc, p, err = cache.acquire(urls[v])
+                assert rc == 0, err
+                assert open(p, "rb").read() == v.read_bytes()
+                assert dir_bytes(cache_dir) <= bound
+                assert cache.release(urls[v]) == 0
+            assert not os.path.exists(pa)  # a was evicted and deleted
+            st = cache.stats()
+            assert st["peak_bytes"] <= bound and st["bytes"] <= bound
+            assert st["evictions"] >= 1 and st["failures"] == 0
+            assert st["downloads"] == len(videos)
+            # Holding two files, a third must wait: nowait says EAGAIN; it
+            # completes once one of the two is released.
+            held = [videos[-1], videos[-2]]
+            for v in held:
+                assert cache.acquire(urls[v])[0] == 0
+            rc, _, err = cache.acquire(urls[a], wait=False)
+            assert rc != 0 and "in progress" in err
+            assert cache.stats()["bytes"] <= bound
+            assert cache.release(urls[held[0]]) == 0
+            rc, p, err = cache.acquire(urls[a])
+            assert rc == 0, err
+            assert dir_bytes(cache_dir) <= bound and cache.stats()["peak_bytes"] <= bound
+            assert cache.refs(urls[a]) == 2
+            for url in (urls[a], urls[a], urls[held[1]]):
+                assert cache.release(url) == 0
+        finally:
+            cache.close()
+        assert faults.injected["truncate"] == 1 and faults.injected["reset"] == 1
+        # One file alone above the bound: a clear error naming the URL.
+        small = FileCache(tmp_path / "small", 100)
+        try:
+            rc, _, err = small.acquire(urls[a])
+            assert rc != 0 and urls[a] in err and "bound 100 bytes" in err
+        finally:
+            small.close()
+    assert not any(os.scandir(cache_dir))  # close removed its private directory
