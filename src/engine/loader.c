@@ -54,6 +54,7 @@ struct vf_loader {
     vf_engine_core *core;
     vf_sample_spec *spec;      /* owned by core */
     vf_video_cache *cache;
+    vf_ds_opener opener;       /* the cache's open hook: local files, or URLs through the dataset's fs */
     vf_thread_pool *threads;
     int nthreads;
     vf_sample_counters counters;
@@ -729,6 +730,9 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         l->cache_capacity = cache_entries(s, vf_dataset_num_cameras(dataset), l->nthreads);
         cs.max_entries = l->cache_capacity;
         cs.video.decode_threads = s->decode_threads;
+        l->opener.dataset = dataset;
+        cs.open_source = vf_ds_opener_open;
+        cs.open_source_ctx = &l->opener;
         r = vf_video_cache_open(&l->cache, &cs);
     }
     if (r == 0)
