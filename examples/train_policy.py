@@ -120,7 +120,8 @@ def make_loader(args, rank: int, world: int, deltas: dict):
     if args.loader == "vlafeed":
         import vlafeed  # quiets FFmpeg's info lines on import (vlafeed.set_log_level)
         return vlafeed.Loader(args.dataset, mode=args.mode, batch_size=args.batch_size, seed=args.seed, rank=rank,
-                              world_size=world, delta_timestamps=deltas, image_format="uint8", drop_last=True)
+                              world_size=world, delta_timestamps=deltas, image_format="uint8", drop_last=True,
+                              threads=args.loader_threads)
     sys.path.insert(0, str(REPO / "tests" / "python"))
     import lerobot_reference as R
     ds = R.ReferenceDataset(args.dataset, delta_timestamps=deltas, image_format="uint8")
@@ -191,7 +192,11 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
     p.add_argument("--chunk", type=int, default=10, help="action chunk length (steps of 1/fps)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: cores / processes)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads per process (0: this process's share of the cores minus the loader's)")
+    p.add_argument("--loader-threads", type=int, default=0,
+                   help="vlafeed engine threads per process (0: half of this process's share of the cores, >= 1); "
+                        "torch and the decoders must not oversubscribe the cores")
     p.add_argument("--loader", choices=["vlafeed", "reference"], default="vlafeed",
                    help="vlafeed.Loader, or the pure-Python reference (slow baseline)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress-bar updates")
@@ -215,7 +220,14 @@ def main(argv=None):
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    threads = args.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+    # Each process's share of the cores is split between the decoders (engine
+    # threads) and torch's intra-op threads: torch's OpenMP workers spin, so
+    # giving both the whole share starves the decoders (measured: 5 vs 35-60
+    # steps/s single-process on 2 cores).
+    share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+    if not args.loader_threads:
+        args.loader_threads = max(1, share // 2)
+    threads = args.threads or max(1, share - (args.loader_threads if args.loader == "vlafeed" else 0))
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
     is_main = rank == 0

@@ -230,6 +230,14 @@ typedef struct vf_loader_settings {
                                    * the pool's working set: episode_pool_size x cameras x
                                    * consumers of this loader x threads, at most 128 */
     vf_pool_hooks pool_hooks;  /* pool mode: admission / eviction callbacks (none by default) */
+    /* Pool mode over a remote (http/https/s3) root: prefetch-on-admit. When
+     * both are set, admitting an episode starts background downloads of its
+     * video files into a local cache in this folder (a private subfolder,
+     * removed at close), refcounted because episodes share files, released
+     * on eviction and bounded by prefetch_cache_bytes; decoding then reads
+     * local bytes (range requests until a download is done). */
+    const char *prefetch_cache_dir;   /* NULL (default): no prefetch */
+    uint64_t prefetch_cache_bytes;    /* byte bound of that cache */
     const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
                                     * vf_loader_set_state; overrides epoch) */
     vf_sample_settings sample;

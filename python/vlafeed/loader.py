@@ -123,7 +123,9 @@ class Loader:
     sized to the mode), delta_timestamps, keys, renames, image_format
     ("float32" | "uint8" | "uint8_hwc"), resize ((width, height)), normalize
     ({key: "mean_std" | "min_max"}), lerobot_shapes, include_task,
-    tolerance_s, state (a ``state_dict()`` to start from).
+    tolerance_s, state (a ``state_dict()`` to start from), prefetch_cache_dir
+    and prefetch_cache_bytes (pool mode over an http/s3 root: download each
+    admitted episode's videos in the background into a bounded local cache).
     ``output="numpy"`` yields NumPy arrays instead of tensors.
     """
 
@@ -132,7 +134,8 @@ class Loader:
                  threads=0, decode_threads=1, prefetch=4, shuffle_buffer=0, partition="file_group",
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
-                 decoder_cache_entries=0, episode_pool_size=16, state=None):
+                 decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
+                 prefetch_cache_bytes=0):
         native, defaults = native_dataset(dataset_or_root, episodes)
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
@@ -160,7 +163,8 @@ class Loader:
             delta_timestamps=delta_timestamps, keys=keys, renames=renames, image_format=image_format,
             resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
-            episode_pool_size=episode_pool_size, state=state)
+            episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
+            prefetch_cache_bytes=prefetch_cache_bytes)
         self._warned = emit_warnings(self._native)
         if state is not None:
             self._resumed(state)

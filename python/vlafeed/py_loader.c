@@ -739,21 +739,23 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
                                "world_size", "num_consumers", "consumer", "threads", "decode_threads", "prefetch",
                                "shuffle_buffer", "partition", "episode_pool_size", "delta_timestamps", "keys",
                                "renames", "image_format", "resize", "normalize", "lerobot_shapes", "include_task",
-                               "tolerance_s", "decoder_cache_entries", "state", NULL};
+                               "tolerance_s", "decoder_cache_entries", "state", "prefetch_cache_dir",
+                               "prefetch_cache_bytes", NULL};
     PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *deltas = NULL, *keys = NULL, *renames = NULL,
-             *image_format = NULL, *resize = NULL, *normalize = NULL, *state = NULL;
+             *image_format = NULL, *resize = NULL, *normalize = NULL, *state = NULL, *prefetch_dir = NULL;
+    unsigned long long prefetch_bytes = 0;
     Py_ssize_t batch_size = 32, prefetch = 4, shuffle_buffer = 0, pool_size = 16, cache_entries = 0;
     unsigned long long seed = 0;
     long long epoch = 0;
     int shuffle = 1, drop_last = 0, rank = 0, world_size = 1, num_consumers = 1, consumer = -1, threads = 0,
         decode_threads = 1, lerobot_shapes = 1, include_task = 1;
     double tolerance_s = 1e-4;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnO:Loader", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnOOK:Loader", keywords,
                                      &Dataset_Type, &dataset, &mode, &batch_size, &seed, &shuffle, &drop_last, &epoch,
                                      &rank, &world_size, &num_consumers, &consumer, &threads, &decode_threads,
                                      &prefetch, &shuffle_buffer, &partition, &pool_size, &deltas, &keys, &renames,
                                      &image_format, &resize, &normalize, &lerobot_shapes, &include_task, &tolerance_s,
-                                     &cache_entries, &state))
+                                     &cache_entries, &state, &prefetch_dir, &prefetch_bytes))
         return -1;
     vf_loader_state resume;
     if (state && state != Py_None && dict_to_state(state, &resume) < 0)
@@ -814,6 +816,14 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     s.sample.include_task = include_task;
     s.sample.tolerance_s = tolerance_s;
     s.resume = state && state != Py_None ? &resume : NULL;
+    PyObject *prefetch_path = NULL; /* bytes, owned */
+    if (prefetch_dir && prefetch_dir != Py_None && !PyUnicode_FSConverter(prefetch_dir, &prefetch_path)) {
+        settings_memory_free(&mem);
+        Py_XDECREF(keys_hold);
+        return -1;
+    }
+    s.prefetch_cache_dir = prefetch_path ? PyBytes_AS_STRING(prefetch_path) : NULL;
+    s.prefetch_cache_bytes = prefetch_bytes;
     vf_dataset *d = ((DatasetObject *)dataset)->d;
     vf_loader *l = NULL;
     int r;
@@ -822,6 +832,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     Py_END_ALLOW_THREADS
     settings_memory_free(&mem);
     Py_XDECREF(keys_hold);
+    Py_XDECREF(prefetch_path);
     if (r < 0) {
         vf_py_raise(r);
         return -1;

@@ -55,6 +55,8 @@ struct vf_loader {
     vf_sample_spec *spec;      /* owned by core */
     vf_video_cache *cache;
     vf_ds_opener opener;       /* the cache's open hook: local files, or URLs through the dataset's fs */
+    vf_file_cache *file_cache; /* prefetch-on-admit downloads (pool mode over URLs), or NULL */
+    vf_pool_hooks user_hooks;  /* the caller's hooks, run after/before the prefetch ones */
     vf_thread_pool *threads;
     int nthreads;
     vf_sample_counters counters;
@@ -231,6 +233,27 @@ static void pool_event(const vf_loader *l, const vf_plan_segment *g, vf_pool_eve
     ev->rank = l->settings.rank;
     ev->consumer = g->consumer;
     ev->epoch = l->epoch;
+}
+
+/* Prefetch-on-admit: wraps the caller's pool hooks. Admission takes one
+ * file-cache reference per remote video file of the episode and starts the
+ * downloads without waiting; eviction drops them. A failed prefetch only
+ * logs: decoding then reads the file with range requests. */
+static void prefetch_admit(void *ctx, const vf_pool_event *event)
+{
+    vf_loader *l = ctx;
+    if (vf_prefetch_on_admit(l->file_cache, l->dataset, event->episode) < 0)
+        vf_log(VF_LOG_WARN, "prefetch: %s", vf_last_error());
+    if (l->user_hooks.on_admit)
+        l->user_hooks.on_admit(l->user_hooks.ctx, event);
+}
+
+static void prefetch_evict(void *ctx, const vf_pool_event *event)
+{
+    vf_loader *l = ctx;
+    if (l->user_hooks.on_evict)
+        l->user_hooks.on_evict(l->user_hooks.ctx, event);
+    vf_prefetch_on_evict(l->file_cache, l->dataset, event->episode);
 }
 
 static void admit_segment(vf_loader *l, size_t i)
@@ -676,6 +699,8 @@ void vf_loader_close(vf_loader *l)
     free(l->tasks);
     if (l->cache)
         vf_video_cache_close(l->cache);
+    if (l->file_cache) /* after the readers that may read its files, and after every evict */
+        vf_file_cache_close(l->file_cache);
     if (l->core)
         vf_engine_core_unref(l->core);
     else
@@ -731,9 +756,17 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         cs.max_entries = l->cache_capacity;
         cs.video.decode_threads = s->decode_threads;
         l->opener.dataset = dataset;
+        if (s->prefetch_cache_dir && s->prefetch_cache_bytes > 0 && s->mode == VF_MODE_POOL) {
+            r = vf_file_cache_open(&l->file_cache, s->prefetch_cache_dir, s->prefetch_cache_bytes);
+            l->opener.file_cache = l->file_cache;
+            l->user_hooks = s->pool_hooks;
+            s->pool_hooks = (vf_pool_hooks){prefetch_admit, prefetch_evict, l};
+        }
+        s->prefetch_cache_dir = NULL; /* not kept: the cache has its own copy */
         cs.open_source = vf_ds_opener_open;
         cs.open_source_ctx = &l->opener;
-        r = vf_video_cache_open(&l->cache, &cs);
+        if (r == 0)
+            r = vf_video_cache_open(&l->cache, &cs);
     }
     if (r == 0)
         r = vf_thread_pool_create(&l->threads, l->nthreads);

@@ -148,6 +148,26 @@ def test_loader_equals_local(served, mode):
     assert len(meta_gets) == len(set(meta_gets))  # each metadata JSON once
 
 
+def test_pool_prefetch_on_admit_equals_local(served, tmp_path):
+    """Pool mode over HTTP with prefetch-on-admit: admitting an episode
+    downloads its video files whole into the bounded local cache (in the
+    background), decoding reads them there, and the batches are exactly the
+    local pool-mode batches; the cache folder is gone after close."""
+    top, root = served
+    local = loader_batches(root, "pool", episode_pool_size=2)
+    cache_dir = tmp_path / "prefetch"
+    cache_dir.mkdir()
+    with RemoteServer(top) as srv:
+        remote = loader_batches(srv.url("ds"), "pool", episode_pool_size=2,
+                                prefetch_cache_dir=str(cache_dir), prefetch_cache_bytes=64 << 20)
+        log = srv.log
+    assert_same_batches(remote, local)
+    whole = {p for m, p, rng in log if m == "GET" and p.endswith(".mp4") and rng is None}
+    videos = {str(p.relative_to(top)) for p in (root / "videos").rglob("*.mp4")}
+    assert {w.lstrip("/") for w in whole} == videos  # every video file downloaded whole, once
+    assert list(cache_dir.iterdir()) == []             # the private cache folder was removed
+
+
 def test_lerobot_dataset_items_equal_local(served):
     top, root = served
     local = vlafeed.LeRobotDataset(root, delta_timestamps={"action": [0.0, 0.1]})
