@@ -168,6 +168,23 @@ def test_pool_prefetch_on_admit_equals_local(served, tmp_path):
     assert list(cache_dir.iterdir()) == []             # the private cache folder was removed
 
 
+def test_training_from_an_http_served_dataset(served, tmp_path):
+    """examples/train_policy.py trains (pool mode) straight from an HTTP root."""
+    top, root = served
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    with RemoteServer(top) as srv:
+        r = subprocess.run([sys.executable, os.path.join(repo, "examples", "train_policy.py"), "--dataset",
+                            srv.url("ds"), "--mode", "pool", "--steps", "6", "--batch-size", "4", "--chunk", "3",
+                            "--checkpoint-dir", str(tmp_path / "ck")], capture_output=True, text=True, timeout=150,
+                           env=env)
+        log = srv.log
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "samples/s" in r.stdout and "waiting for data" in r.stdout
+    assert any(m == "GET" and p.endswith(".mp4") for m, p, _ in log)     # frames came over HTTP
+    assert any(m == "GET" and p.endswith(".parquet") for m, p, _ in log)  # and so did the table
+
+
 def test_lerobot_dataset_items_equal_local(served):
     top, root = served
     local = vlafeed.LeRobotDataset(root, delta_timestamps={"action": [0.0, 0.1]})
