@@ -280,6 +280,8 @@ typedef struct loader_result {
     double wall, cpu_user, cpu_sys, first_batch, open_s;
     double rss_before_mb, rss_after_open_mb, peak_rss_mb;
     double wait_p50, wait_p95, wait_p99;
+    size_t warmup_batches;      /* batches before the steady-state window (0: run too short) */
+    double steady_frames, steady_wall, steady_cpu;
     size_t batch_bytes;
     int image_layout;           /* vf_video_layout the frames are written in */
     vf_loader_stats stats;
@@ -364,9 +366,21 @@ static int run_loader(const bench_opts *o, vf_dataset *d, loader_result *res)
     res->samples_per_epoch = vf_loader_num_samples(l);
     res->epochs = 1;
     int64_t epoch = 0;
+    /* Steady state: after every batch buffer of the pool exists (prefetch +
+     * threads + the one the consumer holds), so first touches of fresh
+     * memory and decoder opens of the first batches are outside it. */
+    size_t warmup = (size_t)o->prefetch + (size_t)(o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN)) + 2;
+    double steady_t0 = 0, steady_samples0 = 0;
+    cpu_times steady_c0 = {0, 0};
     vf_cli_progress prog;
     vf_cli_progress_start(&prog, "bench", o->quiet);
     while (res->batches < cap) {
+        if (res->batches == warmup && cap >= 2 * warmup) {
+            steady_t0 = now_s();
+            steady_c0 = cpu_now();
+            steady_samples0 = (double)res->samples;
+            res->warmup_batches = warmup;
+        }
         double w0 = now_s();
         vf_batch *b;
         r = vf_loader_next(l, &b);
@@ -393,13 +407,19 @@ static int run_loader(const bench_opts *o, vf_dataset *d, loader_result *res)
         vf_cli_progress_update(&prog, (long long)res->batches, (long long)cap, "batches");
     }
     vf_cli_progress_finish(&prog);
-    res->wall = now_s() - t0;
+    double t_end = now_s();
+    res->wall = t_end - t0;
     cpu_times c1 = cpu_now();
     res->cpu_user = c1.user - c0.user;
     res->cpu_sys = c1.sys - c0.sys;
     vf_loader_get_stats(l, &res->stats);
     res->peak_rss_mb = peak_rss_mb();
     res->frames = res->frames_per_sample * (double)res->samples;
+    if (res->warmup_batches) {
+        res->steady_wall = t_end - steady_t0;
+        res->steady_cpu = (c1.user - steady_c0.user) + (c1.sys - steady_c0.sys);
+        res->steady_frames = res->frames_per_sample * ((double)res->samples - steady_samples0);
+    }
     qsort(waits, res->batches, sizeof *waits, cmp_double);
     res->wait_p50 = quantile(waits, res->batches, 0.50) * 1e3;
     res->wait_p95 = quantile(waits, res->batches, 0.95) * 1e3;
@@ -947,6 +967,13 @@ int vf_cmd_bench(int argc, char **argv)
     json_object_set_new(rj, "frames_per_s_node", jnum(fps));
     json_object_set_new(rj, "frames_per_cpu_s", jnum(fpc));
     json_object_set_new(rj, "samples_per_s", jnum(ratio((double)lr.samples, lr.wall)));
+    json_object_set_new(rj, "steady_state",
+                        lr.warmup_batches
+                            ? json_pack("{s:I,s:o,s:o,s:o}", "after_batches", (json_int_t)lr.warmup_batches,
+                                        "frames_per_s_node", jnum(ratio(lr.steady_frames, lr.steady_wall)),
+                                        "frames_per_cpu_s", jnum(ratio(lr.steady_frames, lr.steady_cpu)),
+                                        "wallclock_s", jnum(lr.steady_wall))
+                            : json_null());
     json_object_set_new(rj, "loader_open_s", jnum(lr.open_s));
     json_object_set_new(rj, "first_batch_latency_s", jnum(lr.first_batch));
     json_object_set_new(rj, "engine_first_batch_s", jnum(st->first_batch_seconds));
@@ -1100,6 +1127,10 @@ int vf_cmd_bench(int argc, char **argv)
         printf("  machine               %d cores, load %.2f before the run, spin test %.0f%% of %d threads%s\n", cores,
                load[0], 100.0 * share, threads < cores ? threads : cores, busy_load || busy_spin ? " (BUSY)" : "");
         printf("  frames/s (node)       %.1f wall, %.1f per CPU-second (%.2f CPU-s/s)\n", fps, fpc, ratio(cpu, lr.wall));
+        if (lr.warmup_batches)
+            printf("  steady state          %.1f frames/s wall, %.1f per CPU-second (after %zu batches)\n",
+                   ratio(lr.steady_frames, lr.steady_wall), ratio(lr.steady_frames, lr.steady_cpu),
+                   lr.warmup_batches);
         printf("  samples/s             %.1f (%.0f frames per sample)\n", ratio((double)lr.samples, lr.wall),
                lr.frames_per_sample);
         printf("  wall / CPU            %.2f s / %.2f s (user %.2f, sys %.2f)\n", lr.wall, cpu, lr.cpu_user,
