@@ -3,23 +3,31 @@
 
     python3 bench/replicate_dataset.py SRC DST --copies K
 
+    python3 bench/replicate_dataset.py SRC DST --copies K --layout files
+
 Why: `vlafeed make-sample` encodes with libsvtav1 at about 20-35 frames/s on
 a 2-core machine, so writing the ~13,000 frames per camera that 200 batches
 of 64 need would take half an hour. The benchmark needs that many frames,
 not that many distinct pictures: decoding cost per frame is the same for a
 copy. So make-sample writes a few long base episodes and this script writes
-a new dataset holding K copies of them, laid out exactly as LeRobot v3.0
-lays out a dataset whose files rolled over:
+a new dataset holding K copies of them. Copy c of the base's episode e is
+episode c * E + e, with its own rows (index shifted by c * total_frames).
 
-  - copy c of the base's episode e is episode c * E + e, with its own rows
-    (index shifted by c * total_frames) in data/chunk-000/file-{c*F+f}.parquet
-    (one row group per episode, like make-sample), and its own MP4 per
-    camera: videos/<key>/chunk-000/file-{c*V+v}.mp4, a hard link (or a copy)
-    of the base file, with the same from/to timestamps inside it;
-  - meta/episodes is rewritten (indices, file indices, per-episode stats of
-    episode_index and index), meta/info.json gets the new totals and split,
-    meta/tasks.parquet and meta/stats.json are copied (the global stats of
-    episode_index / index are updated to the new ranges).
+--layout concat (default; needs a base with one MP4 per camera and one data
+file): what LeRobot itself writes for a dataset of this size (files roll
+over at 200 MB of video / 100 MB of data): per camera ONE MP4 holding the K
+copies back to back (FFmpeg's concat demuxer, packets copied, no
+re-encode), whose episodes' from/to timestamps are the copy's real start
+(the pts of its first frame in the new file) plus the base's; one data file
+with every row (one row group per episode, like make-sample).
+--layout files: every copy in its own MP4 per camera (a hard link or copy of
+the base file, same timestamps) and its own data file, as in a dataset whose
+files rolled over at a small size: more files for the decoder cache.
+
+meta/episodes is rewritten (indices, file indices, timestamps, per-episode
+stats of episode_index and index), meta/info.json gets the new totals and
+split, meta/tasks.parquet and meta/stats.json are copied (the global stats of
+episode_index / index updated to the new ranges).
 
 The result opens in vlafeed and in upstream LeRobot like any v3.0 dataset.
 Frame identity stamps still name the base episode (the benchmark does not
@@ -29,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pyarrow as pa
@@ -48,9 +57,37 @@ def replace_column(table, name, values):
     return table.set_column(i, table.schema.field(i), pa.array(values, type=table.schema.field(i).type))
 
 
-def replicate(src, dst, copies):
+def concat_videos(src_path, dst_path, copies):
+    """dst = copies x src back to back (FFmpeg concat demuxer, packets
+    copied); returns the start of each copy in seconds (the pts of its
+    first frame in dst)."""
+    import av
+    os.makedirs(os.path.dirname(dst_path), exist_ok=True)
+    listing = dst_path + ".list"
+    with open(listing, "w") as f:
+        for _ in range(copies):
+            f.write("file '" + os.path.abspath(src_path).replace("'", "'\\''") + "'\n")
+    tmp = dst_path + ".tmp.mp4"
+    subprocess.run(["ffmpeg", "-hide_banner", "-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", listing,
+                    "-map", "0:v:0", "-c", "copy", "-movflags", "+faststart", tmp], check=True)
+    os.remove(listing)
+    os.replace(tmp, dst_path)
+    with av.open(src_path) as c:
+        n = sum(1 for p in c.demux(c.streams.video[0]) if p.pts is not None)
+    with av.open(dst_path) as c:
+        stream = c.streams.video[0]
+        pts = sorted(p.pts for p in c.demux(stream) if p.pts is not None)
+        tb = float(stream.time_base)
+    if len(pts) != n * copies:
+        raise RuntimeError(f"{dst_path}: {len(pts)} frames after concatenation, expected {n * copies}")
+    return [pts[c * n] * tb for c in range(copies)]
+
+
+def replicate(src, dst, copies, layout="concat"):
     if copies < 1:
         raise ValueError("copies must be >= 1")
+    if layout not in ("concat", "files"):
+        raise ValueError("layout must be concat or files")
     with open(os.path.join(src, "meta", "info.json")) as f:
         info = json.load(f)
     if info.get("codebase_version") != "v3.0":
@@ -76,28 +113,48 @@ def replicate(src, dst, copies):
         if any(c != 0 for c, _ in pairs):
             raise ValueError("replicate_dataset: base video files beyond chunk-000 are not supported")
         video_files[key] = len(pairs)
+    if layout == "concat" and (num_data_files != 1 or any(n != 1 for n in video_files.values())):
+        raise ValueError("replicate_dataset: --layout concat needs a base with one data file and one MP4 per "
+                         "camera (use --layout files)")
 
     data_path = info["data_path"]
     video_path = info["video_path"]
-    # Data files: copy c of base file f is file c * F + f, episode and index shifted.
-    for c in range(copies):
-        for chunk, fi in data_files:
-            src_path = os.path.join(src, data_path.format(chunk_index=chunk, file_index=fi))
-            pf = pq.ParquetFile(src_path)
-            dst_path = os.path.join(dst, data_path.format(chunk_index=0, file_index=c * num_data_files + fi))
-            os.makedirs(os.path.dirname(dst_path), exist_ok=True)
-            with pq.ParquetWriter(dst_path, pf.schema_arrow, compression="snappy") as w:
-                for g in range(pf.num_row_groups):
+
+    # Data rows: copy c's episodes and index shifted; concat: all in file 0.
+    writers = {}
+    try:
+        for c in range(copies):
+            for chunk, fi in data_files:
+                pf = pq.ParquetFile(os.path.join(src, data_path.format(chunk_index=chunk, file_index=fi)))
+                out_index = 0 if layout == "concat" else c * num_data_files + fi
+                if out_index not in writers:
+                    out = os.path.join(dst, data_path.format(chunk_index=0, file_index=out_index))
+                    os.makedirs(os.path.dirname(out), exist_ok=True)
+                    writers[out_index] = pq.ParquetWriter(out, pf.schema_arrow, compression="snappy")
+                for g in range(pf.num_row_groups):  # one row group per episode
                     t = pf.read_row_group(g)
-                    t = replace_column(t, "episode_index", [v + c * num_episodes for v in t["episode_index"].to_pylist()])
+                    t = replace_column(t, "episode_index",
+                                       [v + c * num_episodes for v in t["episode_index"].to_pylist()])
                     t = replace_column(t, "index", [v + c * total_frames for v in t["index"].to_pylist()])
-                    w.write_table(t)
-        for key in video_keys:
-            for fi in range(video_files[key]):
-                s = os.path.join(src, video_path.format(video_key=key, chunk_index=0, file_index=fi))
-                d = os.path.join(dst, video_path.format(video_key=key, chunk_index=0,
-                                                        file_index=c * video_files[key] + fi))
-                link_or_copy(s, d)
+                    writers[out_index].write_table(t)
+    finally:
+        for w in writers.values():
+            w.close()
+
+    # Videos.
+    offsets = {}
+    for key in video_keys:
+        if layout == "concat":
+            s = os.path.join(src, video_path.format(video_key=key, chunk_index=0, file_index=0))
+            d = os.path.join(dst, video_path.format(video_key=key, chunk_index=0, file_index=0))
+            offsets[key] = concat_videos(s, d, copies)
+        else:
+            for c in range(copies):
+                for fi in range(video_files[key]):
+                    s = os.path.join(src, video_path.format(video_key=key, chunk_index=0, file_index=fi))
+                    d = os.path.join(dst, video_path.format(video_key=key, chunk_index=0,
+                                                            file_index=c * video_files[key] + fi))
+                    link_or_copy(s, d)
 
     # meta/episodes: K copies of every row.
     parts = []
@@ -107,18 +164,22 @@ def replicate(src, dst, copies):
         for name in ("dataset_from_index", "dataset_to_index"):
             t = replace_column(t, name, [v + c * total_frames for v in t[name].to_pylist()])
         t = replace_column(t, "data/chunk_index", [0] * t.num_rows)
-        t = replace_column(t, "data/file_index", [v + c * num_data_files for v in t["data/file_index"].to_pylist()])
+        t = replace_column(t, "data/file_index", [0 if layout == "concat" else v + c * num_data_files
+                                                  for v in t["data/file_index"].to_pylist()])
         for key in video_keys:
             name = f"videos/{key}/file_index"
-            t = replace_column(t, name, [v + c * video_files[key] for v in t[name].to_pylist()])
+            if layout == "concat":
+                t = replace_column(t, name, [0] * t.num_rows)
+                for bound in ("from_timestamp", "to_timestamp"):
+                    name = f"videos/{key}/{bound}"
+                    t = replace_column(t, name, [v + offsets[key][c] for v in t[name].to_pylist()])
+            else:
+                t = replace_column(t, name, [v + c * video_files[key] for v in t[name].to_pylist()])
         for feature, shift in (("episode_index", c * num_episodes), ("index", c * total_frames)):
-            for stat in ("min", "max"):
+            for stat in ("min", "max", "mean"):
                 name = f"stats/{feature}/{stat}"
                 if name in cols:
                     t = replace_column(t, name, [[x + shift for x in v] for v in t[name].to_pylist()])
-            name = f"stats/{feature}/mean"
-            if name in cols:
-                t = replace_column(t, name, [[x + shift for x in v] for v in t[name].to_pylist()])
         for name in ("meta/episodes/chunk_index", "meta/episodes/file_index"):
             if name in cols:
                 t = replace_column(t, name, [0] * t.num_rows)
@@ -136,10 +197,10 @@ def replicate(src, dst, copies):
         n_eps, n_frames = num_episodes * copies, total_frames * copies
         for feature, last in (("episode_index", n_eps - 1), ("index", n_frames - 1)):
             if feature in stats:
-                s = stats[feature]
-                s["min"], s["max"], s["mean"] = [0], [last], [last / 2.0]
-                if "count" in s:
-                    s["count"] = [n_frames]
+                st = stats[feature]
+                st["min"], st["max"], st["mean"] = [0], [last], [last / 2.0]
+                if "count" in st:
+                    st["count"] = [n_frames]
         with open(os.path.join(dst, "meta", "stats.json"), "w") as f:
             json.dump(stats, f, indent=4)
     info = dict(info)
@@ -156,8 +217,9 @@ def main(argv=None):
     ap.add_argument("src")
     ap.add_argument("dst")
     ap.add_argument("--copies", type=int, required=True)
+    ap.add_argument("--layout", choices=["concat", "files"], default="concat")
     a = ap.parse_args(argv)
-    info = replicate(a.src, a.dst, a.copies)
+    info = replicate(a.src, a.dst, a.copies, a.layout)
     print(f"{a.dst}: {info['total_episodes']} episodes, {info['total_frames']} frames")
     return 0
 

@@ -92,6 +92,8 @@ class Meter:
         self.t0 = time.monotonic()
         self.c0 = self._cpu()
         self.first_batch = None
+        self.t1 = self.c1 = None
+        self.frames_at_first = 0
 
     @staticmethod
     def _cpu():
@@ -99,13 +101,25 @@ class Meter:
         c = resource.getrusage(resource.RUSAGE_CHILDREN)
         return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
-    def batch(self):
+    def batch(self, frames_so_far=0):
+        """Call after each batch with the frames taken so far (this batch included)."""
         if self.first_batch is None:
-            self.first_batch = time.monotonic() - self.t0
+            now = time.monotonic()
+            self.first_batch = now - self.t0
+            self.t1, self.c1 = now, self._cpu()  # steady state: after the first batch
+            self.frames_at_first = frames_so_far
+
+    def deadline(self, seconds):
+        """Measurement ends `seconds` after the first batch (a loader that
+        fills a buffer first is not cut short by its warm-up)."""
+        return (self.t1 if self.t1 is not None else self.t0) + seconds
 
     def stop(self):
-        self.wall = time.monotonic() - self.t0
-        self.cpu = self._cpu() - self.c0
+        now, cpu = time.monotonic(), self._cpu()
+        self.wall = now - self.t0
+        self.cpu = cpu - self.c0
+        self.steady_wall = now - self.t1 if self.t1 is not None else None
+        self.steady_cpu = cpu - self.c1 if self.c1 is not None else None
         s = resource.getrusage(resource.RUSAGE_SELF)
         c = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.peak_rss_mb = max(s.ru_maxrss, c.ru_maxrss) / 1024.0
@@ -124,6 +138,13 @@ def record(config, peer, mode, settings, meter, batches, samples, frames, decode
         "decoded_per_emitted": (decoded / frames) if decoded is not None and frames else None,
         "peak_rss_mb": meter.peak_rss_mb,
     }
+    steady = frames - meter.frames_at_first
+    if meter.steady_wall and steady > 0:
+        results["steady_state"] = {"after_batches": 1, "frames_per_s_node": steady / meter.steady_wall,
+                                   "frames_per_cpu_s": steady / meter.steady_cpu if meter.steady_cpu else None,
+                                   "wallclock_s": meter.steady_wall}
+    else:
+        results["steady_state"] = None
     load = os.getloadavg()
     doc = {"schema": "vlafeed-bench-peer/1", "config": config, "peer": peer,
            "settings": dict(settings, mode=mode), "results": results,

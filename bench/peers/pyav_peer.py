@@ -117,16 +117,15 @@ def main(argv=None):
     it = iter(dl)
     batches = samples = frames = decoded = 0
     per_sample = len(ds.meta.cameras) * len(ds.deltas)
-    deadline = time.monotonic() + a.seconds
     for batch in it:
-        meter.batch()
         n = len(batch["_decoded"])
         batches += 1
         samples += n
         frames += n * per_sample
         decoded += int(batch["_decoded"].sum())
         del batch
-        if batches >= a.num_batches or time.monotonic() >= deadline:
+        meter.batch(frames)
+        if batches >= a.num_batches or time.monotonic() >= meter.deadline(a.seconds):
             break
     del it  # joins the workers, so their CPU time is in RUSAGE_CHILDREN
     meter.stop()
