@@ -2,7 +2,7 @@
 # install-deps.sh: installs what vlafeed needs to build, test and run, on a
 # fresh Debian machine of this kind. Idempotent and quick when all is there.
 #   system (apt-get): compilers, FFmpeg libraries with libdav1d/libsvtav1,
-#                     snappy, zstd, zlib, libcurl, jansson, libarchive
+#                     snappy, zstd, zlib, libcurl, OpenSSL libcrypto, jansson, libarchive
 #   python (pip):     pyarrow, PyAV, numpy, pytest, hypothesis, tqdm, torch==2.13.0 (CPU),
 #                     matplotlib (bench/plot_bench.py charts only)
 set -euo pipefail
@@ -10,7 +10,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential pkg-config clang libclang-rt-14-dev llvm
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libdav1d-dev ffmpeg
-  libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libjansson-dev libarchive-dev
+  libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
 )
 PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib)
 

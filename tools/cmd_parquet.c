@@ -160,13 +160,12 @@ static void put_value(vf_buf *b, const vf_pq_array *a, int64_t i)
 
 static void node_type(const vf_pq_node *n, char *out, size_t cap)
 {
-    if (n->is_leaf)
-        snprintf(out, cap, "%s%s%s", physical_name(n->physical),
-                 n->physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? "" : "", "");
-    else
+    if (!n->is_leaf)
         snprintf(out, cap, "group");
-    if (n->is_leaf && n->physical == VF_PQ_FIXED_LEN_BYTE_ARRAY)
+    else if (n->physical == VF_PQ_FIXED_LEN_BYTE_ARRAY)
         snprintf(out, cap, "FIXED_LEN_BYTE_ARRAY(%d)", n->type_length);
+    else
+        snprintf(out, cap, "%s", physical_name(n->physical));
 }
 
 static void print_schema_text(const vf_pq_node *n, int depth)

@@ -59,8 +59,12 @@ typedef struct vf_dataset_settings {
 /* Fills s with the defaults (all episodes, check_files 1). */
 void vf_dataset_defaults(vf_dataset_settings *s);
 
-/* Opens the dataset at root (a local folder holding meta/info.json).
- * settings may be NULL (defaults). On success *out is a new dataset owned
+/* Opens the dataset at root: a local folder holding meta/info.json, or a
+ * URL of such a folder: http://, https:// (range requests) or
+ * s3://bucket/prefix (credentials, region and a custom endpoint from the
+ * standard AWS_* environment variables; retry and timeout knobs from
+ * VF_HTTP_*, see src/io/io.h). With check_files, a remote root costs one
+ * HEAD per data and video file at open. settings may be NULL (defaults). On success *out is a new dataset owned
  * by the caller (vf_dataset_close()); on failure *out is NULL and
  * vf_last_error() names the file and key. */
 int vf_dataset_open(vf_dataset **out, const char *root, const vf_dataset_settings *settings);

@@ -36,18 +36,56 @@
  *
  * Distribution: the epoch's global sequence (map: a seeded permutation of
  * the positions; stream: the partition's tasks in a seeded order, each
- * task's frames in order) is cut into world_size equal contiguous slices.
+ * task's frames in order; pool: the episodes in a seeded order, each
+ * episode's frames in order) is cut into world_size equal contiguous
+ * slices.
  * Remainder rule: without drop_last every rank gets ceil(N / world_size)
  * samples, the last slices wrapping around to the start of the sequence
  * (a few samples repeat, like torch's DistributedSampler); with drop_last
  * every rank gets floor(N / world_size) and the tail is dropped. A rank's
  * slice is split over its num_consumers consumers in contiguous parts
  * (sizes differ by at most one, no padding, so a rank's consumers together
- * cover its slice exactly once); stream mode's shuffle buffer then permutes
- * each consumer's part (seeded by seed, epoch, rank, consumer); each
- * consumer's part is cut into batches; a loader with consumer = -1 yields
- * its consumers' batches round-robin (the order in which a DataLoader takes
- * them from its workers), a loader with consumer = c only consumer c's.
+ * cover its slice exactly once); stream mode's shuffle buffer (pool mode:
+ * the pool's draws) then orders each consumer's part (seeded by seed,
+ * epoch, rank, consumer); each consumer's part is cut into batches; a
+ * loader with consumer = -1 yields its consumers' batches round-robin (the
+ * order in which a DataLoader takes them from its workers), a loader with
+ * consumer = c only consumer c's.
+ *
+ * Pool mode (VF_MODE_POOL): the epoch's global sequence is the selected
+ * episodes in a seeded permutation (the same on every rank), each
+ * episode's frames in order; it is split over ranks and consumers by the
+ * same remainder rule, so a consumer's part is a run of episodes (the
+ * first and last possibly partial: "segments"). Each consumer keeps
+ * episode_pool_size segments in its pool and emits a uniformly random
+ * remaining frame of the pool (every remaining frame equally likely, drawn
+ * from vf_rng_derive(seed, pool, epoch, rank, consumer)); an exhausted
+ * segment is evicted and the next one of the part admitted. Windows are
+ * exact slices of the episode's rows in RAM (clamped and padded at the
+ * episode's ends, no look-back or look-ahead limit). Frames are decoded
+ * only when a sample is assembled into a batch; the pool itself is a few
+ * integers per segment (the tabular rows of the selected episodes are in
+ * RAM for every mode). Without shuffle the part is emitted in order.
+ *
+ * Resume: vf_loader_get_state returns a few integers (vf_loader_state)
+ * that restore, on any rank and in any worker, the stream exactly where
+ * the callers were: samples_consumed counts the samples delivered to the
+ * callers of all ranks in the current epoch (a rank's count times
+ * world_size; every rank delivers the same batches sizes in lockstep).
+ * Restoring (vf_loader_set_state, or settings.resume at open) rebuilds the
+ * epoch's plan and skips what was delivered without assembling or decoding
+ * anything. A state is refused (VF_EINVAL, the message naming what
+ * differs) when it comes from another dataset or episode selection, or
+ * from other order settings (mode, seed, batch_size, world_size,
+ * consumers, shuffle, drop_last, partition, shuffle_buffer,
+ * episode_pool_size); engine threads, prefetch and sample settings may
+ * change. A world-size change is refused (no elastic resume).
+ *
+ * Workers: a loader with consumer = c restored at a state k batches into
+ * its rank's epoch serves the rank's remaining batches k + c, k + c + C,
+ * k + c + 2C, ... (C = num_consumers): a DataLoader restarted over its
+ * workers, taking one batch from each worker in turn starting at worker 0,
+ * then yields exactly what the uninterrupted run would have yielded next.
  *
  * Threads: one caller thread drives a loader at a time; batches may be
  * released from any thread.
@@ -66,7 +104,7 @@ typedef enum vf_mode {
     VF_MODE_MAP = 0,    /* random access by position (vf_loader_get_items); next() walks a
                          * seeded permutation of positions (or 0..N-1 with shuffle = 0) */
     VF_MODE_STREAM = 1, /* partitions (file groups by default) decoded forward, shuffled per epoch */
-    VF_MODE_POOL = 2,   /* episode pool (issue 5) */
+    VF_MODE_POOL = 2,   /* episode pool: random frames across episode_pool_size episodes per consumer */
 } vf_mode;
 
 typedef enum vf_partition {
@@ -122,6 +160,56 @@ typedef struct vf_sample_settings {
     int include_task;                      /* 1 (default): a "task" string column */
 } vf_sample_settings;
 
+/* Pool mode: which episode segment a consumer admitted to or evicted from
+ * its pool (see "Pool mode" above). */
+typedef struct vf_pool_event {
+    size_t episode;            /* selected-episode index: vf_dataset_episode(d, episode),
+                                * vf_dataset_episode_video(d, episode, camera, ...) */
+    int64_t episode_index;     /* the dataset's episode_index */
+    int64_t first_frame;       /* the frames of the episode this segment holds: */
+    int64_t num_frames;        /* [first_frame, first_frame + num_frames) */
+    int rank, consumer;
+    int64_t epoch;
+} vf_pool_event;
+
+/* Admission and eviction hooks (e.g. a prefetching cache: fetch an
+ * episode's video bytes on admit, release them on evict). Both run on the
+ * thread that calls the loader (inside vf_loader_open, vf_loader_next,
+ * vf_loader_set_epoch, vf_loader_set_state, vf_loader_close), never
+ * concurrently, and must not call the loader. on_admit(e) runs before the
+ * engine assembles the first batch that draws from e's segment (up to
+ * prefetch_batches + threads batches ahead of the caller); on_evict(e)
+ * after the caller has received the last batch that draws from it, or when
+ * the epoch is abandoned (set_epoch, set_state, close). Every on_admit is
+ * matched by exactly one on_evict. NULL hooks are skipped. */
+typedef struct vf_pool_hooks {
+    void (*on_admit)(void *ctx, const vf_pool_event *event);
+    void (*on_evict)(void *ctx, const vf_pool_event *event);
+    void *ctx;
+} vf_pool_hooks;
+
+/* A loader's position, to resume it (see "Resume" above). Plain integers:
+ * store them however you like (the Python binding uses a dict). */
+#define VF_LOADER_STATE_VERSION 1
+typedef struct vf_loader_state {
+    uint32_t version;          /* VF_LOADER_STATE_VERSION */
+    uint32_t mode;             /* vf_mode */
+    uint64_t fingerprint;      /* vf_dataset_fingerprint of the dataset */
+    uint64_t selection;        /* hash of the selected episodes (index, length) */
+    int64_t positions;         /* frames of the selected episodes */
+    uint64_t seed;
+    int64_t epoch;             /* the epoch in progress */
+    int64_t samples_consumed;  /* samples delivered to the callers of all ranks in this epoch */
+    int64_t batch_size;
+    int32_t world_size;
+    int32_t consumers;         /* consumers per rank (engine consumers, or DataLoader workers) */
+    int32_t shuffle, drop_last;
+    int32_t partition;         /* stream mode, else 0 */
+    int64_t shuffle_buffer;    /* stream mode, else 0 */
+    int64_t episode_pool_size; /* pool mode, else 0 */
+    uint64_t settings_hash;    /* over every field above except epoch and samples_consumed */
+} vf_loader_state;
+
 typedef struct vf_loader_settings {
     vf_mode mode;
     size_t batch_size;         /* default 32 */
@@ -137,8 +225,13 @@ typedef struct vf_loader_settings {
     size_t prefetch_batches;   /* bounded output queue depth, default 4 */
     size_t shuffle_buffer;     /* stream mode: samples in the local shuffle buffer, 0 = off */
     vf_partition partition;    /* stream mode, default VF_PARTITION_FILE_GROUP */
-    size_t episode_pool_size;  /* pool mode, default 16 */
-    size_t decoder_cache_entries; /* default 32 (pool mode: sized to the pool, capped at 128) */
+    size_t episode_pool_size;  /* pool mode: episode segments per consumer, default 16 */
+    size_t decoder_cache_entries; /* open decoders kept; 0 (default) = 32, or in pool mode
+                                   * the pool's working set: episode_pool_size x cameras x
+                                   * consumers of this loader x threads, at most 128 */
+    vf_pool_hooks pool_hooks;  /* pool mode: admission / eviction callbacks (none by default) */
+    const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
+                                    * vf_loader_set_state; overrides epoch) */
     vf_sample_settings sample;
 } vf_loader_settings;
 
@@ -165,6 +258,40 @@ size_t vf_loader_num_batches(const vf_loader *l);
 int vf_loader_next(vf_loader *l, vf_batch **out);
 /* Starts epoch `epoch` (drops whatever of the current epoch is queued). */
 int vf_loader_set_epoch(vf_loader *l, int64_t epoch);
+
+/* ---- resume ------------------------------------------------------------ */
+
+/* The state after the batches delivered so far in the current epoch (a
+ * restored loader counts the skipped ones too). A loader with consumer = c
+ * among several consumers cannot see its rank's progress (the other
+ * consumers' batches go to other processes): VF_EINVAL; compute the state
+ * where every consumer's batches arrive, with vf_loader_state_at. */
+int vf_loader_get_state(const vf_loader *l, vf_loader_state *out);
+/* Continues exactly where the state's callers stopped: epoch
+ * state->epoch, the samples after state->samples_consumed. Drops what is
+ * queued (like set_epoch). Refused (VF_EINVAL, message naming the
+ * difference) when the state does not fit this loader; the loader is then
+ * unchanged. */
+int vf_loader_set_state(vf_loader *l, const vf_loader_state *state);
+/* The state a rank-level loader (consumer -1) with these settings would
+ * report after delivering `batches` batches of epoch `epoch`, without
+ * opening one (order-free arithmetic). settings->num_consumers is the
+ * consumers per rank (DataLoader workers when they are the consumers). */
+int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int64_t batches,
+                       vf_loader_state *out);
+/* Rank-level batches a state stands for (batches the callers of one rank
+ * received this epoch), or VF_EINVAL when samples_consumed does not fall
+ * on a batch boundary of its settings. */
+int vf_loader_state_batches(const vf_loader_state *state, int64_t *batches);
+/* Batches of the current epoch delivered by this loader so far (a
+ * restored rank-level loader counts the skipped ones too). */
+size_t vf_loader_batches_delivered(const vf_loader *l);
+
+/* Warnings the loader logged (uneven splits over ranks, consumers without
+ * samples), each once per loader; i < vf_loader_num_warnings(l). The
+ * strings live as long as the loader. */
+size_t vf_loader_num_warnings(const vf_loader *l);
+const char *vf_loader_warning(const vf_loader *l, size_t i);
 
 /* Map mode: one batch holding the samples at the given positions
  * (0 <= position < vf_loader_num_positions), in order. VF_ERANGE names an
@@ -217,6 +344,15 @@ typedef struct vf_loader_stats {
     size_t batch_buffers;      /* batch buffers alive (pooled or held by the caller) */
     size_t window;             /* batches assembled ahead of the caller at most (prefetch + threads) */
     uint64_t samples_assembled;/* samples the engine built (delivered, queued, or dropped by set_epoch) */
+    /* Remainder of the current epoch's split (see the remainder rule). */
+    int64_t padded_samples;    /* samples of this loader that repeat the start of the epoch (wrap padding) */
+    int64_t dropped_samples;   /* samples of the epoch this loader leaves out (drop_last) */
+    int empty_consumers;       /* consumers of this loader with nothing to yield */
+    size_t warnings;           /* warnings logged (vf_loader_warning) */
+    /* Pool mode. */
+    size_t pool_segments;      /* segments admitted and not yet evicted (all consumers of the loader) */
+    uint64_t pool_admitted, pool_evicted; /* admissions / evictions so far */
+    size_t cache_capacity;     /* the decoder cache's entry bound */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);

@@ -13,10 +13,20 @@ beyond the step only if you mean to hold that buffer; ``.clone()`` otherwise.
 Distribution: ``rank``/``world_size`` default to torch.distributed's when it
 is initialised, else to the RANK / WORLD_SIZE environment variables, else
 0 / 1. Every rank gets the same number of samples per epoch (see
-include/vlafeed/loader.h for the remainder rule).
+include/vlafeed/loader.h for the remainder rule); when the world size does
+not divide an epoch evenly, or a consumer gets nothing, the loader says so
+with a ``LoaderWarning`` (and counts it in ``stats()``).
+
+Resume: ``state = loader.state_dict()`` (a dict of integers and names, fit
+for torch.save or JSON) and later ``loader.load_state_dict(state)`` (or
+``Loader(..., state=state)``) continue the stream sample for sample where
+the consumer stopped, on every rank: the state counts the samples all ranks
+received in the current epoch. A state from another dataset or other order
+settings raises ValueError naming what differs.
 """
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -75,6 +85,18 @@ def distributed_rank_world():
     return rank, world
 
 
+class LoaderWarning(UserWarning):
+    """An uneven split: the world size does not divide an epoch, or a consumer gets no samples."""
+
+
+def emit_warnings(native, seen=0, stacklevel=3):
+    """warnings.warn the loader's warnings from index `seen` on; returns how many there are."""
+    messages = native.warnings
+    for message in messages[seen:]:
+        warnings.warn(message, LoaderWarning, stacklevel=stacklevel)
+    return len(messages)
+
+
 def native_dataset(dataset_or_root, episodes=None):
     """(_native.Dataset, defaults dict) for a path, a _native.Dataset or a
     vlafeed.LeRobotDataset (whose delta_timestamps and image settings become
@@ -91,15 +113,18 @@ class Loader:
     """Batches of samples assembled by the C engine.
 
     mode: "stream" (file-group partitions decoded forward, shuffled per
-    epoch; the fast path for training) or "map" (a seeded permutation of all
-    frames, LeRobot's random access). ``pool`` is not implemented yet.
-    Other arguments mirror ``vlafeed._native.Loader``: seed, shuffle,
-    drop_last, epoch, rank, world_size, num_consumers, consumer, threads,
-    decode_threads, prefetch, shuffle_buffer, partition, delta_timestamps,
-    keys, renames, image_format ("float32" | "uint8" | "uint8_hwc"), resize
-    ((width, height)), normalize ({key: "mean_std" | "min_max"}),
-    lerobot_shapes, include_task, tolerance_s. ``output="numpy"`` yields
-    NumPy arrays instead of tensors.
+    epoch; the fast path for training), "pool" (each consumer holds
+    ``episode_pool_size`` episodes and emits uniformly random frames across
+    them, decoding only what it emits) or "map" (a seeded permutation of all
+    frames, LeRobot's random access). Other arguments mirror
+    ``vlafeed._native.Loader``: seed, shuffle, drop_last, epoch, rank,
+    world_size, num_consumers, consumer, threads, decode_threads, prefetch,
+    shuffle_buffer, partition, episode_pool_size, decoder_cache_entries (0:
+    sized to the mode), delta_timestamps, keys, renames, image_format
+    ("float32" | "uint8" | "uint8_hwc"), resize ((width, height)), normalize
+    ({key: "mean_std" | "min_max"}), lerobot_shapes, include_task,
+    tolerance_s, state (a ``state_dict()`` to start from).
+    ``output="numpy"`` yields NumPy arrays instead of tensors.
     """
 
     def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,
@@ -107,7 +132,7 @@ class Loader:
                  threads=0, decode_threads=1, prefetch=4, shuffle_buffer=0, partition="file_group",
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
-                 decoder_cache_entries=32):
+                 decoder_cache_entries=0, episode_pool_size=16, state=None):
         native, defaults = native_dataset(dataset_or_root, episodes)
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
@@ -126,6 +151,7 @@ class Loader:
         self.rank, self.world_size = rank, world_size
         self._epoch = epoch
         self._consumed = 0
+        self._resume_pending = False
         self._native = _native.Loader(
             native, mode=mode, batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
@@ -133,7 +159,11 @@ class Loader:
             prefetch=prefetch, shuffle_buffer=shuffle_buffer, partition=partition,
             delta_timestamps=delta_timestamps, keys=keys, renames=renames, image_format=image_format,
             resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
-            tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries)
+            tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
+            episode_pool_size=episode_pool_size, state=state)
+        self._warned = emit_warnings(self._native)
+        if state is not None:
+            self._resumed(state)
 
     @property
     def epoch(self):
@@ -149,20 +179,56 @@ class Loader:
         return self._native.num_batches
 
     def set_epoch(self, epoch):
-        """Starts epoch `epoch` (its order is a pure function of seed and epoch)."""
+        """Starts epoch `epoch` (its order is a pure function of seed and epoch).
+        After load_state_dict(), set_epoch(<the state's epoch>) keeps the
+        restored position."""
+        if self._resume_pending and epoch == self._epoch:
+            return
         self._native.set_epoch(epoch)
         self._epoch = epoch
         self._consumed = 0
+        self._resume_pending = False
+        self._warned = emit_warnings(self._native, self._warned)
 
     def __iter__(self):
         # A second pass over the loader without set_epoch() moves on to the
         # next epoch (like a shuffling DataLoader); set_epoch(e) before the
-        # pass chooses e explicitly.
-        if self._consumed:
+        # pass chooses e explicitly; after load_state_dict() the pass
+        # continues the restored epoch.
+        if self._resume_pending:
+            self._resume_pending = False
+        elif self._consumed:
             self.set_epoch(self._epoch + 1)
         for batch in self._native:
             self._consumed += 1
             yield batch_to_dict(batch, self.output)
+
+    def state_dict(self):
+        """The loader's position: {version, mode, fingerprint, selection, positions, seed, epoch,
+        samples_consumed, batch_size, world_size, consumers, shuffle, drop_last, partition,
+        shuffle_buffer, episode_pool_size, settings_hash}. samples_consumed counts what the
+        callers of every rank received this epoch (this rank's count x world_size), so one
+        state (e.g. rank 0's) resumes every rank."""
+        return self._native.get_state()
+
+    def load_state_dict(self, state):
+        """Continues where `state` stopped: the next batch is the one an uninterrupted run
+        would have yielded. Raises ValueError naming what differs when the state comes from
+        another dataset, episode selection or order settings (mode, seed, batch_size,
+        world_size, consumers, shuffle, drop_last, partition, shuffle_buffer,
+        episode_pool_size)."""
+        self._native.set_state(state)
+        self._resumed(state)
+
+    def _resumed(self, state):
+        self._epoch = int(state["epoch"])
+        self._consumed = self._native.batches_delivered
+        self._resume_pending = True
+
+    @property
+    def warnings(self):
+        """Warnings the loader gave (uneven splits over ranks, consumers without samples)."""
+        return self._native.warnings
 
     def get_items(self, positions):
         """The samples at these positions (rows of the selected frames) as one batch dict."""

@@ -615,27 +615,148 @@ static int parse_normalize(PyObject *obj, vf_sample_settings *s, settings_memory
     return 0;
 }
 
+/* ---- loader states <-> dicts ------------------------------------------------------- */
+
+static const char *const mode_names[] = {"map", "stream", "pool"};
+static const char *const partition_names[] = {"file_group", "episode", "sequential"};
+
+static PyObject *state_to_dict(const vf_loader_state *st)
+{
+    const char *mode = st->mode < 3 ? mode_names[st->mode] : "unknown";
+    PyObject *partition = st->mode == VF_MODE_STREAM && st->partition >= 0 && st->partition < 3
+                              ? PyUnicode_FromString(partition_names[st->partition])
+                              : Py_NewRef(Py_None);
+    if (!partition)
+        return NULL;
+    return Py_BuildValue("{s:I,s:s,s:K,s:K,s:L,s:K,s:L,s:L,s:L,s:i,s:i,s:O,s:O,s:N,s:L,s:L,s:K}", "version",
+                         (unsigned)st->version, "mode", mode, "fingerprint", (unsigned long long)st->fingerprint,
+                         "selection", (unsigned long long)st->selection, "positions", (long long)st->positions, "seed",
+                         (unsigned long long)st->seed, "epoch", (long long)st->epoch, "samples_consumed",
+                         (long long)st->samples_consumed, "batch_size", (long long)st->batch_size, "world_size",
+                         (int)st->world_size, "consumers", (int)st->consumers, "shuffle",
+                         st->shuffle ? Py_True : Py_False, "drop_last", st->drop_last ? Py_True : Py_False,
+                         "partition", partition, "shuffle_buffer", (long long)st->shuffle_buffer,
+                         "episode_pool_size", (long long)st->episode_pool_size, "settings_hash",
+                         (unsigned long long)st->settings_hash);
+}
+
+/* The integer at key (missing or not an integer: TypeError / KeyError naming it). */
+static int dict_int(PyObject *d, const char *key, int is_unsigned, long long *s_out, unsigned long long *u_out)
+{
+    PyObject *v = PyDict_GetItemString(d, key); /* borrowed */
+    if (!v) {
+        PyErr_Format(PyExc_KeyError, "loader state: missing key '%s'", key);
+        return -1;
+    }
+    PyObject *ix = PyNumber_Index(v);
+    if (!ix) {
+        PyErr_Format(PyExc_TypeError, "loader state: '%s' must be an integer", key);
+        return -1;
+    }
+    if (is_unsigned)
+        *u_out = PyLong_AsUnsignedLongLong(ix);
+    else
+        *s_out = PyLong_AsLongLong(ix);
+    Py_DECREF(ix);
+    if (PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "loader state: '%s' is out of range", key);
+        return -1;
+    }
+    return 0;
+}
+
+static int dict_to_state(PyObject *d, vf_loader_state *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "a loader state is a dict (from state_dict())");
+        return -1;
+    }
+    long long v = 0;
+    unsigned long long u = 0;
+    PyObject *mode = PyDict_GetItemString(d, "mode"), *partition = PyDict_GetItemString(d, "partition");
+    if (!mode || !PyUnicode_Check(mode)) {
+        PyErr_SetString(PyExc_KeyError, "loader state: missing key 'mode' (a mode name)");
+        return -1;
+    }
+    const char *m = PyUnicode_AsUTF8(mode);
+    st->mode = 99;
+    for (uint32_t i = 0; m && i < 3; i++)
+        if (strcmp(m, mode_names[i]) == 0)
+            st->mode = i;
+    if (st->mode == 99) {
+        PyErr_Format(PyExc_ValueError, "loader state: unknown mode '%s'", m ? m : "?");
+        return -1;
+    }
+    st->partition = 0;
+    if (partition && partition != Py_None) {
+        const char *p = PyUnicode_Check(partition) ? PyUnicode_AsUTF8(partition) : NULL;
+        int found = -1;
+        for (int i = 0; p && i < 3; i++)
+            if (strcmp(p, partition_names[i]) == 0)
+                found = i;
+        if (found < 0) {
+            PyErr_SetString(PyExc_ValueError, "loader state: 'partition' must be a partition name or None");
+            return -1;
+        }
+        st->partition = found;
+    }
+#define GET_S(key, field, type)                                                                                      \
+    do {                                                                                                             \
+        if (dict_int(d, key, 0, &v, &u) < 0)                                                                         \
+            return -1;                                                                                               \
+        st->field = (type)v;                                                                                         \
+    } while (0)
+#define GET_U(key, field, type)                                                                                      \
+    do {                                                                                                             \
+        if (dict_int(d, key, 1, &v, &u) < 0)                                                                         \
+            return -1;                                                                                               \
+        st->field = (type)u;                                                                                         \
+    } while (0)
+    GET_U("version", version, uint32_t);
+    GET_U("fingerprint", fingerprint, uint64_t);
+    GET_U("selection", selection, uint64_t);
+    GET_S("positions", positions, int64_t);
+    GET_U("seed", seed, uint64_t);
+    GET_S("epoch", epoch, int64_t);
+    GET_S("samples_consumed", samples_consumed, int64_t);
+    GET_S("batch_size", batch_size, int64_t);
+    GET_S("world_size", world_size, int32_t);
+    GET_S("consumers", consumers, int32_t);
+    GET_S("shuffle", shuffle, int32_t);
+    GET_S("drop_last", drop_last, int32_t);
+    GET_S("shuffle_buffer", shuffle_buffer, int64_t);
+    GET_S("episode_pool_size", episode_pool_size, int64_t);
+    GET_U("settings_hash", settings_hash, uint64_t);
+#undef GET_S
+#undef GET_U
+    return 0;
+}
+
 static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"dataset", "mode", "batch_size", "seed", "shuffle", "drop_last", "epoch", "rank",
                                "world_size", "num_consumers", "consumer", "threads", "decode_threads", "prefetch",
                                "shuffle_buffer", "partition", "episode_pool_size", "delta_timestamps", "keys",
                                "renames", "image_format", "resize", "normalize", "lerobot_shapes", "include_task",
-                               "tolerance_s", "decoder_cache_entries", NULL};
+                               "tolerance_s", "decoder_cache_entries", "state", NULL};
     PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *deltas = NULL, *keys = NULL, *renames = NULL,
-             *image_format = NULL, *resize = NULL, *normalize = NULL;
-    Py_ssize_t batch_size = 32, prefetch = 4, shuffle_buffer = 0, pool_size = 16, cache_entries = 32;
+             *image_format = NULL, *resize = NULL, *normalize = NULL, *state = NULL;
+    Py_ssize_t batch_size = 32, prefetch = 4, shuffle_buffer = 0, pool_size = 16, cache_entries = 0;
     unsigned long long seed = 0;
     long long epoch = 0;
     int shuffle = 1, drop_last = 0, rank = 0, world_size = 1, num_consumers = 1, consumer = -1, threads = 0,
         decode_threads = 1, lerobot_shapes = 1, include_task = 1;
     double tolerance_s = 1e-4;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdn:Loader", keywords, &Dataset_Type,
-                                     &dataset, &mode, &batch_size, &seed, &shuffle, &drop_last, &epoch, &rank,
-                                     &world_size, &num_consumers, &consumer, &threads, &decode_threads, &prefetch,
-                                     &shuffle_buffer, &partition, &pool_size, &deltas, &keys, &renames, &image_format,
-                                     &resize, &normalize, &lerobot_shapes, &include_task, &tolerance_s,
-                                     &cache_entries))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnO:Loader", keywords,
+                                     &Dataset_Type, &dataset, &mode, &batch_size, &seed, &shuffle, &drop_last, &epoch,
+                                     &rank, &world_size, &num_consumers, &consumer, &threads, &decode_threads,
+                                     &prefetch, &shuffle_buffer, &partition, &pool_size, &deltas, &keys, &renames,
+                                     &image_format, &resize, &normalize, &lerobot_shapes, &include_task, &tolerance_s,
+                                     &cache_entries, &state))
+        return -1;
+    vf_loader_state resume;
+    if (state && state != Py_None && dict_to_state(state, &resume) < 0)
         return -1;
     if (!((DatasetObject *)dataset)->d) {
         PyErr_SetString(PyExc_ValueError, "the dataset is not open");
@@ -692,6 +813,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     s.sample.lerobot_shapes = lerobot_shapes;
     s.sample.include_task = include_task;
     s.sample.tolerance_s = tolerance_s;
+    s.resume = state && state != Py_None ? &resume : NULL;
     vf_dataset *d = ((DatasetObject *)dataset)->d;
     vf_loader *l = NULL;
     int r;
@@ -781,6 +903,59 @@ static PyObject *Loader_get_items(LoaderObject *self, PyObject *arg)
     return make_batch(self, b);
 }
 
+static PyObject *Loader_get_state(LoaderObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!loader_ready(self))
+        return NULL;
+    vf_loader_state st;
+    int r = vf_loader_get_state(self->l, &st);
+    if (r < 0)
+        return vf_py_raise(r);
+    return state_to_dict(&st);
+}
+
+static PyObject *Loader_set_state(LoaderObject *self, PyObject *arg)
+{
+    if (!loader_ready(self))
+        return NULL;
+    vf_loader_state st;
+    if (dict_to_state(arg, &st) < 0)
+        return NULL;
+    int r;
+    vf_loader *l = self->l;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_loader_set_state(l, &st);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        return vf_py_raise(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_get_warnings(LoaderObject *self, void *c)
+{
+    (void)c;
+    if (!loader_ready(self))
+        return NULL;
+    size_t n = vf_loader_num_warnings(self->l);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *w = PyUnicode_FromString(vf_loader_warning(self->l, i));
+        if (!w) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, w);
+    }
+    return list;
+}
+
+static PyObject *Loader_get_batches_delivered(LoaderObject *self, void *c)
+{
+    (void)c;
+    return loader_ready(self) ? PyLong_FromSize_t(vf_loader_batches_delivered(self->l)) : NULL;
+}
+
 static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
 {
     (void)unused;
@@ -788,7 +963,15 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         return NULL;
     vf_loader_stats st;
     vf_loader_get_stats(self->l, &st);
-    return Py_BuildValue(
+    PyObject *more = Py_BuildValue("{s:L,s:L,s:i,s:n,s:n,s:K,s:K,s:n}", "padded_samples", (long long)st.padded_samples,
+                                   "dropped_samples", (long long)st.dropped_samples, "empty_consumers",
+                                   st.empty_consumers, "warnings", (Py_ssize_t)st.warnings, "pool_segments",
+                                   (Py_ssize_t)st.pool_segments, "pool_admitted", (unsigned long long)st.pool_admitted,
+                                   "pool_evicted", (unsigned long long)st.pool_evicted, "cache_capacity",
+                                   (Py_ssize_t)st.cache_capacity);
+    if (!more)
+        return NULL;
+    PyObject *out = Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:d,s:d,s:d,s:d,s:d,s:K,s:n,s:n,s:K}", "samples",
         (unsigned long long)st.samples, "batches", (unsigned long long)st.batches, "frames_delivered",
         (unsigned long long)st.frames_delivered, "frames_decoded", (unsigned long long)st.frames_decoded,
@@ -799,6 +982,10 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         "p95_sample_ms", st.p95_sample_ms, "p99_sample_ms", st.p99_sample_ms, "skipped",
         (unsigned long long)st.skipped, "batch_buffers", (Py_ssize_t)st.batch_buffers, "window",
         (Py_ssize_t)st.window, "samples_assembled", (unsigned long long)st.samples_assembled);
+    if (out && PyDict_Update(out, more) < 0)
+        Py_CLEAR(out);
+    Py_DECREF(more);
+    return out;
 }
 
 static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
@@ -843,6 +1030,12 @@ static PyMethodDef Loader_methods[] = {
     {"get_items", (PyCFunction)Loader_get_items, METH_O,
      "get_items(positions) -> Batch: the samples at these positions, in order."},
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS, "stats() -> dict of the vf_loader_stats fields."},
+    {"get_state", (PyCFunction)Loader_get_state, METH_NOARGS,
+     "get_state() -> dict: the loader's position (vf_loader_state: version, mode, fingerprint, selection,\n"
+     "positions, seed, epoch, samples_consumed, batch_size, world_size, consumers, shuffle, drop_last,\n"
+     "partition, shuffle_buffer, episode_pool_size, settings_hash)."},
+    {"set_state", (PyCFunction)Loader_set_state, METH_O,
+     "set_state(state): continue where the state's callers stopped (ValueError naming what differs)."},
     {"close", (PyCFunction)Loader_close, METH_NOARGS, "close(): stop the engine threads now."},
     {NULL, NULL, 0, NULL},
 };
@@ -852,6 +1045,10 @@ static PyGetSetDef Loader_getset[] = {
     {"num_positions", (getter)Loader_get_num_positions, NULL, "frames of the selected episodes", NULL},
     {"num_batches", (getter)Loader_get_num_batches, NULL, "batches this loader yields per epoch", NULL},
     {"dataset", (getter)Loader_get_dataset, NULL, "the Dataset", NULL},
+    {"warnings", (getter)Loader_get_warnings, NULL, "warnings the loader logged (uneven splits, empty consumers)",
+     NULL},
+    {"batches_delivered", (getter)Loader_get_batches_delivered, NULL,
+     "batches of the current epoch delivered (a restored loader counts the skipped ones)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1167,7 +1364,73 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_loader_state(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"dataset", "epoch", "batches", "mode", "batch_size", "seed", "shuffle", "drop_last",
+                               "world_size", "num_consumers", "shuffle_buffer", "partition", "episode_pool_size",
+                               NULL};
+    PyObject *dataset = NULL, *mode = NULL, *partition = NULL;
+    long long epoch = 0, batches = 0;
+    Py_ssize_t batch_size = 32, shuffle_buffer = 0, pool_size = 16;
+    unsigned long long seed = 0;
+    int shuffle = 1, drop_last = 0, world_size = 1, num_consumers = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$LLOnKppiinOn:loader_state", keywords, &Dataset_Type,
+                                     &dataset, &epoch, &batches, &mode, &batch_size, &seed, &shuffle, &drop_last,
+                                     &world_size, &num_consumers, &shuffle_buffer, &partition, &pool_size))
+        return NULL;
+    if (!((DatasetObject *)dataset)->d) {
+        PyErr_SetString(PyExc_ValueError, "the dataset is not open");
+        return NULL;
+    }
+    if (batch_size < 1 || shuffle_buffer < 0 || pool_size < 0) {
+        PyErr_SetString(PyExc_ValueError, "batch_size must be >= 1; shuffle_buffer and episode_pool_size >= 0");
+        return NULL;
+    }
+    int mode_i = 0, part_i = 0;
+    if (parse_choice(mode, "mode", mode_names, 3, &mode_i) < 0 ||
+        parse_choice(partition, "partition", partition_names, 3, &part_i) < 0)
+        return NULL;
+    vf_loader_settings s;
+    vf_loader_defaults(&s);
+    s.mode = (vf_mode)mode_i;
+    s.partition = (vf_partition)part_i;
+    s.batch_size = (size_t)batch_size;
+    s.seed = seed;
+    s.shuffle = shuffle;
+    s.drop_last = drop_last;
+    s.world_size = world_size;
+    s.num_consumers = num_consumers;
+    s.shuffle_buffer = (size_t)shuffle_buffer;
+    s.episode_pool_size = (size_t)pool_size;
+    vf_loader_state st;
+    int r = vf_loader_state_at(((DatasetObject *)dataset)->d, &s, epoch, batches, &st);
+    if (r < 0)
+        return vf_py_raise(r);
+    return state_to_dict(&st);
+}
+
+static PyObject *py_state_batches(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    vf_loader_state st;
+    if (dict_to_state(arg, &st) < 0)
+        return NULL;
+    int64_t k;
+    int r = vf_loader_state_batches(&st, &k);
+    if (r < 0)
+        return vf_py_raise(r);
+    return PyLong_FromLongLong(k);
+}
+
 static PyMethodDef loader_functions[] = {
+    {"loader_state", (PyCFunction)(void (*)(void))py_loader_state, METH_VARARGS | METH_KEYWORDS,
+     "loader_state(dataset, *, epoch, batches, mode, batch_size, seed, shuffle, drop_last, world_size,\n"
+     "num_consumers, shuffle_buffer, partition, episode_pool_size) -> dict\n\n"
+     "The state a rank-level loader with these settings reports after `batches` batches of `epoch`\n"
+     "(vf_loader_state_at): for a process that receives every worker's batches."},
+    {"state_batches", (PyCFunction)py_state_batches, METH_O,
+     "state_batches(state) -> int: the rank-level batches a state stands for."},
     {"set_log_level", (PyCFunction)py_set_log_level, METH_VARARGS,
      "set_log_level(level=None): how much vlafeed and FFmpeg print (0 errors, 1 warnings, 2 info,\n"
      "3 debug); None: the VF_LOG environment variable's level (default warnings)."},

@@ -51,6 +51,9 @@ typedef struct vf_ds_fs {
      * (vf_pq_set_limits; 0 keeps the reader's defaults). The fuzzer lowers
      * them so hostile files cannot ask for gigabytes. */
     int64_t pq_max_entries, pq_max_bytes;
+    /* Frees ctx (NULL: ctx is borrowed). vf_ds_open_fs takes ownership of
+     * a ctx with a destroy hook, on failure too; vf_dataset_close frees it. */
+    void (*destroy)(void *ctx);
 } vf_ds_fs;
 
 /* Opens the Parquet file at rel through d's fs, with its decode caps. */
@@ -61,8 +64,42 @@ int vf_ds_open_parquet(const vf_dataset *d, const char *rel, vf_pq_file **out);
 void vf_ds_fs_local(vf_ds_fs *fs, const char *root);
 
 /* Opens through fs; root is used for messages and for absolute paths.
- * vf_dataset_open() is vf_ds_fs_local() + this. */
+ * vf_dataset_open() is vf_ds_fs_local() + this (vf_ds_fs_remote() + this
+ * for URL roots). */
 int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const vf_dataset_settings *settings);
+
+/* ---- remote roots and the file cache (remote.c) ---------------------------- */
+
+/* The fs of a dataset whose root is an http://, https:// or s3:// URL
+ * (metadata fetched once, existence by HEAD, data files as range-read
+ * sources, v3.0 episodes files listed through S3 or found by probing over
+ * HTTP). Owns its ctx (fs->destroy). settings may be NULL. */
+int vf_ds_fs_remote(vf_ds_fs *fs, const char *root, const vf_http_settings *settings);
+
+/* A byte source over one of d's files given by its absolute path (the
+ * `path` of a vf_ds_file: "<root>/<rel>"): through d's fs for remote roots,
+ * the local file otherwise. */
+int vf_ds_open_path(const vf_dataset *d, const char *path, vf_source **out);
+
+/* The decoder cache's open hook for a dataset's video files
+ * (vf_video_cache_settings.open_source = vf_ds_opener_open, open_source_ctx
+ * = a vf_ds_opener that outlives the cache): a prefetched local copy from
+ * file_cache when there is one (file_cache may be NULL), else
+ * vf_ds_open_path. */
+typedef struct vf_ds_opener {
+    const vf_dataset *dataset;
+    vf_file_cache *file_cache;
+} vf_ds_opener;
+int vf_ds_opener_open(void *opener, const char *key, vf_source **out);
+
+/* Prefetch-on-admit, for the episode pool's admit/evict hook. on_admit
+ * takes one file-cache reference on each remote video file of the episode
+ * at public position pos and starts the downloads without waiting (all or
+ * nothing: on failure no reference is kept); on_evict drops them. Several
+ * episodes in one file share it; the file is evictable after the last
+ * on_evict. Local files are skipped; cache NULL is a no-op. */
+int vf_prefetch_on_admit(vf_file_cache *cache, const vf_dataset *d, size_t pos);
+void vf_prefetch_on_evict(vf_file_cache *cache, const vf_dataset *d, size_t pos);
 
 /* ---- internal model ------------------------------------------------------ */
 

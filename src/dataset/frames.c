@@ -63,7 +63,12 @@ int vf_ds_video_map_build(const vf_dataset *d, size_t camera, size_t file, vf_ds
         ve->to_timestamp = v->to_timestamp;
         ve->length = e->pub.length;
     }
-    int r = vf_video_index_build_file(&out->index, f->path);
+    vf_source *src = NULL;
+    int r = vf_ds_open_path(d, f->path, &src); /* local file, or remote through the fs */
+    if (r == 0) {
+        r = vf_video_index_build(&out->index, src);
+        vf_source_close(src);
+    }
     if (r < 0) {
         vf_ds_video_map_free(out);
         return vf_error_context(r, "camera %s", cam->pub.key);
@@ -136,7 +141,12 @@ int vf_dataset_read_frame(const vf_dataset *d, int64_t episode_index, int64_t fr
     vf_video_reader *reader = NULL;
     vf_video_format fmt;
     vf_video_format_defaults(&fmt);
-    r = vf_video_open_file(&reader, f->path, &vs);
+    vf_source *src = NULL;
+    r = vf_ds_open_path(d, f->path, &src);
+    if (r == 0) {
+        r = vf_video_open(&reader, src, &vs);
+        vf_source_close(src);
+    }
     if (r == 0) {
         const vf_video_index *ix = vf_video_reader_index(reader);
         size_t bytes = vf_video_format_bytes(&fmt, ix->width, ix->height);
@@ -182,14 +192,20 @@ static const char *problem_kind(vf_video_problem_kind k)
 static json_t *json_finite(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 /* Decodes every frame of the file in order; returns frames decoded. */
-static int decode_all(const vf_ds_file *f, const char *camera, int threads, int64_t *decoded, double *seconds)
+static int decode_all(const vf_dataset *d, const vf_ds_file *f, const char *camera, int threads, int64_t *decoded,
+                      double *seconds)
 {
     vf_video_settings vs;
     vf_video_defaults(&vs);
     vs.camera = camera;
     vs.decode_threads = threads;
     vf_video_reader *reader = NULL;
-    int r = vf_video_open_file(&reader, f->path, &vs);
+    vf_source *src = NULL;
+    int r = vf_ds_open_path(d, f->path, &src);
+    if (r == 0) {
+        r = vf_video_open(&reader, src, &vs);
+        vf_source_close(src);
+    }
     if (r < 0)
         return r;
     const vf_video_index *ix = vf_video_reader_index(reader);
@@ -326,7 +342,7 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
             if (settings->decode) {
                 int64_t decoded = 0;
                 double seconds = 0;
-                r = decode_all(f, cam->pub.key, settings->decode_threads, &decoded, &seconds);
+                r = decode_all(d, f, cam->pub.key, settings->decode_threads, &decoded, &seconds);
                 json_object_set_new(jf, "frames_decoded", json_integer(decoded));
                 json_object_set_new(jf, "decode_seconds", json_real(seconds));
                 json_object_set_new(jf, "decode_fps", seconds > 0 ? json_real((double)decoded / seconds)

@@ -659,23 +659,29 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         vf_dataset_defaults(&defaults);
         settings = &defaults;
     }
+    int r = 0;
     if (!root || !*root)
-        return vf_error(VF_EINVAL, "dataset root is empty");
-    if (settings->num_episodes && !settings->episodes)
-        return vf_error(VF_EINVAL, "settings.num_episodes is %zu but settings.episodes is NULL", settings->num_episodes);
-    vf_dataset *d = vf_calloc(1, sizeof *d);
-    if (!d)
-        return VF_ENOMEM;
+        r = vf_error(VF_EINVAL, "dataset root is empty");
+    else if (settings->num_episodes && !settings->episodes)
+        r = vf_error(VF_EINVAL, "settings.num_episodes is %zu but settings.episodes is NULL", settings->num_episodes);
+    vf_dataset *d = r == 0 ? vf_calloc(1, sizeof *d) : NULL;
+    if (r == 0 && !d)
+        r = VF_ENOMEM;
+    if (r < 0) {
+        if (fs->destroy) /* the fs is ours from here on */
+            fs->destroy(fs->ctx);
+        return r;
+    }
+    d->fs = *fs;
     d->root = vf_ds_strdup(d, root);
     if (!d->root) {
         vf_dataset_close(d);
         return VF_ENOMEM;
     }
-    d->fs = *fs;
 
     uint8_t *text = NULL;
     size_t len = 0;
-    int r = d->fs.read_all(d->fs.ctx, "meta/info.json", &text, &len);
+    r = d->fs.read_all(d->fs.ctx, "meta/info.json", &text, &len);
     if (r == VF_ENOENT)
         r = vf_error(VF_ENOENT, "%s: not a LeRobot dataset: meta/info.json not found", root);
     if (r == 0) {
@@ -711,6 +717,11 @@ int vf_dataset_open(vf_dataset **out, const char *root, const vf_dataset_setting
         *out = NULL;
     if (!out || !root)
         return vf_error(VF_EINVAL, "vf_dataset_open: out and root are required");
+    if (vf_is_url(root)) {
+        vf_ds_fs remote;
+        int r = vf_ds_fs_remote(&remote, root, NULL);
+        return r < 0 ? r : vf_ds_open_fs(out, root, &remote, settings);
+    }
     if (!vf_dir_exists(root))
         return vf_error(VF_ENOENT, "%s: no such directory", root);
     vf_ds_fs fs;
@@ -728,6 +739,8 @@ void vf_dataset_close(vf_dataset *d)
 {
     if (!d)
         return;
+    if (d->fs.destroy)
+        d->fs.destroy(d->fs.ctx);
     vf_ds_arena_block *b = d->arena;
     while (b) {
         vf_ds_arena_block *next = b->next;

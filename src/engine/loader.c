@@ -10,8 +10,18 @@
  * strictly by sequence number, parking early arrivals in a window-sized
  * stash, so the output order never depends on which thread finished first.
  *
- * Stream loaders start producing at open (fast first batch); map loaders
- * start on the first vf_loader_next (their main use is get_items).
+ * Stream and pool loaders start producing at open (fast first batch); map
+ * loaders start on the first vf_loader_next (their main use is get_items).
+ *
+ * Pool mode adds the plan's episode segments: on_admit fires for a segment
+ * just before the first batch drawing from it is submitted, on_evict once
+ * the caller received the last one (seg_state tracks each segment:
+ * 0 pending, 1 admitted, 2 evicted or skipped), and abandoning an epoch
+ * evicts whatever is still admitted, so admits and evicts always pair.
+ *
+ * Resume: a state names the epoch and the rank-level batches delivered
+ * (vf_plan_batches_at); the epoch is planned again with that resume batch
+ * and production starts there. Nothing before it is assembled or decoded.
  *
  * Threading contract: one loader is driven by one caller thread at a time
  * (next / get_items / set_epoch / stats); batches may be released from any
@@ -44,15 +54,22 @@ struct vf_loader {
     vf_engine_core *core;
     vf_sample_spec *spec;      /* owned by core */
     vf_video_cache *cache;
+    vf_ds_opener opener;       /* the cache's open hook: local files, or URLs through the dataset's fs */
     vf_thread_pool *threads;
     int nthreads;
     vf_sample_counters counters;
-    vf_plan_task *tasks;       /* stream mode */
+    vf_plan_task *tasks;       /* stream mode: partitions; pool mode: one per episode */
     size_t num_tasks;
+    uint64_t selection;        /* hash of the selected episodes (resume states) */
+    size_t cache_capacity;
+    char **warnings;           /* logged once each */
+    size_t num_warnings;
 
     /* the current epoch */
     int64_t epoch;
     vf_plan_epoch plan;
+    int64_t resume_base;       /* rank-level batches skipped by a consumer plan's resume (else 0) */
+    size_t start_batch;        /* where delivery of this epoch (re)started */
     int started;
     size_t window;
     size_t next_submit, next_deliver;
@@ -60,6 +77,13 @@ struct vf_loader {
     vf_queue *done;
     atomic_int cancel;
     size_t in_flight;          /* submitted, not yet taken from the queue */
+
+    /* pool segments of the current epoch (plan.segments) */
+    uint8_t *seg_state;        /* 0 pending, 1 admitted, 2 evicted / skipped */
+    size_t *evict_order;       /* segment indices by evict_batch */
+    size_t admit_next, evict_next;
+    size_t live_segments;
+    uint64_t admitted, evicted;
 
     /* metrics */
     pthread_mutex_t stats_lock;
@@ -87,7 +111,7 @@ void vf_loader_defaults(vf_loader_settings *s)
     s->prefetch_batches = 4;
     s->partition = VF_PARTITION_FILE_GROUP;
     s->episode_pool_size = 16;
-    s->decoder_cache_entries = 32;
+    s->decoder_cache_entries = 0;
     s->sample.tolerance_s = 1e-4;
     s->sample.image_format = VF_IMAGE_FLOAT32_CHW;
     s->sample.lerobot_shapes = 1;
@@ -113,9 +137,9 @@ static int check_settings(vf_loader_settings *s)
 {
     if ((unsigned)s->mode > VF_MODE_POOL)
         return vf_error(VF_EINVAL, "loader: unknown mode %d", (int)s->mode);
-    if (s->mode == VF_MODE_POOL)
-        return vf_error(VF_EUNSUPPORTED, "loader: mode 'pool' (the episode pool) is not implemented yet; use 'map' "
-                                         "or 'stream'");
+    if (s->mode == VF_MODE_POOL && (s->episode_pool_size < 1 || s->episode_pool_size > (1u << 20)))
+        return vf_error(VF_EINVAL, "loader: episode_pool_size %zu must be between 1 and %u", s->episode_pool_size,
+                        1u << 20);
     if (!vf_plan_partition_name(s->partition))
         return vf_error(VF_EINVAL, "loader: unknown partition %d", (int)s->partition);
     if (s->batch_size < 1 || s->batch_size > (1u << 24))
@@ -140,8 +164,9 @@ static int check_settings(vf_loader_settings *s)
         return vf_error(VF_EINVAL, "loader: prefetch %zu is too large (at most 4096)", s->prefetch_batches);
     if (s->prefetch_batches == 0)
         s->prefetch_batches = 1;
-    if (s->decoder_cache_entries == 0)
-        s->decoder_cache_entries = 32;
+    if (s->decoder_cache_entries > (1u << 20))
+        return vf_error(VF_EINVAL, "loader: decoder_cache_entries %zu is too large (at most %u)",
+                        s->decoder_cache_entries, 1u << 20);
     return 0;
 }
 
@@ -195,9 +220,131 @@ static void free_job(job *j)
     free(j);
 }
 
+/* ---- pool segments ------------------------------------------------------------------- */
+
+static void pool_event(const vf_loader *l, const vf_plan_segment *g, vf_pool_event *ev)
+{
+    ev->episode = g->episode;
+    ev->episode_index = vf_dataset_episode(l->dataset, g->episode)->episode_index;
+    ev->first_frame = g->first_position - l->spec->episode_start[g->episode];
+    ev->num_frames = g->num_samples;
+    ev->rank = l->settings.rank;
+    ev->consumer = g->consumer;
+    ev->epoch = l->epoch;
+}
+
+static void admit_segment(vf_loader *l, size_t i)
+{
+    l->seg_state[i] = 1;
+    l->live_segments++;
+    l->admitted++;
+    const vf_pool_hooks *h = &l->settings.pool_hooks;
+    if (h->on_admit) {
+        vf_pool_event ev;
+        pool_event(l, &l->plan.segments[i], &ev);
+        h->on_admit(h->ctx, &ev);
+    }
+}
+
+static void evict_segment(vf_loader *l, size_t i)
+{
+    l->seg_state[i] = 2;
+    l->live_segments--;
+    l->evicted++;
+    const vf_pool_hooks *h = &l->settings.pool_hooks;
+    if (h->on_evict) {
+        vf_pool_event ev;
+        pool_event(l, &l->plan.segments[i], &ev);
+        h->on_evict(h->ctx, &ev);
+    }
+}
+
+/* Admits the segments drawn from by batches up to `batch` (segments whose
+ * last batch came before the start of this run are skipped). */
+static void admit_until(vf_loader *l, size_t batch)
+{
+    while (l->admit_next < l->plan.num_segments &&
+           (size_t)l->plan.segments[l->admit_next].admit_batch <= batch) {
+        size_t i = l->admit_next++;
+        if (l->seg_state[i] == 0 && (size_t)l->plan.segments[i].evict_batch >= l->start_batch)
+            admit_segment(l, i);
+        else if (l->seg_state[i] == 0)
+            l->seg_state[i] = 2;
+    }
+}
+
+/* Evicts the admitted segments whose last batch is at most `batch`. */
+static void evict_until(vf_loader *l, size_t batch)
+{
+    while (l->evict_next < l->plan.num_segments &&
+           (size_t)l->plan.segments[l->evict_order[l->evict_next]].evict_batch <= batch) {
+        size_t i = l->evict_order[l->evict_next++];
+        if (l->seg_state[i] == 1)
+            evict_segment(l, i);
+    }
+}
+
+/* Evicts everything still admitted (the epoch is abandoned or over). */
+static void evict_all(vf_loader *l)
+{
+    for (size_t k = 0; l->seg_state && k < l->plan.num_segments; k++) {
+        size_t i = l->evict_order[k];
+        if (l->seg_state[i] == 1)
+            evict_segment(l, i);
+    }
+    l->evict_next = l->plan.num_segments;
+}
+
+typedef struct evict_key {
+    int64_t batch;
+    size_t segment;
+} evict_key;
+
+static int cmp_evict(const void *pa, const void *pb)
+{
+    const evict_key *a = pa, *b = pb;
+    if (a->batch != b->batch)
+        return a->batch < b->batch ? -1 : 1;
+    return a->segment < b->segment ? -1 : a->segment > b->segment;
+}
+
+/* Fresh bookkeeping for the plan's segments. */
+static int reset_segments(vf_loader *l)
+{
+    free(l->seg_state);
+    free(l->evict_order);
+    l->seg_state = NULL;
+    l->evict_order = NULL;
+    l->admit_next = l->evict_next = 0;
+    l->live_segments = 0;
+    size_t n = l->plan.num_segments;
+    if (l->settings.mode != VF_MODE_POOL)
+        return 0;
+    l->seg_state = vf_calloc(n ? n : 1, 1);
+    l->evict_order = vf_malloc_array(n ? n : 1, sizeof *l->evict_order);
+    evict_key *keys = vf_malloc_array(n ? n : 1, sizeof *keys);
+    if (!l->seg_state || !l->evict_order || !keys) {
+        free(keys);
+        free(l->seg_state);
+        free(l->evict_order);
+        l->seg_state = NULL;
+        l->evict_order = NULL;
+        return VF_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (evict_key){l->plan.segments[i].evict_batch, i};
+    qsort(keys, n, sizeof *keys, cmp_evict);
+    for (size_t i = 0; i < n; i++)
+        l->evict_order[i] = keys[i].segment;
+    free(keys);
+    return 0;
+}
+
 static int submit_more(vf_loader *l)
 {
     while (l->next_submit < l->plan.num_batches && l->next_submit < l->next_deliver + l->window) {
+        if (l->seg_state)
+            admit_until(l, l->next_submit);
         job *j = vf_calloc(1, sizeof *j);
         if (!j)
             return VF_ENOMEM;
@@ -230,7 +377,54 @@ static void drain(vf_loader *l)
     atomic_store(&l->cancel, 0);
 }
 
-static int plan_epoch(vf_loader *l)
+/* Logs a warning once per loader and keeps it for vf_loader_warning. */
+static void warn_once(vf_loader *l, char *message)
+{
+    if (!message)
+        return;
+    for (size_t i = 0; i < l->num_warnings; i++)
+        if (strcmp(l->warnings[i], message) == 0) {
+            free(message);
+            return;
+        }
+    char **grown = realloc(l->warnings, (l->num_warnings + 1) * sizeof *grown);
+    if (!grown) {
+        free(message);
+        return;
+    }
+    l->warnings = grown;
+    l->warnings[l->num_warnings++] = message;
+    vf_log(VF_LOG_WARN, "%s", message);
+}
+
+static void remainder_warnings(vf_loader *l)
+{
+    const vf_loader_settings *s = &l->settings;
+    const vf_plan_epoch *p = &l->plan;
+    int64_t n = p->epoch_samples, per = p->rank_samples, w = s->world_size;
+    if (w > 1 && n % w != 0) {
+        if (s->drop_last)
+            warn_once(l, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
+                                     "gets %lld and the last %lld of the epoch's order are dropped (drop_last)",
+                                     s->world_size, (long long)n, (long long)per, (long long)(n - per * w)));
+        else
+            warn_once(l, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
+                                     "gets %lld, and %lld samples are repeated to even the ranks out (the last "
+                                     "rank's slice wraps around to the start of the epoch's order)",
+                                     s->world_size, (long long)n, (long long)per, (long long)(per * w - n)));
+    }
+    if (p->empty_consumers > 0)
+        warn_once(l, vf_asprintf("loader: %d consumer%s of rank %d get%s no samples (%lld samples per rank over %d "
+                                 "consumers%s)%s",
+                                 p->empty_consumers, p->empty_consumers == 1 ? "" : "s", s->rank,
+                                 p->empty_consumers == 1 ? "s" : "", (long long)per, s->num_consumers,
+                                 s->drop_last ? ", drop_last" : "",
+                                 s->mode == VF_MODE_POOL ? ": no episodes to pool" : ""));
+}
+
+/* Plans the current epoch from rank-level batch resume_batch and resets
+ * delivery there. */
+static int plan_epoch(vf_loader *l, int64_t resume_batch)
 {
     vf_plan_epoch_free(&l->plan);
     const vf_loader_settings *s = &l->settings;
@@ -245,9 +439,19 @@ static int plan_epoch(vf_loader *l)
         .batch_size = s->batch_size,
         .drop_last = s->drop_last,
         .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
+        .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
+        .resume_batch = resume_batch,
     };
-    return vf_plan_epoch_build(&ps, l->spec->num_positions, s->mode == VF_MODE_STREAM ? l->tasks : NULL,
-                               l->num_tasks, &l->plan);
+    int r = vf_plan_epoch_build(&ps, l->spec->num_positions, s->mode == VF_MODE_MAP ? NULL : l->tasks, l->num_tasks,
+                                &l->plan);
+    if (r == 0)
+        r = reset_segments(l);
+    if (r < 0)
+        return r;
+    l->resume_base = s->consumer >= 0 ? resume_batch : 0;
+    l->next_submit = l->next_deliver = l->start_batch = l->plan.first_batch;
+    remainder_warnings(l);
+    return 0;
 }
 
 static int start(vf_loader *l)
@@ -256,6 +460,187 @@ static int start(vf_loader *l)
     l->started_at = vf_now_seconds();
     l->have_first = 0;
     return submit_more(l);
+}
+
+/* ---- sizes and states --------------------------------------------------------------------- */
+
+/* The decoder cache bound: the user's, or 32; in pool mode the pool's
+ * working set, at most 128: segments x cameras x consumers of this loader
+ * x engine threads (every thread assembles batches drawing from the whole
+ * pool and checks out its own reader of each file: with one reader per
+ * file, 2 threads reopened files ~5x as often, measured). */
+static size_t cache_entries(const vf_loader_settings *s, size_t cameras, int threads)
+{
+    if (s->decoder_cache_entries > 0)
+        return s->decoder_cache_entries;
+    if (s->mode != VF_MODE_POOL)
+        return 32;
+    size_t cams = cameras ? cameras : 1;
+    size_t local = s->consumer < 0 ? (size_t)s->num_consumers : 1;
+    size_t n = VF_MIN(s->episode_pool_size, (size_t)128) * VF_MIN(cams, (size_t)128);
+    n = VF_MIN(n, (size_t)128) * VF_MIN(local, (size_t)128);
+    n = VF_MIN(n, (size_t)128) * (size_t)(threads > 0 ? VF_MIN(threads, 128) : 1);
+    return VF_MIN(n, (size_t)128);
+}
+
+static uint64_t hash_u64(uint64_t h, uint64_t v) { return vf_mix64(h ^ (v + 0x9E3779B97F4A7C15ull)); }
+
+static uint64_t selection_hash(const vf_dataset *d)
+{
+    uint64_t h = 0x73656c656374ull;
+    for (size_t i = 0; i < vf_dataset_num_episodes(d); i++) {
+        const vf_episode *e = vf_dataset_episode(d, i);
+        h = hash_u64(h, (uint64_t)e->episode_index);
+        h = hash_u64(h, (uint64_t)e->length);
+    }
+    return h;
+}
+
+static uint64_t state_hash(const vf_loader_state *st)
+{
+    uint64_t h = 0x7666737461746531ull;
+    const uint64_t fields[] = {st->version,
+                               st->mode,
+                               st->fingerprint,
+                               st->selection,
+                               (uint64_t)st->positions,
+                               st->seed,
+                               (uint64_t)st->batch_size,
+                               (uint64_t)(int64_t)st->world_size,
+                               (uint64_t)(int64_t)st->consumers,
+                               (uint64_t)(int64_t)st->shuffle,
+                               (uint64_t)(int64_t)st->drop_last,
+                               (uint64_t)(int64_t)st->partition,
+                               (uint64_t)st->shuffle_buffer,
+                               (uint64_t)st->episode_pool_size};
+    for (size_t i = 0; i < VF_ARRAY_LEN(fields); i++)
+        h = hash_u64(h, fields[i]);
+    return h;
+}
+
+/* The order-defining fields of a state for these (checked) settings; epoch
+ * and samples_consumed are 0. Settings that do not affect the order of the
+ * mode are recorded as 0. */
+static void state_from_settings(const vf_loader_settings *s, const vf_dataset *d, int64_t positions,
+                                uint64_t selection, vf_loader_state *st)
+{
+    memset(st, 0, sizeof *st);
+    st->version = VF_LOADER_STATE_VERSION;
+    st->mode = (uint32_t)s->mode;
+    st->fingerprint = vf_dataset_fingerprint(d);
+    st->selection = selection;
+    st->positions = positions;
+    st->seed = s->seed;
+    st->batch_size = (int64_t)s->batch_size;
+    st->world_size = s->world_size;
+    st->consumers = s->num_consumers;
+    st->shuffle = s->shuffle != 0;
+    st->drop_last = s->drop_last != 0;
+    st->partition = s->mode == VF_MODE_STREAM ? (int32_t)s->partition : 0;
+    st->shuffle_buffer = s->mode == VF_MODE_STREAM && s->shuffle_buffer > 1 ? (int64_t)s->shuffle_buffer : 0;
+    st->episode_pool_size = s->mode == VF_MODE_POOL ? (int64_t)s->episode_pool_size : 0;
+    st->settings_hash = state_hash(st);
+}
+
+static const char *mode_name(uint32_t m)
+{
+    return m == VF_MODE_MAP ? "map" : m == VF_MODE_STREAM ? "stream" : m == VF_MODE_POOL ? "pool" : "unknown";
+}
+
+static int64_t total_positions(const vf_dataset *d)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < vf_dataset_num_episodes(d); i++)
+        n += vf_dataset_episode(d, i)->length;
+    return n;
+}
+
+int vf_loader_state_batches(const vf_loader_state *st, int64_t *batches)
+{
+    *batches = 0;
+    if (st->world_size < 1 || st->consumers < 1 || st->batch_size < 1 || st->positions < 0)
+        return vf_error(VF_EINVAL, "loader state: world_size %d, consumers %d, batch_size %lld, positions %lld: "
+                                   "not a valid state",
+                        (int)st->world_size, (int)st->consumers, (long long)st->batch_size,
+                        (long long)st->positions);
+    if (st->samples_consumed < 0 || st->samples_consumed % st->world_size != 0)
+        return vf_error(VF_EINVAL, "loader state: samples_consumed %lld is not a multiple of world_size %d (every "
+                                   "rank delivers the same batches)",
+                        (long long)st->samples_consumed, (int)st->world_size);
+    int64_t per_rank = st->samples_consumed / st->world_size;
+    int64_t k = vf_plan_batches_at(st->positions, st->world_size, st->consumers, (size_t)st->batch_size,
+                                   st->drop_last, per_rank);
+    if (k < 0) {
+        int64_t start, count;
+        vf_plan_rank_slice(st->positions, 0, st->world_size, st->drop_last, &start, &count);
+        return vf_error(VF_EINVAL, "loader state: samples_consumed %lld (%lld per rank) is not the end of a batch "
+                                   "of epoch %lld (batch_size %lld, %d consumers per rank, %lld samples per rank)",
+                        (long long)st->samples_consumed, (long long)per_rank, (long long)st->epoch,
+                        (long long)st->batch_size, (int)st->consumers, (long long)count);
+    }
+    *batches = k;
+    return 0;
+}
+
+/* Checks a state against this loader; every difference is named. On
+ * success *batches is the rank-level resume batch. */
+static int check_state(const vf_loader *l, const vf_loader_state *st, int64_t *batches)
+{
+    *batches = 0;
+    if (st->version != VF_LOADER_STATE_VERSION)
+        return vf_error(VF_EINVAL, "loader state: version %u is not supported (this vlafeed reads version %d)",
+                        (unsigned)st->version, VF_LOADER_STATE_VERSION);
+    if (st->settings_hash != state_hash(st))
+        return vf_error(VF_EINVAL, "loader state: settings_hash does not match the state's fields (the state was "
+                                   "edited or corrupted)");
+    vf_loader_state mine;
+    state_from_settings(&l->settings, l->dataset, l->spec->num_positions, l->selection, &mine);
+    vf_buf msg = {0};
+    int n = 0;
+#define DIFF(cond, ...)                                                                                              \
+    do {                                                                                                             \
+        if (cond) {                                                                                                  \
+            if (n++)                                                                                                 \
+                vf_buf_append(&msg, "; ", 2);                                                                        \
+            vf_buf_printf(&msg, __VA_ARGS__);                                                                        \
+        }                                                                                                            \
+    } while (0)
+    DIFF(st->fingerprint != mine.fingerprint,
+         "another dataset (the state's fingerprint is %016llx, this dataset %s has %016llx)",
+         (unsigned long long)st->fingerprint, vf_dataset_root(l->dataset), (unsigned long long)mine.fingerprint);
+    DIFF(st->fingerprint == mine.fingerprint && (st->selection != mine.selection || st->positions != mine.positions),
+         "another episode selection (the state's has %lld frames, this loader's %lld%s)", (long long)st->positions,
+         (long long)mine.positions, st->positions == mine.positions ? ", other episodes" : "");
+    DIFF(st->mode != mine.mode, "mode (state '%s', loader '%s')", mode_name(st->mode), mode_name(mine.mode));
+    DIFF(st->seed != mine.seed, "seed (state %llu, loader %llu)", (unsigned long long)st->seed,
+         (unsigned long long)mine.seed);
+    DIFF(st->batch_size != mine.batch_size, "batch_size (state %lld, loader %lld)", (long long)st->batch_size,
+         (long long)mine.batch_size);
+    DIFF(st->world_size != mine.world_size,
+         "world_size (state %d, loader %d: the order depends on the world size, there is no elastic resume; "
+         "resume with world_size %d)",
+         (int)st->world_size, (int)mine.world_size, (int)st->world_size);
+    DIFF(st->consumers != mine.consumers,
+         "consumers per rank (state %d, loader %d: num_consumers, or the DataLoader's num_workers)",
+         (int)st->consumers, (int)mine.consumers);
+    DIFF(st->shuffle != mine.shuffle, "shuffle (state %d, loader %d)", (int)st->shuffle, (int)mine.shuffle);
+    DIFF(st->drop_last != mine.drop_last, "drop_last (state %d, loader %d)", (int)st->drop_last,
+         (int)mine.drop_last);
+    DIFF(st->mode == mine.mode && st->partition != mine.partition, "partition (state %d, loader %d)",
+         (int)st->partition, (int)mine.partition);
+    DIFF(st->mode == mine.mode && st->shuffle_buffer != mine.shuffle_buffer, "shuffle_buffer (state %lld, loader %lld)",
+         (long long)st->shuffle_buffer, (long long)mine.shuffle_buffer);
+    DIFF(st->mode == mine.mode && st->episode_pool_size != mine.episode_pool_size,
+         "episode_pool_size (state %lld, loader %lld)", (long long)st->episode_pool_size,
+         (long long)mine.episode_pool_size);
+#undef DIFF
+    int r = 0;
+    if (n > 0)
+        r = vf_error(VF_EINVAL, "loader state does not fit this loader: %s", msg.data ? (char *)msg.data : "");
+    vf_buf_free(&msg);
+    if (r == 0)
+        r = vf_loader_state_batches(st, batches);
+    return r;
 }
 
 /* ---- open / close -------------------------------------------------------------------- */
@@ -278,6 +663,12 @@ void vf_loader_close(vf_loader *l)
             drain(l);
         vf_thread_pool_destroy(l->threads);
     }
+    evict_all(l);
+    free(l->seg_state);
+    free(l->evict_order);
+    for (size_t i = 0; i < l->num_warnings; i++)
+        free(l->warnings[i]);
+    free(l->warnings);
     if (l->done)
         vf_queue_destroy(l->done);
     free(l->stash);
@@ -310,6 +701,11 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     else
         vf_loader_defaults(&l->settings);
     vf_loader_settings *s = &l->settings;
+    vf_loader_state resume;
+    int have_resume = s->resume != NULL;
+    if (have_resume)
+        resume = *s->resume;
+    s->resume = NULL;
     int r = check_settings(s);
     if (r == 0 && vf_dataset_num_episodes(dataset) == 0)
         r = vf_error(VF_EINVAL, "%s: no episodes selected", vf_dataset_root(dataset));
@@ -331,8 +727,12 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     if (r == 0) {
         vf_video_cache_settings cs;
         vf_video_cache_defaults(&cs);
-        cs.max_entries = s->decoder_cache_entries;
+        l->cache_capacity = cache_entries(s, vf_dataset_num_cameras(dataset), l->nthreads);
+        cs.max_entries = l->cache_capacity;
         cs.video.decode_threads = s->decode_threads;
+        l->opener.dataset = dataset;
+        cs.open_source = vf_ds_opener_open;
+        cs.open_source_ctx = &l->opener;
         r = vf_video_cache_open(&l->cache, &cs);
     }
     if (r == 0)
@@ -341,19 +741,24 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         r = vf_queue_create(&l->done, l->window + 1);
     if (r == 0 && !(l->stash = vf_calloc(l->window, sizeof *l->stash)))
         r = VF_ENOMEM;
-    if (r == 0 && s->mode == VF_MODE_STREAM) {
+    if (r == 0 && s->mode != VF_MODE_MAP) {
         vf_plan_input in;
         r = vf_plan_input_from_dataset(dataset, &in);
         if (r == 0) {
-            r = vf_plan_partition(&in, s->partition, (size_t)s->world_size * (size_t)s->num_consumers, &l->tasks,
-                                  &l->num_tasks);
+            r = vf_plan_partition(&in, s->mode == VF_MODE_POOL ? VF_PARTITION_EPISODE : s->partition,
+                                  (size_t)s->world_size * (size_t)s->num_consumers, &l->tasks, &l->num_tasks);
             vf_plan_input_free(&in);
         }
     }
-    l->epoch = s->epoch;
     if (r == 0)
-        r = plan_epoch(l);
-    if (r == 0 && s->mode == VF_MODE_STREAM)
+        l->selection = selection_hash(dataset);
+    l->epoch = s->epoch;
+    int64_t resume_batch = 0;
+    if (r == 0 && have_resume && (r = check_state(l, &resume, &resume_batch)) == 0)
+        l->epoch = resume.epoch;
+    if (r == 0)
+        r = plan_epoch(l, resume_batch);
+    if (r == 0 && s->mode != VF_MODE_MAP)
         r = start(l);
     if (r < 0) {
         vf_loader_close(l);
@@ -369,23 +774,103 @@ int64_t vf_loader_num_samples(const vf_loader *l) { return l->plan.num_samples; 
 int64_t vf_loader_num_positions(const vf_loader *l) { return l->spec->num_positions; }
 size_t vf_loader_num_batches(const vf_loader *l) { return l->plan.num_batches; }
 
+/* Abandons what the current epoch has in flight and starts `epoch` at
+ * rank-level batch resume_batch. */
+static int restart(vf_loader *l, int64_t epoch, int64_t resume_batch)
+{
+    drain(l);
+    evict_all(l);
+    l->epoch = epoch;
+    int r = plan_epoch(l, resume_batch);
+    if (r < 0)
+        return r;
+    l->started = 0;
+    if (l->settings.mode != VF_MODE_MAP)
+        return start(l);
+    return 0;
+}
+
+int vf_loader_set_state(vf_loader *l, const vf_loader_state *state)
+{
+    int r = check_process(l);
+    if (r < 0)
+        return r;
+    int64_t k;
+    if ((r = check_state(l, state, &k)) < 0)
+        return r;
+    return restart(l, state->epoch, k);
+}
+
+/* Rank-level batches delivered, or -1 when this loader cannot know. */
+static int64_t rank_batches(const vf_loader *l)
+{
+    if (l->settings.consumer < 0)
+        return (int64_t)l->next_deliver;
+    if (l->settings.num_consumers == 1)
+        return l->resume_base + (int64_t)l->next_deliver;
+    return -1;
+}
+
+size_t vf_loader_batches_delivered(const vf_loader *l)
+{
+    int64_t k = rank_batches(l);
+    return k >= 0 ? (size_t)k : l->next_deliver;
+}
+
+int vf_loader_get_state(const vf_loader *l, vf_loader_state *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t k = rank_batches(l);
+    if (k < 0)
+        return vf_error(VF_EINVAL, "loader: consumer %d of %d cannot see its rank's progress (the other consumers' "
+                                   "batches go elsewhere); take the state where every consumer's batches arrive "
+                                   "(vf_loader_state_at, or vlafeed.torch.DataLoader.state_dict())",
+                        l->settings.consumer, l->settings.num_consumers);
+    const vf_loader_settings *s = &l->settings;
+    state_from_settings(s, l->dataset, l->spec->num_positions, l->selection, out);
+    int64_t per_rank = vf_plan_samples_after(l->spec->num_positions, s->world_size, s->num_consumers, s->batch_size,
+                                             s->drop_last, k);
+    if (per_rank < 0)
+        return vf_error(VF_EINVAL, "loader: %lld batches delivered is past the epoch", (long long)k);
+    out->epoch = l->epoch;
+    out->samples_consumed = per_rank * s->world_size;
+    return 0;
+}
+
+int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int64_t batches,
+                       vf_loader_state *out)
+{
+    memset(out, 0, sizeof *out);
+    vf_loader_settings s = *settings;
+    int r = check_settings(&s);
+    if (r < 0)
+        return r;
+    int64_t n = total_positions(d);
+    state_from_settings(&s, d, n, selection_hash(d), out);
+    int64_t per_rank = vf_plan_samples_after(n, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
+    if (per_rank < 0) {
+        int64_t start, count;
+        vf_plan_rank_slice(n, 0, s.world_size, s.drop_last, &start, &count);
+        return vf_error(VF_ERANGE, "loader state: %lld batches is past the epoch (%lld samples per rank in batches "
+                                   "of %zu over %d consumers)",
+                        (long long)batches, (long long)count, s.batch_size, s.num_consumers);
+    }
+    out->epoch = epoch;
+    out->samples_consumed = per_rank * s.world_size;
+    return 0;
+}
+
+size_t vf_loader_num_warnings(const vf_loader *l) { return l->num_warnings; }
+const char *vf_loader_warning(const vf_loader *l, size_t i) { return i < l->num_warnings ? l->warnings[i] : NULL; }
+
 int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
 {
     int r = check_process(l);
     if (r < 0)
         return r;
-    if (epoch == l->epoch && l->next_deliver == 0)
-        return 0; /* that epoch has not delivered anything yet: keep what is being built */
-    drain(l);
-    l->epoch = epoch;
-    l->next_submit = l->next_deliver = 0;
-    r = plan_epoch(l);
-    if (r < 0)
-        return r;
-    l->started = 0;
-    if (l->settings.mode == VF_MODE_STREAM)
-        return start(l);
-    return 0;
+    if (epoch == l->epoch && l->next_deliver == l->start_batch)
+        return 0; /* that epoch (or its resumed part) has delivered nothing yet: keep what is being built */
+    return restart(l, epoch, 0);
 }
 
 int vf_loader_next(vf_loader *l, vf_batch **out)
@@ -438,6 +923,8 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
         }
         l->samples += b->size;
         l->batches++;
+        if (l->seg_state)
+            evict_until(l, want);
     }
     r = submit_more(l);
     if (rc < 0)
@@ -516,4 +1003,12 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     pthread_mutex_unlock(&l->core->lock);
     st->window = l->window;
     st->samples_assembled = atomic_load(&m->counters.samples);
+    st->padded_samples = l->plan.padded_samples;
+    st->dropped_samples = l->plan.dropped_samples;
+    st->empty_consumers = l->plan.empty_consumers;
+    st->warnings = l->num_warnings;
+    st->pool_segments = l->live_segments;
+    st->pool_admitted = l->admitted;
+    st->pool_evicted = l->evicted;
+    st->cache_capacity = l->cache_capacity;
 }

@@ -3,6 +3,10 @@
  * demux, tar) reads through a vf_source, so a local file, a memory buffer
  * and (later) an HTTP/S3 object are interchangeable.
  *
+ * Implementations: local files and memory (source.c), HTTP(S) and S3 range
+ * reads through libcurl (http.c, signing in sigv4.c), and a local file cache
+ * that downloads whole remote files ahead of use (filecache.c).
+ *
  * Invariants:
  *  - vf_source_read_at() is positional and thread-safe (pread semantics): no
  *    shared cursor, so several readers may share one source.
@@ -48,5 +52,221 @@ const char *vf_source_name(const vf_source *s);
 /* Reference counting: ref adds one; close drops one and frees at zero. */
 vf_source *vf_source_ref(vf_source *s);
 void vf_source_close(vf_source *s);
+
+/* ---- URLs (http.c) ------------------------------------------------------ */
+
+/* 1 if s starts with http://, https:// or s3:// (case-insensitive scheme). */
+int vf_is_url(const char *s);
+
+/* A parsed absolute URL. For s3://bucket/key, host is the bucket and path
+ * is "/key". path always starts with '/' and is kept as written (already
+ * percent-encoded for http(s); raw key bytes for s3). query excludes '?'
+ * and is NULL when absent; a fragment is dropped. Strings newly allocated
+ * (vf_url_free). */
+typedef struct vf_url {
+    char scheme[8];   /* "http", "https" or "s3" (lower case) */
+    char *host;       /* no brackets for IPv6 literals */
+    int port;         /* 0: the scheme's default */
+    char *path;
+    char *query;
+} vf_url;
+/* VF_EINVAL naming the URL when it is not http(s)/s3, has no host (or
+ * bucket), a bad port, user info, or control characters / spaces. */
+int vf_url_parse(const char *url, vf_url *out);
+void vf_url_free(vf_url *u);
+
+/* ---- HTTP(S) and S3 (http.c) --------------------------------------------- */
+
+typedef struct vf_http_settings {
+    int max_attempts;          /* per request, including the first; default 5 */
+    double backoff_initial_s;  /* first retry delay before jitter, default 0.2 */
+    double backoff_max_s;      /* cap of one delay, default 5 */
+    double request_budget_s;   /* all attempts of one request together, default 120 */
+    double connect_timeout_s;  /* default 10 */
+    double low_speed_time_s;   /* abort an attempt slower than low_speed_bytes/s */
+    long low_speed_bytes;      /*   for this long; defaults 15 s, 1024 B/s */
+    size_t block_bytes;        /* read-ahead block of a source, default 1 MiB */
+    int cache_blocks;          /* blocks a source keeps (LRU), default 8 */
+    int max_idle_handles;      /* curl handles kept for reuse per client, default 8 */
+    /* S3. NULL fields come from the environment: AWS_ENDPOINT_URL_S3, else
+     * AWS_ENDPOINT_URL (a custom endpoint implies path-style addressing);
+     * AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1;
+     * AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (no
+     * keys: anonymous, unsigned requests). */
+    const char *s3_endpoint;
+    const char *s3_region;
+    int s3_path_style;         /* -1 (default): path-style iff a custom endpoint */
+} vf_http_settings;
+
+/* Defaults as listed, then optional environment overrides (operations and
+ * tests): VF_HTTP_ATTEMPTS, VF_HTTP_BUDGET_S, VF_HTTP_BACKOFF_S,
+ * VF_HTTP_BACKOFF_MAX_S, VF_HTTP_CONNECT_TIMEOUT_S, VF_HTTP_LOW_SPEED_TIME_S,
+ * VF_HTTP_BLOCK_BYTES (out-of-range values are ignored with a warning). */
+void vf_http_defaults(vf_http_settings *s);
+
+/* A client: copied settings, resolved S3 credentials, a locked pool of
+ * reusable curl handles (keep-alive connections) and counters. Thread-safe;
+ * reference counted (close drops one reference; sources opened through it
+ * hold one). */
+typedef struct vf_http_client vf_http_client;
+
+typedef struct vf_http_stats {
+    uint64_t requests;         /* attempts sent (HEAD, GET, LIST) */
+    uint64_t retries;          /* attempts after a retryable failure */
+    uint64_t bytes;            /* body bytes received */
+    uint64_t block_hits;       /* source reads served from the read-ahead cache */
+    uint64_t block_misses;
+} vf_http_stats;
+
+int vf_http_client_open(vf_http_client **out, const vf_http_settings *settings);
+vf_http_client *vf_http_client_ref(vf_http_client *c);
+void vf_http_client_close(vf_http_client *c);
+void vf_http_client_stats(vf_http_client *c, vf_http_stats *out);
+
+/* The object's size (HEAD, else a one-byte range GET when HEAD gives no
+ * length). VF_ENOENT when the server answers 404 or 410; other failures
+ * (403 included: S3 answers it for a missing key when the caller may not
+ * list the bucket) are VF_EIO. Errors name the URL and HTTP status. */
+int vf_http_head(vf_http_client *c, const char *url, uint64_t *size);
+
+/* The whole object into a newly allocated NUL-terminated buffer (free()).
+ * More than max_bytes is VF_ERANGE naming the URL. */
+int vf_http_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len);
+
+/* Bytes [offset, offset+len) into buf, exactly: a short, long or
+ * misplaced body (Content-Range checked) is retried, then an error. */
+int vf_http_get_range(vf_http_client *c, const char *url, uint64_t offset, void *buf, size_t len);
+
+/* Downloads the object to path (created/truncated; removed on failure).
+ * expected_size (UINT64_MAX: unknown) is enforced: a different length is
+ * VF_ECORRUPT. A broken transfer resumes with a range request. */
+int vf_http_download(vf_http_client *c, const char *url, const char *path, uint64_t expected_size,
+                     uint64_t *bytes);
+
+/* S3 only: the entries directly under the "directory" url (s3://b/prefix):
+ * sub-directory names (no trailing '/') and object names, newly allocated
+ * (free each, then the array). VF_ENOENT when nothing is there,
+ * VF_EUNSUPPORTED for http(s) URLs (no listing protocol). */
+int vf_http_list(vf_http_client *c, const char *url, char ***names, size_t *count);
+
+/* A byte source over the object at url: size from HEAD (or known_size when
+ * not UINT64_MAX), range GETs behind a read-ahead block cache (reads of at
+ * least block_bytes bypass it). The source holds a reference on c. */
+int vf_http_open_source(vf_http_client *c, const char *url, uint64_t known_size, vf_source **out);
+
+/* A private client + vf_http_open_source. settings may be NULL. */
+int vf_source_open_url(vf_source **out, const char *url, const vf_http_settings *settings);
+
+/* Retry delay before attempt `attempt` (1 = first retry): exponential,
+ * capped at backoff_max_s, with "equal jitter": half the step fixed, half
+ * scaled by u in [0, 1). Exposed for tests. */
+double vf_http_backoff_delay(const vf_http_settings *s, int attempt, double u);
+
+/* ---- AWS Signature Version 4 (sigv4.c) ------------------------------------ */
+
+typedef struct vf_sigv4_header {
+    const char *name;   /* lower case */
+    const char *value;  /* trimmed */
+} vf_sigv4_header;
+
+typedef struct vf_sigv4_request {
+    const char *method;         /* "GET" */
+    const char *canonical_uri;  /* the path as sent (already encoded), e.g. "/" */
+    const char *query;          /* as sent (already encoded), NULL or "" when none */
+    const vf_sigv4_header *headers; /* every signed header, host included */
+    size_t num_headers;
+    const char *payload_hash;   /* hex SHA-256 of the body, or "UNSIGNED-PAYLOAD" */
+    const char *amz_date;       /* "YYYYMMDDTHHMMSSZ" */
+    const char *region, *service;
+    const char *access_key, *secret_key;
+} vf_sigv4_request;
+
+/* The Authorization header value ("AWS4-HMAC-SHA256 Credential=...,
+ * SignedHeaders=..., Signature=...") into a newly allocated string; the
+ * canonical request and string to sign too when those pointers are not
+ * NULL (for tests and debugging). */
+int vf_sigv4_sign(const vf_sigv4_request *req, char **authorization, char **canonical_request,
+                  char **string_to_sign);
+
+/* Hex SHA-256 of data (65 bytes with the NUL). */
+void vf_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* Appends s percent-encoded the AWS way (unreserved A-Z a-z 0-9 - _ . ~
+ * kept; '/' kept iff keep_slash). */
+int vf_aws_uri_encode(vf_buf *b, const char *s, size_t len, int keep_slash);
+
+/* ---- local file cache (filecache.c) ------------------------------------- */
+
+/* Whole remote files downloaded to a local directory ahead of use, so the
+ * decoder reads local bytes. Entries are keyed by URL and reference counted
+ * (several episodes share one MP4): acquire takes a reference, release drops
+ * it; a file whose count is zero stays cached but becomes evictable (LRU)
+ * and is deleted when evicted. Downloads run on the cache's worker threads.
+ *
+ * Invariants:
+ *  - The bytes of downloading + downloaded files never exceed max_bytes
+ *    (space is reserved from the object's size before the download starts;
+ *    a download that needs space waits, without holding a worker, until
+ *    releases make room). A file alone larger than max_bytes fails with a
+ *    message naming the URL, its size and the bound.
+ *  - Files live in a private subdirectory of dir, removed by close. */
+typedef struct vf_file_cache vf_file_cache;
+
+/* How a cache fetches (pluggable for tests; NULL members: HTTP/S3 through a
+ * vf_http_client). size: the object's byte size. fetch: writes the object to
+ * dest (exactly `size` bytes, else an error). Both are called from worker
+ * threads and must be thread-safe. */
+typedef struct vf_file_cache_fetcher {
+    int (*size)(void *ctx, const char *url, uint64_t *size);
+    int (*fetch)(void *ctx, const char *url, const char *dest, uint64_t size);
+    void *ctx;
+} vf_file_cache_fetcher;
+
+typedef struct vf_file_cache_settings {
+    const char *dir;            /* required; created if absent */
+    uint64_t max_bytes;         /* required, > 0 */
+    int threads;                /* download workers, default 2 */
+    vf_file_cache_fetcher fetcher;
+    const vf_http_settings *http; /* for the default fetcher; NULL: defaults */
+} vf_file_cache_settings;
+
+typedef struct vf_file_cache_stats {
+    uint64_t hits;             /* acquire/prefetch found the URL present (ready or in flight) */
+    uint64_t misses;           /* a download had to start */
+    uint64_t bytes_downloaded;
+    uint64_t downloads, failures;
+    uint64_t evictions;
+    uint64_t bytes;            /* reserved now (downloading + ready) */
+    uint64_t peak_bytes;       /* highest `bytes` ever */
+    uint64_t entries;
+    uint64_t waiting_for_space;/* downloads queued until space frees */
+} vf_file_cache_stats;
+
+void vf_file_cache_defaults(vf_file_cache_settings *s);
+int vf_file_cache_open(vf_file_cache **out, const char *dir, uint64_t max_bytes);
+int vf_file_cache_open_with(vf_file_cache **out, const vf_file_cache_settings *settings);
+/* Waits for running downloads, deletes every cached file and the private
+ * directory. References still held are dropped (logged). */
+void vf_file_cache_close(vf_file_cache *c);
+
+/* Takes a reference and waits until the file is local; *local_path (owned
+ * by the cache) stays valid while the reference is held. On failure no
+ * reference is kept and the message names the URL. */
+int vf_file_cache_acquire(vf_file_cache *c, const char *url, const char **local_path);
+/* Takes a reference and starts the download if needed, without waiting:
+ * 0 with *local_path when the file is already local, VF_EAGAIN while it is
+ * in flight (the reference is held either way; release it as usual). */
+int vf_file_cache_acquire_nowait(vf_file_cache *c, const char *url, const char **local_path);
+/* Starts a download without taking a reference (no-op when present). */
+int vf_file_cache_prefetch(vf_file_cache *c, const char *url);
+/* Drops a reference taken by acquire / acquire_nowait. */
+int vf_file_cache_release(vf_file_cache *c, const char *url);
+/* Opens a source over the local copy if the file is local (0), waits when it
+ * is downloading right now, and answers VF_ENOENT when it is absent, failed
+ * or queued for space (the caller then reads remotely). */
+int vf_file_cache_open_source(vf_file_cache *c, const char *url, vf_source **out);
+void vf_file_cache_get_stats(vf_file_cache *c, vf_file_cache_stats *out);
+/* Reference count of url (0 when absent), for tests and diagnostics. */
+int vf_file_cache_refs(vf_file_cache *c, const char *url);
 
 #endif

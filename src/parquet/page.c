@@ -87,6 +87,8 @@ static int fail(chunk_ctx *c, int code, const char *fmt, ...)
 
 void vf_pq_scratch_free(vf_pq_scratch *s)
 {
+    free(s->saved);
+    free(s->levels);
     free(s->window);
     free(s->page);
     free(s->split);
@@ -386,6 +388,17 @@ static int decode_byte_stream_split(chunk_ctx *c, const uint8_t *p, size_t len, 
 
 /* ---- dictionary ---------------------------------------------------------------- */
 
+/* Fails naming the largest index when one is out of range. */
+static int check_indices(chunk_ctx *c, const uint32_t *idx, int64_t k, uint32_t dict_n)
+{
+    uint32_t mx = 0;
+    for (int64_t i = 0; i < k; i++)
+        mx = idx[i] > mx ? idx[i] : mx;
+    if (mx >= dict_n)
+        return fail(c, VF_ECORRUPT, "dictionary index %u out of range (dictionary has %u entries)", mx, dict_n);
+    return 0;
+}
+
 static int decode_dict_indices(chunk_ctx *c, const uint8_t *p, size_t len, int64_t nv)
 {
     vf_pq_column *col = c->col;
@@ -403,15 +416,17 @@ static int decode_dict_indices(chunk_ctx *c, const uint8_t *p, size_t len, int64
     if ((r = reserve_values(c, col, nv)) < 0)
         return r;
     uint32_t dict_n = (uint32_t)dict->num_values;
+    int need_check = width >= 32 || dict_n < (1u << width);
     for (int64_t done = 0; done < nv;) {
         int64_t k = VF_MIN(nv - done, IDX_BATCH);
         if (vf_pq_rle_read_u32(&d, c->idx, k) < 0)
             return fail(c, VF_ECORRUPT, "dictionary indices are truncated or malformed");
-        uint32_t mx = 0;
-        for (int64_t i = 0; i < k; i++)
-            mx = c->idx[i] > mx ? c->idx[i] : mx;
-        if (mx >= dict_n)
-            return fail(c, VF_ECORRUPT, "dictionary index %u out of range (dictionary has %u entries)", mx, dict_n);
+        /* Indices need a range check unless the bit width cannot express
+         * one past the dictionary; 4- and 8-byte gathers fuse it below. */
+        size_t w = col->value_size;
+        int fused = !is_byte_array(col) && (w == 4 || w == 8) && dict_n > 0;
+        if (need_check && !fused && (r = check_indices(c, c->idx, k, dict_n)) < 0)
+            return r;
         if (is_byte_array(col)) {
             int64_t bytes = 0;
             for (int64_t i = 0; i < k; i++)
@@ -428,7 +443,6 @@ static int decode_dict_indices(chunk_ctx *c, const uint8_t *p, size_t len, int64
             }
             col->data_len = pos;
         } else {
-            size_t w = col->value_size;
             uint8_t *out = col->values + (size_t)col->num_values * w;
             const uint32_t *idx = c->idx;
             switch (w) {
@@ -446,15 +460,37 @@ static int decode_dict_indices(chunk_ctx *c, const uint8_t *p, size_t len, int64
             case 4: {
                 uint32_t *o = (uint32_t *)(void *)out;
                 const uint32_t *dv = (const uint32_t *)(const void *)dict->values;
-                for (int64_t i = 0; i < k; i++)
-                    o[i] = dv[idx[i]];
+                if (!need_check) {
+                    for (int64_t i = 0; i < k; i++)
+                        o[i] = dv[idx[i]];
+                    break;
+                }
+                uint32_t bad = 0;
+                for (int64_t i = 0; i < k; i++) {
+                    uint32_t j = idx[i];
+                    bad |= j >= dict_n;
+                    o[i] = dv[j < dict_n ? j : 0];
+                }
+                if (bad)
+                    return check_indices(c, idx, k, dict_n);
                 break;
             }
             case 8: {
                 uint64_t *o = (uint64_t *)(void *)out;
                 const uint64_t *dv = (const uint64_t *)(const void *)dict->values;
-                for (int64_t i = 0; i < k; i++)
-                    o[i] = dv[idx[i]];
+                if (!need_check) {
+                    for (int64_t i = 0; i < k; i++)
+                        o[i] = dv[idx[i]];
+                    break;
+                }
+                uint32_t bad = 0;
+                for (int64_t i = 0; i < k; i++) {
+                    uint32_t j = idx[i];
+                    bad |= j >= dict_n;
+                    o[i] = dv[j < dict_n ? j : 0];
+                }
+                if (bad)
+                    return check_indices(c, idx, k, dict_n);
                 break;
             }
             default:
@@ -515,6 +551,48 @@ static int inflate_gzip(chunk_ctx *c, const uint8_t *src, size_t src_len, uint8_
     return 0;
 }
 
+/* Checks the size the compressed data itself declares, before anything
+ * is allocated for what the (untrusted) page header asks. */
+static int check_declared_size(chunk_ctx *c, int codec, const uint8_t *src, size_t src_len, size_t dst_len)
+{
+    size_t n;
+    if (codec == VF_PQ_SNAPPY &&
+        (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len))
+        return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
+    if (codec == VF_PQ_ZSTD) {
+        unsigned long long declared = ZSTD_getFrameContentSize(src, src_len);
+        if (declared == ZSTD_CONTENTSIZE_ERROR || (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > dst_len))
+            return fail(c, VF_ECORRUPT, "ZSTD page has a bad frame header or the wrong size");
+    }
+    if (codec != VF_PQ_SNAPPY && codec != VF_PQ_GZIP && codec != VF_PQ_ZSTD)
+        return fail(c, VF_EUNSUPPORTED, "compression codec %s (%d) is not supported", vf_pq_codec_name(codec), codec);
+    return 0;
+}
+
+/* Decompresses exactly dst_len bytes into dst (codec already checked). */
+static int decompress_into(chunk_ctx *c, int codec, const uint8_t *src, size_t src_len, uint8_t *dst, size_t dst_len)
+{
+    size_t n = dst_len;
+    switch (codec) {
+    case VF_PQ_SNAPPY:
+        if (snappy_uncompress((const char *)src, src_len, (char *)dst, &n) != SNAPPY_OK || n != dst_len)
+            return fail(c, VF_ECORRUPT, "SNAPPY data is corrupt");
+        return 0;
+    case VF_PQ_GZIP:
+        if (src_len > UINT32_MAX || dst_len > UINT32_MAX)
+            return fail(c, VF_EUNSUPPORTED, "GZIP page larger than 4 GiB");
+        return inflate_gzip(c, src, src_len, dst, dst_len);
+    case VF_PQ_ZSTD:
+        n = ZSTD_decompress(dst, dst_len, src, src_len);
+        if (ZSTD_isError(n) || n != dst_len)
+            return fail(c, VF_ECORRUPT, "ZSTD data is corrupt or has the wrong size (%s)",
+                        ZSTD_isError(n) ? ZSTD_getErrorName(n) : "size mismatch");
+        return 0;
+    default:
+        return fail(c, VF_EUNSUPPORTED, "compression codec %s (%d) is not supported", vf_pq_codec_name(codec), codec);
+    }
+}
+
 /* Decompresses [src, src+src_len) into dst_len bytes; *out points at the
  * result (src itself when uncompressed). */
 static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t dst_len, const uint8_t **out)
@@ -526,42 +604,10 @@ static int decompress(chunk_ctx *c, const uint8_t *src, size_t src_len, size_t d
         *out = src;
         return 0;
     }
-    /* Check the sizes the compressed data itself declares before
-     * allocating what the (untrusted) page header asks for. */
-    size_t n;
-    if (codec == VF_PQ_SNAPPY &&
-        (snappy_uncompressed_length((const char *)src, src_len, &n) != SNAPPY_OK || n != dst_len))
-        return fail(c, VF_ECORRUPT, "SNAPPY page has a bad header or the wrong size");
-    if (codec == VF_PQ_ZSTD) {
-        unsigned long long declared = ZSTD_getFrameContentSize(src, src_len);
-        if (declared == ZSTD_CONTENTSIZE_ERROR || (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > dst_len))
-            return fail(c, VF_ECORRUPT, "ZSTD page has a bad frame header or the wrong size");
-    }
-    int r = ensure_scratch(c, dst_len);
-    if (r < 0)
+    int r = check_declared_size(c, codec, src, src_len, dst_len);
+    if (r < 0 || (r = ensure_scratch(c, dst_len)) < 0 ||
+        (r = decompress_into(c, codec, src, src_len, c->s->page, dst_len)) < 0)
         return r;
-    switch (codec) {
-    case VF_PQ_SNAPPY: {
-        if (snappy_uncompress((const char *)src, src_len, (char *)c->s->page, &n) != SNAPPY_OK || n != dst_len)
-            return fail(c, VF_ECORRUPT, "SNAPPY data is corrupt");
-        break;
-    }
-    case VF_PQ_GZIP:
-        if (src_len > UINT32_MAX || dst_len > UINT32_MAX)
-            return fail(c, VF_EUNSUPPORTED, "GZIP page larger than 4 GiB");
-        if ((r = inflate_gzip(c, src, src_len, c->s->page, dst_len)) < 0)
-            return r;
-        break;
-    case VF_PQ_ZSTD: {
-        n = ZSTD_decompress(c->s->page, dst_len, src, src_len);
-        if (ZSTD_isError(n) || n != dst_len)
-            return fail(c, VF_ECORRUPT, "ZSTD data is corrupt or has the wrong size (%s)",
-                        ZSTD_isError(n) ? ZSTD_getErrorName(n) : "size mismatch");
-        break;
-    }
-    default:
-        return fail(c, VF_EUNSUPPORTED, "compression codec %s (%d) is not supported", vf_pq_codec_name(codec), codec);
-    }
     *out = c->s->page;
     return 0;
 }
@@ -866,13 +912,110 @@ static int decode_values(chunk_ctx *c, int encoding, const uint8_t *p, size_t le
                 encoding, vf_pq_physical_name(c->leaf->physical));
 }
 
-static int data_page_v1(chunk_ctx *c, const page_header *h, const uint8_t *payload)
+static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const uint8_t *p, size_t len);
+
+static int grow_scratch(uint8_t **buf, size_t *cap, size_t need)
 {
-    const uint8_t *p;
-    int r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p);
+    if (need <= *cap && *buf)
+        return 0;
+    uint8_t *p = vf_realloc(*buf, need ? need : 1);
+    if (!p)
+        return VF_ENOMEM;
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+/* A compressed v1 PLAIN page of fixed-width values without nulls, whose
+ * values need no conversion, is decompressed straight into the column:
+ * the page is [levels][values], so it is written to end exactly where the
+ * page's values belong. The level bytes land on earlier values, which are
+ * saved first and put back once the levels have been copied out. Returns
+ * 1 when done, 0 when the page does not qualify (nothing changed), or an
+ * error. */
+static int data_page_v1_direct(chunk_ctx *c, const page_header *h, const uint8_t *payload)
+{
+    vf_pq_column *col = c->col;
+    const vf_pq_node *leaf = c->leaf;
+    int codec = c->meta->codec;
+    size_t w = col->value_size;
+    int physical = leaf->physical;
+    size_t phys_size = physical == VF_PQ_INT32 || physical == VF_PQ_FLOAT ? 4
+                       : physical == VF_PQ_INT64 || physical == VF_PQ_DOUBLE ? 8
+                       : physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? (size_t)leaf->type_length
+                                                                : 0;
+    if (codec == VF_PQ_UNCOMPRESSED || h->encoding != VF_PQ_ENC_PLAIN || phys_size == 0 || w != phys_size ||
+        (leaf->max_rep && h->rep_encoding != VF_PQ_ENC_RLE) || (leaf->max_def && h->def_encoding != VF_PQ_ENC_RLE))
+        return 0;
+    int64_t n = h->num_values;
+    size_t total = (size_t)h->uncompressed_size;
+    if ((uint64_t)n > total / w)
+        return 0;
+    size_t prefix = total - (size_t)n * w;
+    if ((size_t)col->num_values * w < prefix || col->cap_values - col->num_values < n)
+        return 0;
+    int r = check_declared_size(c, codec, payload, (size_t)h->compressed_size, total);
     if (r < 0)
         return r;
-    size_t len = (size_t)h->uncompressed_size;
+    vf_pq_scratch *s = c->s;
+    if ((r = grow_scratch(&s->saved, &s->saved_cap, prefix)) < 0 ||
+        (r = grow_scratch(&s->levels, &s->levels_cap, prefix)) < 0)
+        return r;
+    uint8_t *dest = col->values + (size_t)col->num_values * w, *start = dest - prefix;
+    memcpy(s->saved, start, prefix);
+    r = decompress_into(c, codec, payload, (size_t)h->compressed_size, start, total);
+    /* Walk the level prefixes in place to find where the values start. */
+    const uint8_t *lv[2] = {NULL, NULL};
+    size_t lens[2] = {0, 0}, pos = 0;
+    int maxes[2] = {leaf->max_rep, leaf->max_def};
+    int exact = r == 0;
+    for (int k = 0; k < 2 && exact; k++) {
+        if (maxes[k] == 0)
+            continue;
+        if (total - pos < 4 || load_u32(start + pos) > total - pos - 4) {
+            exact = 0;
+            break;
+        }
+        lens[k] = load_u32(start + pos);
+        lv[k] = s->levels + pos + 4;
+        pos += 4 + lens[k];
+    }
+    exact = exact && pos == prefix;
+    if (exact)
+        memcpy(s->levels, start, prefix);
+    else if (r == 0 && (r = ensure_scratch(c, total)) == 0)
+        memcpy(s->page, start, total); /* nulls or odd sizes: take the usual path */
+    memcpy(start, s->saved, prefix);
+    if (r < 0)
+        return r;
+    if (!exact) {
+        r = data_page_v1_levels_values(c, h, s->page, total);
+        return r < 0 ? r : 1;
+    }
+    int64_t nv;
+    if ((r = decode_page_levels(c, n, lv[0], lens[0], VF_PQ_ENC_RLE, lv[1], lens[1], VF_PQ_ENC_RLE, &nv)) < 0)
+        return r;
+    /* nv values (nv <= n) now sit where they belong. */
+    col->num_values += nv;
+    return 1;
+}
+
+static int data_page_v1(chunk_ctx *c, const page_header *h, const uint8_t *payload)
+{
+    int r = data_page_v1_direct(c, h, payload);
+    if (r != 0)
+        return r < 0 ? r : 0;
+    const uint8_t *p;
+    r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p);
+    if (r < 0)
+        return r;
+    return data_page_v1_levels_values(c, h, p, (size_t)h->uncompressed_size);
+}
+
+/* The decompressed v1 page at p: levels, then values. */
+static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const uint8_t *p, size_t len)
+{
+    int r;
     int64_t n = h->num_values;
     const uint8_t *levels[2] = {NULL, NULL};
     size_t lens[2] = {0, 0};
@@ -1049,9 +1192,10 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     }
     c->chunk_end = start + len;
     /* Reserve the values up front (the usual case has no nulls), but no
-     * more than the chunk's bytes could plausibly expand to. */
+     * more than the chunk's bytes could plausibly expand to; exactly for
+     * the first chunk, geometrically when appending row groups. */
     int64_t guess = VF_MIN(m->num_values, len * 64 + 4096);
-    if ((r = reserve_values_ex(c, col, VF_MIN(guess, f->max_entries - col->num_values), 1)) < 0)
+    if ((r = reserve_values_ex(c, col, VF_MIN(guess, f->max_entries - col->num_values), col->num_values == 0)) < 0)
         goto out;
     int64_t pos = start, done = 0;
     while (done < m->num_values) {

@@ -166,7 +166,8 @@ int vf_pq_rle_read_u8(vf_pq_rle *d, uint8_t *out, int64_t n);
  * and returns how many; else 0 (nothing consumed). */
 int64_t vf_pq_rle_skip_run(vf_pq_rle *d, uint32_t value, int64_t max);
 /* Width 1 only: consumes n levels and writes base+i for each zero level
- * to out (room for n); returns the count, or -1 on malformed data. */
+ * to out (room for n); returns the count, or -1 on malformed data. The
+ * decoder cannot be read further afterwards (it stops inside a run). */
 int64_t vf_pq_rle_zero_positions(vf_pq_rle *d, int64_t n, int64_t base, int64_t *out);
 /* Bit-unpacking of whole groups of 8 values (exported for tests). */
 void vf_pq_unpack_u32(const uint8_t *in, uint32_t *out, int64_t groups, int width);
@@ -210,6 +211,8 @@ typedef struct vf_pq_scratch {
     size_t page_cap;
     uint8_t *split;
     size_t split_cap;
+    uint8_t *saved, *levels;   /* direct decompression (page.c) */
+    size_t saved_cap, levels_cap;
 } vf_pq_scratch;
 
 void vf_pq_scratch_free(vf_pq_scratch *s);

@@ -32,6 +32,7 @@ static ALWAYS_INLINE void unpack_u32_w(const uint8_t *in, uint32_t *out, int64_t
     for (int64_t g = 0; g < groups; g++) {
         uint64_t words[5] = {0, 0, 0, 0, 0};
         memcpy(words, in, (size_t)w);
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const int bit = k * w, wi = bit >> 6, sh = bit & 63;
             uint64_t v = words[wi] >> sh;
@@ -50,6 +51,7 @@ static ALWAYS_INLINE void unpack_u8_w(const uint8_t *in, uint8_t *out, int64_t g
     for (int64_t g = 0; g < groups; g++) {
         uint64_t v = 0;
         memcpy(&v, in, (size_t)w);
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
             out[k] = (uint8_t)((v >> (k * w)) & mask);
         in += w;
@@ -100,18 +102,22 @@ void vf_pq_rle_init(vf_pq_rle *d, const uint8_t *data, size_t len, int width)
 }
 
 /* Reads the next run header. Returns 0, or -1 on malformed data. */
-static int next_run(vf_pq_rle *d)
+static ALWAYS_INLINE int next_run(vf_pq_rle *d)
 {
     uint64_t h = 0;
-    int shift = 0;
-    for (;;) {
-        if (d->p >= d->end || shift > 63)
-            return -1;
-        uint8_t b = *d->p++;
-        h |= (uint64_t)(b & 0x7f) << shift;
-        shift += 7;
-        if (!(b & 0x80))
-            break;
+    if (VF_LIKELY(d->p < d->end && *d->p < 0x80)) {
+        h = *d->p++; /* one-byte header: runs shorter than 64 */
+    } else {
+        int shift = 0;
+        for (;;) {
+            if (d->p >= d->end || shift > 63)
+                return -1;
+            uint8_t b = *d->p++;
+            h |= (uint64_t)(b & 0x7f) << shift;
+            shift += 7;
+            if (!(b & 0x80))
+                break;
+        }
     }
     size_t avail = (size_t)(d->end - d->p);
     if (h & 1) {
@@ -238,57 +244,67 @@ int64_t vf_pq_rle_zero_positions(vf_pq_rle *d, int64_t n, int64_t base, int64_t 
     int64_t i = 0, cnt = 0;
     if (d->width != 1)
         return -1;
+    /* Values already buffered or in a started run come first. */
+    while (i < n && (d->buf_pos < d->buf_len || d->run_left > 0 || d->packed_left > 0 || d->tail)) {
+        uint32_t v;
+        if (vf_pq_rle_read_u32(d, &v, 1) < 0)
+            return -1;
+        if (v == 0)
+            out[cnt++] = base + i;
+        i++;
+    }
+    /* Then whole runs straight from the bytes: an RLE run of ones has no
+     * row start, a run of zeros is all row starts, and a bit-packed group
+     * is one byte whose zero bits are row starts. */
+    const uint8_t *p = d->p, *end = d->end;
     while (i < n) {
-        if (d->buf_pos < d->buf_len) {
-            if (d->buf[d->buf_pos++] == 0)
-                out[cnt++] = base + i;
-            i++;
-            continue;
+        if (p >= end)
+            return -1;
+        uint64_t h;
+        if (VF_LIKELY(*p < 0x80)) {
+            h = *p++;
+        } else {
+            h = 0;
+            for (int shift = 0;; shift += 7) {
+                if (p >= end || shift > 63)
+                    return -1;
+                uint8_t b = *p++;
+                h |= (uint64_t)(b & 0x7f) << shift;
+                if (!(b & 0x80))
+                    break;
+            }
         }
-        if (d->run_left > 0) {
-            int64_t k = VF_MIN(n - i, d->run_left);
-            if (d->run_value == 0)
+        if (h & 1) {
+            uint64_t bytes = VF_MIN(h >> 1, (uint64_t)(end - p));
+            int64_t k = (int64_t)VF_MIN((uint64_t)(n - i), bytes * 8);
+            int64_t whole = k / 8;
+            for (int64_t g = 0; g < whole; g++) {
+                unsigned zeros = ~(unsigned)p[g] & 0xffu;
+                while (zeros) {
+                    out[cnt++] = base + i + g * 8 + __builtin_ctz(zeros);
+                    zeros &= zeros - 1;
+                }
+            }
+            if (k % 8) {
+                unsigned zeros = ~(unsigned)p[whole] & ((1u << (k % 8)) - 1);
+                while (zeros) {
+                    out[cnt++] = base + i + whole * 8 + __builtin_ctz(zeros);
+                    zeros &= zeros - 1;
+                }
+            }
+            p += bytes;
+            i += k;
+        } else {
+            if (p >= end || *p > 1)
+                return -1;
+            uint8_t v = *p++;
+            int64_t k = (int64_t)VF_MIN(h >> 1, (uint64_t)(n - i));
+            if (v == 0)
                 for (int64_t j = 0; j < k; j++)
                     out[cnt++] = base + i + j;
-            d->run_left -= k;
             i += k;
-            continue;
         }
-        if (d->packed_left > 0) {
-            int64_t groups = VF_MIN(n - i, d->packed_left) / 8;
-            if (groups > 0) {
-                /* Width 1: one byte per group of 8 levels; zero bits are row starts. */
-                for (int64_t g = 0; g < groups; g++) {
-                    unsigned zeros = ~(unsigned)d->p[g] & 0xffu;
-                    while (zeros) {
-                        out[cnt++] = base + i + g * 8 + __builtin_ctz(zeros);
-                        zeros &= zeros - 1;
-                    }
-                }
-                d->p += groups;
-                d->packed_left -= groups * 8;
-                i += groups * 8;
-                continue;
-            }
-            vf_pq_unpack_u32(d->p, d->buf, 1, 1);
-            d->p += 1;
-            d->packed_left -= 8;
-            d->buf_pos = 0;
-            d->buf_len = 8;
-            continue;
-        }
-        if (d->tail) {
-            uint8_t padded[32] = {0};
-            memcpy(padded, d->p, (size_t)d->tail);
-            vf_pq_unpack_u32(padded, d->buf, 1, d->width);
-            d->p = d->end;
-            d->tail = 0;
-            d->buf_pos = 0;
-            d->buf_len = 8;
-            continue;
-        }
-        if (d->p >= d->end || next_run(d) < 0)
-            return -1;
     }
+    d->p = p; /* the decoder is finished: it stops within the last run */
     return cnt;
 }

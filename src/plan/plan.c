@@ -1,6 +1,7 @@
 /*
- * plan.c: partitions, epoch order, rank/consumer split, shuffle buffer and
- * batching (see plan.h for the rules). Pure functions of their inputs.
+ * plan.c: partitions, epoch order, rank/consumer split, shuffle buffer,
+ * batching and the resume selection (see plan.h for the rules; the pool's
+ * draws are in pool.c). Pure functions of their inputs.
  */
 #include "plan/plan.h"
 
@@ -221,6 +222,70 @@ int vf_plan_shuffle_buffer(const int64_t *values, int64_t n, size_t buffer, vf_r
     return 0;
 }
 
+/* ---- batch counts (order-free) -------------------------------------------------------- */
+
+/* Samples a consumer keeps and the batches they make. */
+static void consumer_batches(int64_t rank_count, int c, int nc, size_t batch_size, int drop_last, int64_t *keep,
+                             int64_t *batches)
+{
+    int64_t cs, cl;
+    vf_plan_consumer_slice(rank_count, c, nc, &cs, &cl);
+    if (drop_last)
+        cl -= cl % (int64_t)batch_size;
+    *keep = cl;
+    *batches = (cl + (int64_t)batch_size - 1) / (int64_t)batch_size;
+}
+
+/* Walks the rank-level round-robin until `batches` batches or `samples`
+ * samples (whichever is given, the other -1) are reached. Returns the
+ * other count, or -1 when the target is past the epoch or (samples) falls
+ * inside a batch. */
+static int64_t walk_batches(int64_t n, int world_size, int nc, size_t batch_size, int drop_last, int64_t batches,
+                            int64_t samples)
+{
+    if (world_size < 1 || nc < 1 || batch_size < 1 || n < 0)
+        return -1;
+    int64_t start, rank_count;
+    vf_plan_rank_slice(n, 0, world_size, drop_last, &start, &rank_count);
+    int64_t done_b = 0, done_s = 0;
+    for (int64_t round = 0;; round++) {
+        if (batches >= 0 ? done_b == batches : done_s == samples)
+            return batches >= 0 ? done_s : done_b;
+        if (samples >= 0 && done_s > samples)
+            return -1;
+        int any = 0;
+        for (int c = 0; c < nc; c++) {
+            int64_t keep, nb;
+            consumer_batches(rank_count, c, nc, batch_size, drop_last, &keep, &nb);
+            if (round >= nb)
+                continue;
+            any = 1;
+            if (batches >= 0 ? done_b == batches : done_s >= samples)
+                break;
+            done_s += VF_MIN((int64_t)batch_size, keep - round * (int64_t)batch_size);
+            done_b++;
+        }
+        if (!any)
+            return (batches >= 0 ? done_b == batches : done_s == samples) ? (batches >= 0 ? done_s : done_b) : -1;
+    }
+}
+
+int64_t vf_plan_samples_after(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
+                              int64_t batches)
+{
+    if (batches < 0)
+        return -1;
+    return walk_batches(n, world_size, num_consumers, batch_size, drop_last, batches, -1);
+}
+
+int64_t vf_plan_batches_at(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
+                           int64_t samples)
+{
+    if (samples < 0)
+        return -1;
+    return walk_batches(n, world_size, num_consumers, batch_size, drop_last, -1, samples);
+}
+
 /* ---- epoch ------------------------------------------------------------------------------ */
 
 void vf_plan_epoch_free(vf_plan_epoch *e)
@@ -230,6 +295,7 @@ void vf_plan_epoch_free(vf_plan_epoch *e)
     free(e->positions);
     free(e->batch_start);
     free(e->batch_consumer);
+    free(e->segments);
     memset(e, 0, sizeof *e);
 }
 
@@ -258,7 +324,8 @@ static int global_sequence(const vf_plan_epoch_settings *s, int64_t num_position
             order[t] = (int64_t)t;
         if (s->shuffle) {
             vf_rng r;
-            vf_rng_init(&r, vf_rng_derive(s->seed, VF_PLAN_RNG_TASKS, (uint64_t)s->epoch, 0, 0));
+            uint64_t purpose = s->pool_size > 0 ? VF_PLAN_RNG_EPISODES : VF_PLAN_RNG_TASKS;
+            vf_rng_init(&r, vf_rng_derive(s->seed, purpose, (uint64_t)s->epoch, 0, 0));
             vf_rng_shuffle_i64(&r, order, (int64_t)num_tasks);
         }
         int64_t k = 0;
@@ -278,6 +345,106 @@ static int global_sequence(const vf_plan_epoch_settings *s, int64_t num_position
     return 0;
 }
 
+/* One consumer's part of the epoch, in emitted order. */
+typedef struct consumer_part {
+    int64_t *positions;
+    int64_t len, keep, batches;
+    vf_plan_segment *segments; /* pool mode */
+    size_t num_segments;
+    int64_t *batch_map;        /* [batches]: this plan's batch index of each local batch, or -1 */
+} consumer_part;
+
+static int build_part(const vf_plan_epoch_settings *s, const int64_t *seq, int64_t n, int64_t rank_start,
+                      int64_t rank_count, int c, const vf_plan_task *tasks, size_t num_tasks, consumer_part *p)
+{
+    int64_t cs, cl;
+    vf_plan_consumer_slice(rank_count, c, s->num_consumers, &cs, &cl);
+    int64_t *mine = vf_malloc_array(cl > 0 ? (size_t)cl : 1, sizeof *mine);
+    int64_t *ordered = vf_malloc_array(cl > 0 ? (size_t)cl : 1, sizeof *ordered);
+    if (!mine || !ordered) {
+        free(mine);
+        free(ordered);
+        return VF_ENOMEM;
+    }
+    for (int64_t i = 0; i < cl; i++)
+        mine[i] = seq[(rank_start + cs + i) % (n > 0 ? n : 1)];
+    int r = 0;
+    if (s->pool_size > 0) {
+        vf_rng rng;
+        vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_POOL, (uint64_t)s->epoch, (uint64_t)s->rank,
+                                        (uint64_t)c));
+        r = vf_plan_pool_order(mine, cl, tasks, num_tasks, s->pool_size, s->shuffle ? &rng : NULL, c, ordered,
+                               &p->segments, &p->num_segments);
+        free(mine);
+        mine = ordered;
+    } else if (tasks && s->shuffle_buffer > 1) {
+        vf_rng rng;
+        vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_BUFFER, (uint64_t)s->epoch, (uint64_t)s->rank,
+                                        (uint64_t)c));
+        r = vf_plan_shuffle_buffer(mine, cl, s->shuffle_buffer, &rng, ordered);
+        free(mine);
+        mine = ordered;
+    } else {
+        free(ordered);
+    }
+    p->positions = mine;
+    p->len = cl;
+    consumer_batches(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &p->keep, &p->batches);
+    if (r == 0 && !(p->batch_map = vf_malloc_array(p->batches > 0 ? (size_t)p->batches : 1, sizeof *p->batch_map)))
+        r = VF_ENOMEM;
+    for (int64_t b = 0; r == 0 && b < p->batches; b++)
+        p->batch_map[b] = -1;
+    return r;
+}
+
+static int cmp_segment(const void *pa, const void *pb)
+{
+    const vf_plan_segment *a = pa, *b = pb;
+    if (a->admit_batch != b->admit_batch)
+        return a->admit_batch < b->admit_batch ? -1 : 1;
+    if (a->consumer != b->consumer)
+        return a->consumer < b->consumer ? -1 : 1;
+    return a->admit_sample < b->admit_sample ? -1 : a->admit_sample > b->admit_sample;
+}
+
+/* Segments this plan serves, with their batches (see vf_plan_segment). */
+static int map_segments(const vf_plan_epoch_settings *s, consumer_part *parts, int nparts, vf_plan_epoch *out)
+{
+    size_t total = 0;
+    for (int i = 0; i < nparts; i++)
+        total += parts[i].num_segments;
+    vf_plan_segment *segs = vf_malloc_array(total ? total : 1, sizeof *segs);
+    if (!segs)
+        return VF_ENOMEM;
+    size_t k = 0;
+    int64_t bs = (int64_t)s->batch_size;
+    for (int i = 0; i < nparts; i++) {
+        const consumer_part *p = &parts[i];
+        for (size_t j = 0; j < p->num_segments; j++) {
+            vf_plan_segment g = p->segments[j];
+            if (g.admit_sample < 0 || g.admit_sample >= p->keep)
+                continue; /* admitted after the last kept draw */
+            if (g.evict_sample < 0 || g.evict_sample >= p->keep)
+                g.evict_sample = p->keep - 1;
+            int64_t lo = g.admit_sample / bs, hi = g.evict_sample / bs;
+            int64_t first = -1, last = -1;
+            for (int64_t b = lo; b <= hi && first < 0; b++)
+                first = p->batch_map[b];
+            for (int64_t b = hi; b >= lo && last < 0; b--)
+                last = p->batch_map[b];
+            if (first < 0)
+                continue;
+            g.admit_batch = first;
+            g.evict_batch = last;
+            segs[k++] = g;
+        }
+    }
+    qsort(segs, k, sizeof *segs, cmp_segment);
+    out->segments = segs;
+    out->num_segments = k;
+    return 0;
+}
+
 int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
                         size_t num_tasks, vf_plan_epoch *out)
 {
@@ -288,6 +455,10 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
         return vf_error(VF_EINVAL, "consumer %d is not in [0, num_consumers %d)", s->consumer, s->num_consumers);
     if (s->batch_size < 1)
         return vf_error(VF_EINVAL, "batch_size must be at least 1");
+    if (s->pool_size > 0 && !tasks)
+        return vf_error(VF_EINVAL, "plan: pool mode needs one task per episode");
+    if (s->resume_batch < 0)
+        return vf_error(VF_EINVAL, "plan: resume batch %lld is negative", (long long)s->resume_batch);
     int64_t *seq = NULL;
     int r = global_sequence(s, num_positions, tasks, num_tasks, &seq);
     if (r < 0)
@@ -295,84 +466,119 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
     int64_t rank_start, rank_count;
     vf_plan_rank_slice(num_positions, s->rank, s->world_size, s->drop_last, &rank_start, &rank_count);
 
-    int first = s->consumer >= 0 ? s->consumer : 0;
-    int last = s->consumer >= 0 ? s->consumer : s->num_consumers - 1;
-    int nc = last - first + 1;
-    /* Per consumer: its samples (after the buffer) and its batches. */
-    int64_t **cons_pos = vf_calloc((size_t)nc, sizeof *cons_pos);
-    int64_t *cons_len = vf_calloc((size_t)nc, sizeof *cons_len);
-    size_t *cons_batches = vf_calloc((size_t)nc, sizeof *cons_batches);
-    if (!cons_pos || !cons_len || !cons_batches)
-        r = VF_ENOMEM;
-    int64_t total = 0;
-    size_t total_batches = 0;
-    for (int c = 0; c < nc && r == 0; c++) {
-        int64_t cs, cl;
-        vf_plan_consumer_slice(rank_count, first + c, s->num_consumers, &cs, &cl);
-        int64_t *mine = vf_malloc_array(cl > 0 ? (size_t)cl : 1, sizeof *mine);
-        int64_t *buffered = vf_malloc_array(cl > 0 ? (size_t)cl : 1, sizeof *buffered);
-        if (!mine || !buffered) {
-            free(mine);
-            free(buffered);
-            r = VF_ENOMEM;
-            break;
-        }
-        for (int64_t i = 0; i < cl; i++)
-            mine[i] = seq[(rank_start + cs + i) % (num_positions > 0 ? num_positions : 1)];
-        if (tasks && s->shuffle_buffer > 1) {
-            vf_rng rng;
-            vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_BUFFER, (uint64_t)s->epoch, (uint64_t)s->rank,
-                                            (uint64_t)(first + c)));
-            r = vf_plan_shuffle_buffer(mine, cl, s->shuffle_buffer, &rng, buffered);
-            free(mine);
-            mine = buffered;
-        } else {
-            free(buffered);
-        }
-        int64_t keep = cl;
-        if (s->drop_last)
-            keep -= cl % (int64_t)s->batch_size;
-        cons_pos[c] = mine;
-        cons_len[c] = keep;
-        cons_batches[c] = (size_t)((keep + (int64_t)s->batch_size - 1) / (int64_t)s->batch_size);
-        total += keep;
-        total_batches += cons_batches[c];
+    /* The consumers to build: the one asked for, or all of the rank (a
+     * rank-level plan, or a consumer resuming, which takes its share of
+     * every consumer's remaining batches). */
+    int redeal = s->consumer >= 0 && s->resume_batch > 0;
+    int all = s->consumer < 0 || redeal;
+    int first = all ? 0 : s->consumer;
+    int np = all ? s->num_consumers : 1;
+    consumer_part *parts = vf_calloc((size_t)np, sizeof *parts);
+    if (!parts) {
+        free(seq);
+        return VF_ENOMEM;
+    }
+    int64_t total_batches = 0;
+    for (int i = 0; i < np && r == 0; i++) {
+        r = build_part(s, seq, num_positions, rank_start, rank_count, first + i, tasks, num_tasks, &parts[i]);
+        total_batches += parts[i].batches;
     }
     free(seq);
+
+    /* The rank-level round-robin: one batch per consumer per round (the
+     * order a torch DataLoader takes batches from its workers), as
+     * (part, local batch) pairs. */
+    int64_t *rr_part = NULL, *rr_local = NULL;
     if (r == 0) {
-        out->positions = vf_malloc_array(total > 0 ? (size_t)total : 1, sizeof *out->positions);
-        out->batch_start = vf_malloc_array(total_batches + 1, sizeof *out->batch_start);
-        out->batch_consumer = vf_malloc_array(total_batches + 1, sizeof *out->batch_consumer);
+        rr_part = vf_malloc_array(total_batches > 0 ? (size_t)total_batches : 1, sizeof *rr_part);
+        rr_local = vf_malloc_array(total_batches > 0 ? (size_t)total_batches : 1, sizeof *rr_local);
+        if (!rr_part || !rr_local)
+            r = VF_ENOMEM;
+    }
+    if (r == 0) {
+        int64_t b = 0;
+        for (int64_t round = 0; b < total_batches; round++)
+            for (int i = 0; i < np; i++)
+                if (round < parts[i].batches) {
+                    rr_part[b] = i;
+                    rr_local[b] = round;
+                    b++;
+                }
+    }
+    if (r == 0 && s->resume_batch > total_batches && (s->consumer < 0 || redeal))
+        r = vf_error(VF_ERANGE, "plan: resume at batch %lld, but the rank has %lld batches in epoch %lld",
+                     (long long)s->resume_batch, (long long)total_batches, (long long)s->epoch);
+
+    /* This plan's batches: every batch (rank-level, delivery from
+     * resume_batch), the consumer's own, or its round-robin share of the
+     * remaining ones. */
+    int64_t sel_first = 0, sel_step = 1, sel_count = total_batches;
+    if (r == 0 && redeal) {
+        sel_first = s->resume_batch + s->consumer;
+        sel_step = s->num_consumers;
+        sel_count = sel_first < total_batches ? (total_batches - sel_first + sel_step - 1) / sel_step : 0;
+    }
+    int64_t nsamples = 0;
+    for (int64_t i = 0; r == 0 && i < sel_count; i++) {
+        int64_t b = sel_first + i * sel_step;
+        const consumer_part *p = &parts[rr_part[b]];
+        nsamples += VF_MIN((int64_t)s->batch_size, p->keep - rr_local[b] * (int64_t)s->batch_size);
+    }
+    if (r == 0) {
+        out->positions = vf_malloc_array(nsamples > 0 ? (size_t)nsamples : 1, sizeof *out->positions);
+        out->batch_start = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_start);
+        out->batch_consumer = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_consumer);
         if (!out->positions || !out->batch_start || !out->batch_consumer)
             r = VF_ENOMEM;
     }
     if (r == 0) {
-        /* Round-robin over consumers, one batch each per round (the order a
-         * torch DataLoader takes batches from its workers). */
         int64_t k = 0;
-        size_t b = 0;
-        for (size_t round = 0; b < total_batches; round++) {
-            for (int c = 0; c < nc; c++) {
-                if (round >= cons_batches[c])
-                    continue;
-                int64_t lo = (int64_t)round * (int64_t)s->batch_size;
-                int64_t hi = VF_MIN(lo + (int64_t)s->batch_size, cons_len[c]);
-                out->batch_start[b] = k;
-                out->batch_consumer[b] = first + c;
-                b++;
-                for (int64_t i = lo; i < hi; i++)
-                    out->positions[k++] = cons_pos[c][i];
-            }
+        for (int64_t i = 0; i < sel_count; i++) {
+            int64_t b = sel_first + i * sel_step;
+            consumer_part *p = &parts[rr_part[b]];
+            int64_t lo = rr_local[b] * (int64_t)s->batch_size;
+            int64_t hi = VF_MIN(lo + (int64_t)s->batch_size, p->keep);
+            out->batch_start[i] = k;
+            out->batch_consumer[i] = first + rr_part[b];
+            p->batch_map[rr_local[b]] = i;
+            memcpy(out->positions + k, p->positions + lo, (size_t)(hi - lo) * sizeof *out->positions);
+            k += hi - lo;
         }
-        out->batch_start[b] = k;
-        out->num_batches = b;
+        out->batch_start[sel_count] = k;
+        out->num_batches = (size_t)sel_count;
         out->num_samples = k;
+        out->first_batch = s->consumer < 0 ? (size_t)s->resume_batch : 0;
     }
-    for (int c = 0; cons_pos && c < nc; c++)
-        free(cons_pos[c]);
-    free(cons_pos);
-    free(cons_len);
-    free(cons_batches);
+    if (r == 0 && s->pool_size > 0)
+        r = map_segments(s, parts, np, out);
+
+    /* Remainder bookkeeping over this plan's own consumers. */
+    if (r == 0) {
+        out->epoch_samples = num_positions;
+        out->rank_samples = rank_count;
+        for (int i = 0; i < np; i++) {
+            int c = first + i;
+            if (s->consumer >= 0 && c != s->consumer)
+                continue;
+            int64_t cs, cl;
+            vf_plan_consumer_slice(rank_count, c, s->num_consumers, &cs, &cl);
+            int64_t lo = rank_start + cs, hi = lo + cl;
+            if (hi > num_positions)
+                out->padded_samples += hi - VF_MAX(lo, num_positions);
+            out->dropped_samples += parts[i].len - parts[i].keep;
+            out->empty_consumers += parts[i].keep == 0;
+            if (s->drop_last && s->rank == s->world_size - 1 && c == s->num_consumers - 1)
+                out->dropped_samples += num_positions - rank_count * s->world_size;
+        }
+    }
+    for (int i = 0; i < np; i++) {
+        free(parts[i].positions);
+        free(parts[i].segments);
+        free(parts[i].batch_map);
+    }
+    free(parts);
+    free(rr_part);
+    free(rr_local);
     if (r < 0)
         vf_plan_epoch_free(out);
     return r;

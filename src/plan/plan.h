@@ -12,12 +12,34 @@
  * Invariants:
  *  - Everything here is a pure function of its inputs: the order of an epoch
  *    depends on (seed, epoch, shuffle, partition, rank, world_size,
- *    num_consumers, consumer, batch_size, drop_last, shuffle_buffer) and the
- *    dataset's episodes, never on threads or time.
+ *    num_consumers, consumer, batch_size, drop_last, shuffle_buffer,
+ *    pool_size, resume_batch) and the dataset's episodes, never on threads
+ *    or time.
  *  - Random streams come from vf_rng_derive(seed, purpose, epoch, rank,
  *    consumer). Permutations shared by all ranks (of positions in map mode,
- *    of tasks in stream mode) use rank = consumer = 0, so every rank derives
- *    the same global order and takes its own slice of it.
+ *    of tasks in stream mode, of episodes in pool mode) use rank = consumer
+ *    = 0, so every rank derives the same global order and takes its own
+ *    slice of it.
+ *
+ * Pool mode: the global sequence is the selected episodes in a seeded
+ * permutation (shared by every rank), each episode's frames in order. After
+ * the rank and consumer split, a consumer's part is a run of episode
+ * segments (whole episodes, plus at most a partial one at each end of the
+ * part). The consumer's pool holds pool_size segments at a time and emits a
+ * uniformly drawn remaining frame of the pool (each remaining frame equally
+ * likely); an exhausted segment is evicted and the next segment of the part
+ * admitted. Its random stream is vf_rng_derive(seed, VF_PLAN_RNG_POOL,
+ * epoch, rank, consumer).
+ *
+ * Resume: batch sizes do not depend on the order, so "k batches of a rank
+ * delivered" and "s samples of a rank delivered" convert into each other
+ * from the counts alone (vf_plan_samples_after / vf_plan_batches_at). A
+ * rank-level plan (consumer -1) resumes by starting at batch k. A consumer
+ * loader (a DataLoader worker) resuming at k > 0 takes the rank's remaining
+ * batches k, k+1, ... dealt round-robin from consumer 0: consumer c serves
+ * remaining batches c, c + C, c + 2C, ..., so that a DataLoader restarted
+ * over its workers (round-robin from worker 0, skipping exhausted workers)
+ * yields exactly the batches the uninterrupted run would have yielded next.
  *
  * Remainder rule (documented in loader.h too): the epoch's global sequence
  * of N samples is cut into world_size equal contiguous slices. Unless
@@ -86,6 +108,8 @@ enum {
     VF_PLAN_RNG_POSITIONS = 0x706f73, /* map mode: permutation of positions */
     VF_PLAN_RNG_TASKS = 0x7461736b,   /* stream mode: permutation of tasks */
     VF_PLAN_RNG_BUFFER = 0x627566,    /* stream mode: shuffle buffer, per (rank, consumer) */
+    VF_PLAN_RNG_EPISODES = 0x657073,  /* pool mode: permutation of episodes */
+    VF_PLAN_RNG_POOL = 0x706f6f6c,    /* pool mode: draws from the pool, per (rank, consumer) */
 };
 
 typedef struct vf_plan_epoch_settings {
@@ -98,7 +122,21 @@ typedef struct vf_plan_epoch_settings {
     size_t batch_size;         /* >= 1 */
     int drop_last;             /* drop short last batches, and the rank remainder (see above) */
     size_t shuffle_buffer;     /* stream: samples in the seeded shuffle buffer, 0 = off */
+    size_t pool_size;          /* > 0: pool mode (tasks must be one per episode), segments in the pool */
+    int64_t resume_batch;      /* rank-level batches already delivered this epoch (see Resume above) */
 } vf_plan_epoch_settings;
+
+/* An episode segment of a pool-mode consumer: the frames of one episode in
+ * its part, from admission to eviction. */
+typedef struct vf_plan_segment {
+    size_t episode;            /* selected-episode index (vf_dataset_episode) */
+    int consumer;
+    int64_t first_position, num_samples; /* positions [first, first + num_samples) */
+    int64_t admit_sample;      /* consumer-local emission index of the first draw after admission */
+    int64_t evict_sample;      /* ... of the draw that exhausted it (the last kept one when cut short) */
+    int64_t admit_batch;       /* this plan's batches: first / last one drawing from the pool while */
+    int64_t evict_batch;       /* the segment is in it; both -1 when this plan serves none */
+} vf_plan_segment;
 
 /* One epoch of one loader: positions in emitted order, cut into batches. */
 typedef struct vf_plan_epoch {
@@ -107,17 +145,48 @@ typedef struct vf_plan_epoch {
     size_t num_batches;
     int64_t *batch_start;      /* num_batches + 1 offsets into positions */
     int64_t *batch_consumer;   /* num_batches: the consumer each batch belongs to */
+    size_t first_batch;        /* where delivery starts (resume_batch for a rank-level plan, else 0) */
+    vf_plan_segment *segments; /* pool mode: served segments sorted by admit_batch, else NULL */
+    size_t num_segments;
+    /* Remainder bookkeeping of this plan's own consumers (all of the rank,
+     * or the one consumer). */
+    int64_t epoch_samples;     /* N: positions in the epoch's global sequence */
+    int64_t rank_samples;      /* samples per rank */
+    int64_t padded_samples;    /* samples of this rank that repeat the start of the sequence */
+    int64_t dropped_samples;   /* samples dropped by drop_last (the tail on the last rank, short batches) */
+    int empty_consumers;       /* consumers with no samples */
 } vf_plan_epoch;
 
 /* Map mode (tasks == NULL): the global sequence is a permutation of
  * 0..num_positions-1 (identity without shuffle). Stream mode: the tasks in
  * a seeded permutation (natural order without shuffle), each task's
- * positions in order. Then the rank split, the consumer split, the shuffle
- * buffer (stream, per consumer) and batching. *out is overwritten; free
- * with vf_plan_epoch_free. */
+ * positions in order. Pool mode (pool_size > 0, one task per episode): the
+ * episodes in a seeded permutation. Then the rank split, the consumer
+ * split, the shuffle buffer (stream) or the pool (pool), batching, and the
+ * resume selection (see above; VF_ERANGE when resume_batch is past the
+ * rank's batches). *out is overwritten; free with vf_plan_epoch_free. */
 int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
                         size_t num_tasks, vf_plan_epoch *out);
 void vf_plan_epoch_free(vf_plan_epoch *e);
+
+/* Pool order of one consumer's part (positions in epoch order: runs of
+ * episode segments; episodes = one task per selected episode, in position
+ * order). out receives the n positions in emitted order; *segments (newly
+ * allocated, free()) the part's segments in admission order with
+ * consumer, admit_sample and evict_sample set (admit/evict_batch = -1). */
+int vf_plan_pool_order(const int64_t *part, int64_t n, const vf_plan_task *episodes, size_t num_episodes,
+                       size_t pool_size, vf_rng *rng, int consumer, int64_t *out, vf_plan_segment **segments,
+                       size_t *num_segments);
+
+/* Samples of one rank in its first `batches` batches (the rank-level
+ * round-robin over its consumers), from the counts alone; -1 when `batches`
+ * is past the rank's epoch. */
+int64_t vf_plan_samples_after(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
+                              int64_t batches);
+/* The inverse: how many rank-level batches hold exactly `samples`; -1 when
+ * `samples` falls inside a batch or past the epoch. */
+int64_t vf_plan_batches_at(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
+                           int64_t samples);
 
 /* The rank's slice of an N-sample sequence: indices [start, start + count)
  * of the sequence extended by wrapping around (index i means i mod N). */

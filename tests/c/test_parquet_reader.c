@@ -15,7 +15,9 @@
  *    over 32, dictionary indices out of range, a Thrift nesting bomb and a
  *    schema nesting bomb). Each must fail with the right code and a
  *    message naming the file, and never crash (ASan/UBSan builds run this).
+ *  - Concurrent reads of one open file from several threads.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -753,6 +755,73 @@ static void test_hostile_real(void)
     free(data);
 }
 
+/* ---- concurrent reads of one file ---------------------------------------------------- */
+
+typedef struct reader_job {
+    vf_pq_file *f;
+    int field;
+    int rounds;
+    int failures;
+    double checksum;
+} reader_job;
+
+static double array_sum(const vf_pq_array *a)
+{
+    double s = (double)a->length;
+    if (a->type == VF_PQ_T_FLOAT)
+        for (int64_t i = 0; i < a->length; i++)
+            s += ((const float *)a->values)[i];
+    if (a->type == VF_PQ_T_INT64)
+        for (int64_t i = 0; i < a->length; i++)
+            s += (double)((const int64_t *)a->values)[i];
+    for (int c = 0; c < a->num_children; c++)
+        s += array_sum(&a->children[c]);
+    return s;
+}
+
+static void *reader_thread(void *arg)
+{
+    reader_job *j = arg;
+    for (int k = 0; k < j->rounds; k++) {
+        vf_pq_array a;
+        if (vf_pq_read_field_all(j->f, j->field, &a) < 0) {
+            j->failures++;
+            continue;
+        }
+        double s = array_sum(&a);
+        if (k == 0)
+            j->checksum = s;
+        else if (s != j->checksum)
+            j->failures++;
+        vf_pq_array_free(&a);
+    }
+    return NULL;
+}
+
+static void test_concurrent_reads(void)
+{
+    char *path = vf_test_fixture(FIXTURE);
+    vf_pq_file *f;
+    CHECK_OK(vf_pq_open_path(&f, path));
+    free(path);
+    if (!f)
+        return;
+    reader_job jobs[6];
+    pthread_t threads[6];
+    for (int i = 0; i < 6; i++) {
+        jobs[i] = (reader_job){.f = f, .field = i % 3 == 2 ? 5 : i % 2, .rounds = 20};
+        CHECK(pthread_create(&threads[i], NULL, reader_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 6; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ_INT(jobs[i].failures, 0);
+    /* Threads reading the same field agree with each other. */
+    CHECK(jobs[0].checksum == jobs[4].checksum);
+    CHECK(jobs[2].checksum == jobs[5].checksum);
+    vf_pq_close(f);
+}
+
 int main(void)
 {
     test_fixture();
@@ -760,5 +829,6 @@ int main(void)
     test_crafted();
     test_hostile_thrift();
     test_hostile_real();
+    test_concurrent_reads();
     return vf_test_finish("test_parquet_reader");
 }

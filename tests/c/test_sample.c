@@ -394,7 +394,8 @@ static void test_errors(vf_dataset *d)
 
     vf_loader_defaults(&ls);
     ls.mode = VF_MODE_POOL;
-    CHECK_ERR(vf_loader_open(&l, d, &ls), VF_EUNSUPPORTED, "mode 'pool'");
+    ls.episode_pool_size = 0;
+    CHECK_ERR(vf_loader_open(&l, d, &ls), VF_EINVAL, "episode_pool_size 0");
 
     vf_loader_defaults(&ls);
     ls.rank = 2;

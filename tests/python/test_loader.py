@@ -185,8 +185,8 @@ def test_errors(sample_root, tmp_path):
         vlafeed.LeRobotDataset(sample_root, delta_timestamps={"action": [0.0, 0.05]})
     with pytest.raises(ValueError, match="renames: unknown key 'observation.images.top'"):
         vlafeed.Loader(sample_root, renames={"observation.images.top": "x"})
-    with pytest.raises(vlafeed.VlafeedError, match="mode 'pool'"):
-        vlafeed.Loader(sample_root, mode="pool")
+    with pytest.raises(ValueError, match="episode_pool_size 0"):
+        vlafeed.Loader(sample_root, mode="pool", episode_pool_size=0)
     with pytest.raises(FileNotFoundError):
         vlafeed.LeRobotDataset(tmp_path / "nowhere")
     loader = _native.Loader(_native.Dataset(str(sample_root)), mode="map")

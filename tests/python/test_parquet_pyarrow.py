@@ -21,7 +21,7 @@ import pytest
 from vlafeed import _native
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import assume, HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
@@ -568,7 +568,7 @@ def values_for(t, draw, rows):
     return [one(t) for _ in range(rows)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(data=st.data())
 def test_property_random_schemas(tmp_path, data):
@@ -590,7 +590,41 @@ def test_property_random_schemas(tmp_path, data):
     }))
     path = tmp_path / "prop.parquet"
     pq.write_table(table, path, write_batch_size=8, **opts)
+    try:
+        pq.read_table(path)
+    except pa.ArrowInvalid:
+        # pyarrow 26 cannot always read back what it wrote (seen: a 1-row
+        # list<bool> column in tiny v2 pages reads as 0 rows). The oracle
+        # itself fails there, so the example says nothing about our reader.
+        assume(False)
     assert_matches_pyarrow(path)
+
+
+def test_random_nested_tiny_pages(tmp_path):
+    """Seeded sweep: nested lists and nullable scalars over tiny pages and
+    row groups, every codec, page version and dictionary setting (PLAIN
+    pages after the first go through the direct-decompression path)."""
+    rng = random.Random(1)
+
+    def one(depth):
+        if rng.random() < 0.1:
+            return None
+        if depth == 0:
+            return rng.randint(-5, 5)
+        return [one(depth - 1) for _ in range(rng.randint(0, 3))]
+
+    path = tmp_path / "sweep.parquet"
+    for _ in range(200):
+        rows = rng.randint(0, 15)
+        table = pa.table({
+            "ll": pa.array([one(2) for _ in range(rows)], pa.list_(pa.list_(pa.int32()))),
+            "l": pa.array([one(1) for _ in range(rows)], pa.list_(pa.int64())),
+            "d": pa.array([one(0) for _ in range(rows)], pa.float64()),
+        })
+        pq.write_table(table, path, write_batch_size=8, compression=rng.choice(CODECS),
+                       data_page_version=rng.choice(["1.0", "2.0"]), use_dictionary=rng.random() < 0.5,
+                       row_group_size=rng.randint(1, 5), data_page_size=rng.choice([64, 1 << 20]))
+        assert_matches_pyarrow(path, check_row_groups=False)
 
 
 # ---- real files and corrupt input ------------------------------------------------------
@@ -670,3 +704,11 @@ def test_cli_parquet(tmp_path, cli):
     assert res.returncode == 1 and "bad.parquet" in res.stderr
     res = subprocess.run([cli, "parquet", str(path), "--column", "nope"], capture_output=True, text=True)
     assert res.returncode == 1 and "nope" in res.stderr
+
+
+def test_map_reads_as_list_of_key_value_structs(tmp_path):
+    path = tmp_path / "map.parquet"
+    values = [[("a", 1), ("b", None)], None, [], [("c", 3)]]
+    pq.write_table(pa.table({"m": pa.array(values, pa.map_(pa.string(), pa.int32()))}), path)
+    expected = [None if row is None else [{"key": k, "value": v} for k, v in row] for row in values]
+    assert _native.parquet_read(str(path))["m"] == expected
