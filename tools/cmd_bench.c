@@ -949,7 +949,10 @@ int vf_cmd_bench(int argc, char **argv)
     }
     json_object_set_new(sj, "decoder_cache_entries",
                         o.cache_entries > 0 ? json_integer(o.cache_entries) : json_string("default"));
-    json_object_set_new(sj, "episode_pool_size", o.pool_size > 0 ? json_integer(o.pool_size) : json_null());
+    json_object_set_new(sj, "episode_pool_size",
+                        o.mode != VF_MODE_POOL ? json_null()
+                        : o.pool_size > 0      ? json_integer(o.pool_size)
+                                               : json_string("default"));
     json_object_set_new(doc, "settings", sj);
 
     json_t *rj = json_object();
@@ -989,9 +992,14 @@ int vf_cmd_bench(int argc, char **argv)
     json_object_set_new(rj, "decoded_per_emitted", jnum(dec_per_emit));
     json_object_set_new(rj, "video_opens", json_integer((json_int_t)st->video_opens));
     json_object_set_new(rj, "decoder_cache",
-                        json_pack("{s:I,s:I,s:I,s:o,s:I}", "hits", (json_int_t)st->cache_hits, "misses",
+                        json_pack("{s:I,s:I,s:I,s:o,s:I,s:I}", "hits", (json_int_t)st->cache_hits, "misses",
                                   (json_int_t)st->cache_misses, "evictions", (json_int_t)st->cache_evictions,
-                                  "hit_rate", jnum(hit_rate), "size", (json_int_t)st->cache_entries));
+                                  "hit_rate", jnum(hit_rate), "size", (json_int_t)st->cache_entries, "capacity",
+                                  (json_int_t)st->cache_capacity));
+    if (o.mode == VF_MODE_POOL)
+        json_object_set_new(rj, "pool",
+                            json_pack("{s:I,s:I,s:I}", "segments", (json_int_t)st->pool_segments, "admitted",
+                                      (json_int_t)st->pool_admitted, "evicted", (json_int_t)st->pool_evicted));
     json_object_set_new(rj, "peak_rss_mb", jnum(lr.peak_rss_mb));
     json_object_set_new(rj, "rss_before_open_mb", jnum(lr.rss_before_mb));
     json_object_set_new(rj, "rss_after_open_mb", jnum(lr.rss_after_open_mb));
@@ -1045,7 +1053,7 @@ int vf_cmd_bench(int argc, char **argv)
         {"frames_per_s_node", ""}, {"frames_per_cpu_s", ""}, {"samples_per_s", ""}, {"first_batch_latency_s", ""},
         {"p50_sample_ms", ""}, {"p95_sample_ms", ""}, {"p99_sample_ms", ""}, {"decoded_per_emitted", ""},
         {"cache_hits", ""}, {"cache_misses", ""}, {"cache_evictions", ""}, {"cache_hit_rate", ""},
-        {"cache_size", ""}, {"peak_rss_mb", ""}, {"loadavg_1m", ""}, {"busy", ""}, {"limit_kind", ""},
+        {"cache_size", ""}, {"cache_capacity", ""}, {"peak_rss_mb", ""}, {"loadavg_1m", ""}, {"busy", ""}, {"limit_kind", ""},
         {"limit_frames_per_s", ""}, {"limit_frames_per_cpu_s", ""}, {"ratio_limit_wall", ""},
         {"ratio_limit_cpu", ""},
     };
@@ -1076,6 +1084,7 @@ int vf_cmd_bench(int argc, char **argv)
     CSV_D(st->cache_evictions);
     CSV_D(hit_rate);
     CSV_D(st->cache_entries);
+    CSV_D(st->cache_capacity);
     CSV_D(lr.peak_rss_mb);
     CSV_D(load[0]);
     CSV_S(busy_load || busy_spin ? "true" : "false");
@@ -1142,9 +1151,12 @@ int vf_cmd_bench(int argc, char **argv)
                lr.wait_p99);
         printf("  decoded per emitted   %.3f (%llu decoded, %llu assembled)\n", dec_per_emit,
                (unsigned long long)st->frames_decoded, (unsigned long long)st->frames_delivered);
-        printf("  decoder cache         hits %llu, misses %llu, evictions %llu, hit rate %.3f, size %zu\n",
+        printf("  decoder cache         hits %llu, misses %llu, evictions %llu, hit rate %.3f, size %zu of %zu\n",
                (unsigned long long)st->cache_hits, (unsigned long long)st->cache_misses,
-               (unsigned long long)st->cache_evictions, hit_rate, st->cache_entries);
+               (unsigned long long)st->cache_evictions, hit_rate, st->cache_entries, st->cache_capacity);
+        if (o.mode == VF_MODE_POOL)
+            printf("  episode pool          %zu segments held, %llu admitted, %llu evicted\n", st->pool_segments,
+                   (unsigned long long)st->pool_admitted, (unsigned long long)st->pool_evicted);
         printf("  peak RSS              %.1f MB (%.1f MB after open; %zu batch buffers of %.1f MB)\n", lr.peak_rss_mb,
                lr.rss_after_open_mb, st->batch_buffers, (double)lr.batch_bytes / (1024.0 * 1024.0));
         printf("  gpu copy              skipped: built without CUDA (bench/torchrun_bench.py --gpu uses torch.cuda)\n");
