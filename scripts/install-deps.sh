@@ -3,7 +3,8 @@
 # fresh Debian machine of this kind. Idempotent and quick when all is there.
 #   system (apt-get): compilers, FFmpeg libraries with libdav1d/libsvtav1,
 #                     snappy, zstd, zlib, libcurl, OpenSSL libcrypto, jansson, libarchive
-#   python (pip):     pyarrow, PyAV, numpy, pytest, hypothesis, tqdm, torch==2.13.0 (CPU)
+#   python (pip):     pyarrow, PyAV, numpy, pytest, hypothesis, tqdm, torch==2.13.0 (CPU),
+#                     matplotlib (bench/plot_bench.py charts only)
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -11,7 +12,7 @@ APT_PACKAGES=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libdav1d-dev ffmpeg
   libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
 )
-PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake)
+PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -31,7 +32,7 @@ for spec in "${PIP_PACKAGES[@]}"; do
   mod=${spec%%==*}
   case "$mod" in
     scikit-build-core) mod=scikit_build_core ;;
-    pyarrow|av|numpy|pytest|hypothesis|tqdm|torch|ninja|cmake) ;;
+    pyarrow|av|numpy|pytest|hypothesis|tqdm|torch|ninja|cmake|matplotlib) ;;
   esac
   "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('${mod//-/_}') else 1)" 2>/dev/null || need_pip+=("$spec")
 done

@@ -228,7 +228,8 @@ typedef struct vf_loader_settings {
     size_t episode_pool_size;  /* pool mode: episode segments per consumer, default 16 */
     size_t decoder_cache_entries; /* open decoders kept; 0 (default) = 32, or in pool mode
                                    * the pool's working set: episode_pool_size x cameras x
-                                   * consumers of this loader x threads, at most 128 */
+                                   * consumers of this loader x threads, at most 128; in map
+                                   * mode video files x threads, at least 32, at most 128 */
     vf_pool_hooks pool_hooks;  /* pool mode: admission / eviction callbacks (none by default) */
     /* Pool mode over a remote (http/https/s3) root: prefetch-on-admit. When
      * both are set, admitting an episode starts background downloads of its

@@ -491,11 +491,20 @@ static int start(vf_loader *l)
  * working set, at most 128: segments x cameras x consumers of this loader
  * x engine threads (every thread assembles batches drawing from the whole
  * pool and checks out its own reader of each file: with one reader per
- * file, 2 threads reopened files ~5x as often, measured). */
-static size_t cache_entries(const vf_loader_settings *s, size_t cameras, int threads)
+ * file, 2 threads reopened files ~5x as often, measured). In map mode a
+ * batch of random positions touches every video file of the selection and
+ * each engine thread checks out its own reader per file, so the working
+ * set is files x threads (at least 32, at most 128): with 30 files and 2
+ * threads a 32-entry cache hit 29-90% of lookups (reopening a file each
+ * miss), 60 entries 97% (bench/README.md). */
+static size_t cache_entries(const vf_loader_settings *s, size_t cameras, size_t files, int threads)
 {
     if (s->decoder_cache_entries > 0)
         return s->decoder_cache_entries;
+    if (s->mode == VF_MODE_MAP) {
+        size_t n = VF_MIN(files, (size_t)128) * (size_t)(threads > 0 ? VF_MIN(threads, 128) : 1);
+        return VF_MIN(VF_MAX(n, (size_t)32), (size_t)128);
+    }
     if (s->mode != VF_MODE_POOL)
         return 32;
     size_t cams = cameras ? cameras : 1;
@@ -752,7 +761,10 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     if (r == 0) {
         vf_video_cache_settings cs;
         vf_video_cache_defaults(&cs);
-        l->cache_capacity = cache_entries(s, vf_dataset_num_cameras(dataset), l->nthreads);
+        size_t files = 0;
+        for (size_t k = 0; k < vf_dataset_num_cameras(dataset); k++)
+            files += vf_dataset_num_video_files(dataset, k);
+        l->cache_capacity = cache_entries(s, vf_dataset_num_cameras(dataset), files, l->nthreads);
         cs.max_entries = l->cache_capacity;
         cs.video.decode_threads = s->decode_threads;
         l->opener.dataset = dataset;
