@@ -23,6 +23,38 @@ PyObject *vf_py_raise(int code)
     return NULL;
 }
 
+int vf_py_int64_list(PyObject *obj, const char *what, int64_t **out, size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    PyObject *seq = PySequence_Fast(obj, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *index = PyNumber_Index(item);
+        long long x = index ? PyLong_AsLongLong(index) : -1;
+        Py_XDECREF(index);
+        if (x == -1 && PyErr_Occurred()) {
+            PyMem_Free(v);
+            Py_DECREF(seq);
+            return -1;
+        }
+        v[i] = x;
+    }
+    Py_DECREF(seq);
+    *out = v;
+    *count = (size_t)n;
+    return 0;
+}
+
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "vlafeed._native", "vlafeed C engine", -1, NULL, NULL, NULL, NULL, NULL,
 };

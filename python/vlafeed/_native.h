@@ -9,12 +9,20 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* The vlafeed.VlafeedError exception type (a RuntimeError). */
 extern PyObject *vf_py_error_type;
 
 /* Raises VlafeedError (or IndexError/KeyError/ValueError/FileNotFoundError
  * by code) with vf_last_error(); returns NULL for `return vf_py_raise(r);`. */
 PyObject *vf_py_raise(int code);
+
+/* Converts a sequence of ints to a newly allocated int64 array
+ * (PyMem_Free() it); `what` is the TypeError message for a non-sequence.
+ * Returns 0, or -1 with a Python exception set. */
+int vf_py_int64_list(PyObject *obj, const char *what, int64_t **out, size_t *count);
 
 int vf_py_register_parquet_read(PyObject *module);
 int vf_py_register_parquet_write(PyObject *module);

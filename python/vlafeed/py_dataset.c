@@ -25,35 +25,6 @@
 #include "dataset/dataset.h"
 #include "vlafeed/dataset.h"
 
-/* Converts an iterable of ints to a newly allocated array. */
-static int episodes_from_python(PyObject *obj, int64_t **out, size_t *count)
-{
-    *out = NULL;
-    *count = 0;
-    PyObject *seq = PySequence_Fast(obj, "episodes must be a sequence of integers");
-    if (!seq)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int64_t *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (x == -1 && PyErr_Occurred()) {
-            PyMem_Free(v);
-            Py_DECREF(seq);
-            return -1;
-        }
-        v[i] = x;
-    }
-    Py_DECREF(seq);
-    *out = v;
-    *count = (size_t)n;
-    return 0;
-}
 
 static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -66,7 +37,8 @@ static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwarg
         return NULL;
     int64_t *episodes = NULL;
     size_t num_episodes = 0;
-    if (episodes_obj != Py_None && episodes_from_python(episodes_obj, &episodes, &num_episodes) < 0) {
+    if (episodes_obj != Py_None &&
+        vf_py_int64_list(episodes_obj, "episodes must be a sequence of integers", &episodes, &num_episodes) < 0) {
         Py_DECREF(path_obj);
         return NULL;
     }
@@ -130,7 +102,8 @@ static PyObject *py_dataset_read_table(PyObject *self, PyObject *args, PyObject 
     size_t num_episodes = 0;
     const char **columns = NULL;
     PyObject *colseq = PySequence_Fast(columns_obj, "columns must be a sequence of str");
-    if (!colseq || (episodes_obj != Py_None && episodes_from_python(episodes_obj, &episodes, &num_episodes) < 0))
+    if (!colseq || (episodes_obj != Py_None && vf_py_int64_list(episodes_obj, "episodes must be a sequence of integers",
+                                                                &episodes, &num_episodes) < 0))
         goto done;
     Py_ssize_t ncols = PySequence_Fast_GET_SIZE(colseq);
     columns = PyMem_Malloc((size_t)(ncols ? ncols : 1) * sizeof *columns);

@@ -27,37 +27,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static int int64_list(PyObject *obj, const char *what, int64_t **out, size_t *count)
-{
-    *out = NULL;
-    *count = 0;
-    PyObject *seq = PySequence_Fast(obj, what);
-    if (!seq)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int64_t *v = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *v);
-    if (!v) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *index = PyNumber_Index(item);
-        long long x = index ? PyLong_AsLongLong(index) : -1;
-        Py_XDECREF(index);
-        if (x == -1 && PyErr_Occurred()) {
-            PyMem_Free(v);
-            Py_DECREF(seq);
-            return -1;
-        }
-        v[i] = x;
-    }
-    Py_DECREF(seq);
-    *out = v;
-    *count = (size_t)n;
-    return 0;
-}
 
 static PyObject *json_loads(const char *text)
 {
@@ -128,7 +97,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     int64_t *episodes = NULL;
     size_t n = 0;
     if (episodes_obj != Py_None &&
-        int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0) {
+        vf_py_int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0) {
         Py_DECREF(path_obj);
         return -1;
     }
@@ -900,7 +869,7 @@ static PyObject *Loader_get_items(LoaderObject *self, PyObject *arg)
         return NULL;
     int64_t *positions;
     size_t n;
-    if (int64_list(arg, "get_items takes a list of positions", &positions, &n) < 0)
+    if (vf_py_int64_list(arg, "get_items takes a list of positions", &positions, &n) < 0)
         return NULL;
     vf_batch *b = NULL;
     int r;
@@ -1326,7 +1295,7 @@ static PyObject *py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
     int64_t *episodes = NULL;
     size_t n = 0;
     if (episodes_obj != Py_None &&
-        int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0) {
+        vf_py_int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0) {
         Py_DECREF(path_obj);
         return NULL;
     }
