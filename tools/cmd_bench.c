@@ -366,10 +366,13 @@ static int run_loader(const bench_opts *o, vf_dataset *d, loader_result *res)
     res->samples_per_epoch = vf_loader_num_samples(l);
     res->epochs = 1;
     int64_t epoch = 0;
-    /* Steady state: after every batch buffer of the pool exists (prefetch +
-     * threads + the one the consumer holds), so first touches of fresh
-     * memory and decoder opens of the first batches are outside it. */
-    size_t warmup = (size_t)o->prefetch + (size_t)(o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN)) + 2;
+    /* Steady state: after every batch buffer of the pool exists (the
+     * loader's window of batches built ahead + the one the consumer holds),
+     * so first touches of fresh memory and decoder opens of the first
+     * batches are outside it. */
+    vf_loader_stats st0;
+    vf_loader_get_stats(l, &st0);
+    size_t warmup = st0.window + 2;
     double steady_t0 = 0, steady_samples0 = 0;
     cpu_times steady_c0 = {0, 0};
     vf_cli_progress prog;
@@ -1005,6 +1008,7 @@ int vf_cmd_bench(int argc, char **argv)
     json_object_set_new(rj, "rss_after_open_mb", jnum(lr.rss_after_open_mb));
     json_object_set_new(rj, "batch_bytes", json_integer((json_int_t)lr.batch_bytes));
     json_object_set_new(rj, "batch_buffers", json_integer((json_int_t)st->batch_buffers));
+    json_object_set_new(rj, "window", json_integer((json_int_t)st->window));
     json_object_set_new(doc, "results", rj);
 
     json_object_set_new(doc, "gpu_copy",
@@ -1157,8 +1161,10 @@ int vf_cmd_bench(int argc, char **argv)
         if (o.mode == VF_MODE_POOL)
             printf("  episode pool          %zu segments held, %llu admitted, %llu evicted\n", st->pool_segments,
                    (unsigned long long)st->pool_admitted, (unsigned long long)st->pool_evicted);
-        printf("  peak RSS              %.1f MB (%.1f MB after open; %zu batch buffers of %.1f MB)\n", lr.peak_rss_mb,
-               lr.rss_after_open_mb, st->batch_buffers, (double)lr.batch_bytes / (1024.0 * 1024.0));
+        printf("  peak RSS              %.1f MB (%.1f MB after open; %zu batch buffers of %.1f MB, %zu built ahead at "
+               "most)\n",
+               lr.peak_rss_mb, lr.rss_after_open_mb, st->batch_buffers, (double)lr.batch_bytes / (1024.0 * 1024.0),
+               st->window);
         printf("  gpu copy              skipped: built without CUDA (bench/torchrun_bench.py --gpu uses torch.cuda)\n");
         if (have_limit) {
             printf("  decode limit          %s, %d threads: %.1f frames/s wall, %.1f per CPU-second (%.3f decoded "

@@ -23,8 +23,10 @@
  * open (task strings point into it). Strings in settings are copied at open.
  *
  * Work: stream loaders start assembling batches at open (fast first
- * batch), map loaders at the first vf_loader_next; at most prefetch_batches
- * + threads batches are built ahead of the caller (backpressure). Each
+ * batch), map loaders at the first vf_loader_next; at most prefetch + threads
+ * batches are built ahead of the caller (backpressure), where prefetch is
+ * prefetch_batches, reduced (to at least 1) so that the prefetched batches
+ * hold at most prefetch_bytes. Each
  * batch's frames are requested together and grouped per video file, one
  * sorted vf_video_read_frames call per file; engine threads check readers
  * out of the loader's decoder cache, so a file is open at most once per
@@ -178,7 +180,7 @@ typedef struct vf_pool_event {
  * vf_loader_set_epoch, vf_loader_set_state, vf_loader_close), never
  * concurrently, and must not call the loader. on_admit(e) runs before the
  * engine assembles the first batch that draws from e's segment (up to
- * prefetch_batches + threads batches ahead of the caller); on_evict(e)
+ * `window` batches ahead of the caller, see vf_loader_stats); on_evict(e)
  * after the caller has received the last batch that draws from it, or when
  * the epoch is abandoned (set_epoch, set_state, close). Every on_admit is
  * matched by exactly one on_evict. NULL hooks are skipped. */
@@ -223,6 +225,9 @@ typedef struct vf_loader_settings {
     int threads;               /* engine threads; 0 = number of cores */
     int decode_threads;        /* threads per decoder, default 1 */
     size_t prefetch_batches;   /* bounded output queue depth, default 4 */
+    size_t prefetch_bytes;     /* ...and at most this many bytes of queued batches: fewer
+                                * (at least 1) are queued when batches are big; default
+                                * 1 GiB, 0 = no byte bound */
     size_t shuffle_buffer;     /* stream mode: samples in the local shuffle buffer, 0 = off */
     vf_partition partition;    /* stream mode, default VF_PARTITION_FILE_GROUP */
     size_t episode_pool_size;  /* pool mode: episode segments per consumer, default 16 */
@@ -351,7 +356,8 @@ typedef struct vf_loader_stats {
     double p50_sample_ms, p95_sample_ms, p99_sample_ms; /* batch assembly time / samples in it */
     uint64_t skipped;          /* samples skipped under an explicit policy (counted, reported) */
     size_t batch_buffers;      /* batch buffers alive (pooled or held by the caller) */
-    size_t window;             /* batches assembled ahead of the caller at most (prefetch + threads) */
+    size_t window;             /* batches assembled ahead of the caller at most (prefetch + threads,
+                                * prefetch bounded by prefetch_bytes) */
     uint64_t samples_assembled;/* samples the engine built (delivered, queued, or dropped by set_epoch) */
     /* Remainder of the current epoch's split (see the remainder rule). */
     int64_t padded_samples;    /* samples of this loader that repeat the start of the epoch (wrap padding) */

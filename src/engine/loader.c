@@ -111,6 +111,7 @@ void vf_loader_defaults(vf_loader_settings *s)
     s->consumer = -1;
     s->decode_threads = 1;
     s->prefetch_batches = 4;
+    s->prefetch_bytes = (size_t)1 << 30;
     s->partition = VF_PARTITION_FILE_GROUP;
     s->episode_pool_size = 16;
     s->decoder_cache_entries = 0;
@@ -485,6 +486,26 @@ static int start(vf_loader *l)
     return submit_more(l);
 }
 
+/* Batches queued ahead of the caller: prefetch_batches, fewer (at least 1)
+ * when they would hold more than prefetch_bytes. Each batch buffer is
+ * written once per batch and its first use touches fresh memory: with
+ * 3 x 640x480 float32 cameras, 4 prefetched batches of 64 samples are
+ * 2.7 GB, and faulting in the 5-7 buffers in flight cost ~25% of the CPU
+ * of a 40-batch run, with no gain in throughput over 1 (bench/README.md). */
+static size_t prefetch_count(const vf_loader_settings *s, const vf_sample_spec *spec)
+{
+    if (!s->prefetch_bytes || !spec)
+        return s->prefetch_batches;
+    double per_sample = 0;
+    for (size_t i = 0; i < spec->num_columns; i++)
+        per_sample += spec->columns[i].type == VF_COL_STRING ? (double)sizeof(char *)
+                                                              : (double)spec->columns[i].sample_bytes;
+    double fit = (double)s->prefetch_bytes / (per_sample * (double)s->batch_size + 1.0);
+    if (fit < 1)
+        return 1;
+    return fit < (double)s->prefetch_batches ? (size_t)fit : s->prefetch_batches;
+}
+
 /* ---- sizes and states --------------------------------------------------------------------- */
 
 /* The decoder cache bound: the user's, or 32; in pool mode the pool's
@@ -754,7 +775,7 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     l->nthreads = s->threads > 0 ? s->threads : vf_cpu_count();
     if (l->nthreads < 1)
         l->nthreads = 1;
-    l->window = s->prefetch_batches + (size_t)l->nthreads;
+    l->window = prefetch_count(s, r == 0 ? l->spec : NULL) + (size_t)l->nthreads;
     if (r == 0) {
         r = vf_engine_core_create(&l->core, l->spec, s->batch_size, l->window + 2);
     }
