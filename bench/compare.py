@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """compare.py: the standard vlafeed benchmark in one command.
 
-    python3 bench/compare.py [--out DIR] [--quick] [--no-peers] [--no-lerobot] [--torchrun]
+    python3 bench/compare.py [--out DIR] [--quick] [--no-peers] [--no-lerobot] [--no-torchrun]
 
 1. Makes the standard dataset once (kept in DIR/data): `vlafeed make-sample`
    AV1 (libsvtav1), 3 cameras, 640x480, 30 fps, LeRobot's encoding defaults
@@ -21,7 +21,9 @@
    StreamingLeRobotDataset when the isolated venv exists (build-lerobot/venv,
    tests/python/install_lerobot.sh); each peer runs --peer-seconds after its
    first batch.
-4. Optionally (--torchrun) bench/torchrun_bench.py with 1 and 2 ranks.
+4. bench/torchrun_bench.py with 1 and 2 ranks (map, single): frames/s per
+   node summed over ranks; and a pool-size sweep (1, 4, 16, 30 episodes,
+   uint8 batches) of peak RSS.
 5. Prints the table of figures and ratios (vlafeed / limit, vlafeed / best
    peer), writes DIR/summary.json and DIR/summary.md, and DIR/bench.png
    (bench/plot_bench.py) when matplotlib is installed.
@@ -134,7 +136,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="60 / 30 batches, 10 s peers")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-lerobot", action="store_true", help="skip upstream LeRobot even if its venv exists")
-    ap.add_argument("--torchrun", action="store_true", help="also bench/torchrun_bench.py with 1 and 2 ranks")
+    ap.add_argument("--no-torchrun", action="store_true", help="skip bench/torchrun_bench.py (1 and 2 ranks)")
+    ap.add_argument("--no-pool-memory", action="store_true", help="skip the pool-size memory sweep")
     ap.add_argument("--loaders", default="stream,map,pool")
     a = ap.parse_args(argv)
     if a.quick:
@@ -192,11 +195,27 @@ def main(argv=None):
             else:
                 skipped[os.path.basename(cmd[1]) + " " + " ".join(cmd[3:7])] = why
 
-    if a.torchrun:
+    pool_memory = []
+    if "pool" in loaders and not a.no_pool_memory and "vlafeed-pool-single" in runs:
+        # Peak RSS against the pool size (uint8 batches, so batch buffers do not hide the rest).
+        for size in (1, 4, 16, 30):
+            doc, why = run_vlafeed(cli, dataset, os.path.join(out, "pool-memory"), "single", "pool", 64,
+                                   max(20, a.num_batches // 6), a.threads,
+                                   ["--pool-size", str(size), "--format", "uint8", "--name", f"pool-{size}"])
+            if doc:
+                r = doc["results"]
+                pool_memory.append({"pool_size": size, "peak_rss_mb": r["peak_rss_mb"],
+                                    "rss_after_open_mb": r["rss_after_open_mb"],
+                                    "batch_buffers_mb": r["batch_buffers"] * r["batch_bytes"] / 2 ** 20,
+                                    "decoders_open": r["decoder_cache"]["size"],
+                                    "decoder_cache_capacity": r["decoder_cache"]["capacity"],
+                                    "frames_per_cpu_s": r["frames_per_cpu_s"]})
+
+    if not a.no_torchrun:
         for n in (1, 2):
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
                    os.path.join(HERE, "torchrun_bench.py"), dataset, "--mode", "single", "--loader", "map",
-                   "--num-batches", str(max(10, a.num_batches // 4)), "--out-dir", res_dir]
+                   "--num-batches", str(max(20, a.num_batches // 2)), "--out-dir", res_dir]
             log("compare: " + " ".join(cmd[2:]))
             p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(
                 ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", "")))
@@ -208,6 +227,7 @@ def main(argv=None):
                 skipped[f"torchrun-n{n}"] = (p.stderr.strip().splitlines() or ["failed"])[-1]
 
     summary = summarize(runs, skipped, dataset, gen_s, load0, time.monotonic() - t_start)
+    summary["pool_memory"] = pool_memory
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     text = render(summary)
@@ -281,6 +301,51 @@ def summarize(runs, skipped, dataset, gen_s, load0, total_s):
         "total_s": total_s, "rows": rows, "ratios": ratios, "skipped": skipped}
 
 
+def targets(s):
+    out = []
+    by = {r["run"]: r for r in s["ratios"]}
+    steady = {r["run"]: r for r in s["rows"]}
+
+    def get(prefix):
+        return [r for name, r in by.items() if name.startswith(prefix)]
+
+    def verdict(values, goal):
+        vals = [v for v in values if v is not None]
+        if not vals:
+            return "not measured"
+        return "holds" if min(vals) >= goal else ("misses" if max(vals) < goal else "holds on one figure")
+
+    for r in get("single-stream"):
+        lim_cpu = r.get("vs_limit_cpu")
+        st = steady.get(r["run"], {})
+        steady_ratio = None
+        if st.get("steady_frames_per_cpu_s") and lim_cpu:
+            steady_ratio = st["steady_frames_per_cpu_s"] / (st["frames_per_cpu_s"] / lim_cpu)
+        out.append(f"- stream >= 0.9 x sequential decode limit: {fmt(r.get('vs_limit_wall'), 2)} / "
+                   f"{fmt(lim_cpu, 2)} (steady state per CPU-s {fmt(steady_ratio, 2)}): "
+                   f"{verdict([r.get('vs_limit_wall'), lim_cpu], 0.9)}")
+    for prefix in ("single-map", "single-pool"):
+        for r in get(prefix):
+            out.append(f"- {r['run']} >= 0.8 x random-access decode limit: {fmt(r.get('vs_limit_wall'), 2)} / "
+                       f"{fmt(r.get('vs_limit_cpu'), 2)}: {verdict([r.get('vs_limit_wall'), r.get('vs_limit_cpu')], 0.8)}")
+            out.append(f"- {r['run']} >= 3 x PyAV peer: {fmt(r.get('vs_pyav_wall'), 2)} / "
+                       f"{fmt(r.get('vs_pyav_cpu'), 2)} (best peers: {r.get('pyav_wall_peer')} / "
+                       f"{r.get('pyav_cpu_peer')}): {verdict([r.get('vs_pyav_wall'), r.get('vs_pyav_cpu')], 3)}")
+    for r in get("sarm-"):
+        out.append(f"- {r['run']} >= 4 x PyAV peer: {fmt(r.get('vs_pyav_wall'), 2)} / {fmt(r.get('vs_pyav_cpu'), 2)}"
+                   f" (best peers: {r.get('pyav_wall_peer')} / {r.get('pyav_cpu_peer')}): "
+                   f"{verdict([r.get('vs_pyav_wall'), r.get('vs_pyav_cpu')], 4)}")
+    pm = s.get("pool_memory") or []
+    if len(pm) >= 2:
+        lo, hi = pm[0], pm[-1]
+        out.append(f"- pool memory: pool {lo['pool_size']} -> {hi['pool_size']} episodes: peak RSS "
+                   f"{fmt(lo['peak_rss_mb'], 0)} -> {fmt(hi['peak_rss_mb'], 0)} MB (batch buffers "
+                   f"{fmt(hi['batch_buffers_mb'], 0)} MB; decoders open {lo['decoders_open']} -> "
+                   f"{hi['decoders_open']}, capped at {hi['decoder_cache_capacity']}); no decoded frames are held "
+                   f"by the pool")
+    return out
+
+
 def render(s):
     m = s["machine"]
     lines = [f"# vlafeed benchmark ({m['cores']} cores, {m['cpu_model']}, {m['mem_total_mb']} MB; load "
@@ -305,6 +370,16 @@ def render(s):
     for row in sorted(s["ratios"], key=lambda r: (r["mode"], r["run"])):
         lines.append(f"| {row['run']} | {pair(row, 'limit')} | {pair(row, 'pyav')} | {pair(row, 'lerobot')} | "
                      f"{pair(row, 'lerobot_streaming')} |")
+    if s.get("pool_memory"):
+        lines += ["", "Pool memory (single, uint8 batches of 64): peak RSS against episode_pool_size", "",
+                  "| pool size | peak RSS MB | after open MB | batch buffers MB | decoders open / cap | "
+                  "frames/CPU-s |", "|---|---|---|---|---|---|"]
+        for p in s["pool_memory"]:
+            lines.append(f"| {p['pool_size']} | {fmt(p['peak_rss_mb'], 0)} | {fmt(p['rss_after_open_mb'], 0)} | "
+                         f"{fmt(p['batch_buffers_mb'], 0)} | {p['decoders_open']} / {p['decoder_cache_capacity']} | "
+                         f"{fmt(p['frames_per_cpu_s'])} |")
+    lines += ["", "Targets (this machine, each a ratio measured in one run; wall / per CPU-second):", ""]
+    lines += targets(s)
     if s["skipped"]:
         lines += ["", "Not run:"] + [f"- {k}: {v}" for k, v in s["skipped"].items()]
     return "\n".join(lines) + "\n"

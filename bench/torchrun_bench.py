@@ -81,6 +81,8 @@ def main(argv=None):
     frames = samples = batches = 0
     first = None
     epoch = 0
+    warmup = loader.stats()["window"] + 2  # steady state: once every batch buffer exists
+    steady = None  # (time, cpu, frames) at the start of the steady state
     while batches < a.num_batches:
         for batch in loader:
             n = len(batch["index"])
@@ -97,6 +99,9 @@ def main(argv=None):
             frames += n * per_sample
             samples += n
             batches += 1
+            if batches == warmup and a.num_batches >= 2 * warmup:
+                ru = resource.getrusage(resource.RUSAGE_SELF)
+                steady = (time.monotonic(), ru.ru_utime + ru.ru_stime, frames)
             if first is None:
                 first = time.monotonic() - t0
             if batches >= a.num_batches:
@@ -108,7 +113,12 @@ def main(argv=None):
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     stats = loader.stats()
     loader.close()
+    steady_fps = steady_fpc = None
+    if steady:
+        steady_fps = (frames - steady[2]) / (t0 + wall - steady[0])
+        steady_fpc = (frames - steady[2]) / ((r1.ru_utime + r1.ru_stime) - steady[1])
     mine = {"rank": rank, "frames": frames, "samples": samples, "batches": batches, "wall_s": wall,
+            "steady_frames_per_s": steady_fps, "steady_frames_per_cpu_s": steady_fpc,
             "cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime), "first_batch_s": first,
             "peak_rss_mb": r1.ru_maxrss / 1024.0, "threads": threads,
             "frames_decoded": stats.get("frames_decoded"), "frames_assembled": stats.get("frames_delivered")}
@@ -140,6 +150,10 @@ def main(argv=None):
             "first_batch_latency_s": max(r["first_batch_s"] or 0 for r in ranks),
             "decoded_per_emitted": dec / asm if asm else None,
             "peak_rss_mb": sum(r["peak_rss_mb"] for r in ranks),
+            "steady_state": None if any(r["steady_frames_per_s"] is None for r in ranks) else {
+                "frames_per_s_node": sum(r["steady_frames_per_s"] for r in ranks),
+                "frames_per_cpu_s": sum(r["frames"] for r in ranks) / sum(
+                    r["frames"] / r["steady_frames_per_cpu_s"] for r in ranks)},
             "per_rank": ranks,
         },
         "gpu_copy": {"done": device is not None, "reason": None if device is not None else gpu_reason},
@@ -149,8 +163,10 @@ def main(argv=None):
         with open(os.path.join(a.out_dir, doc["config"] + ".json"), "w") as f:
             json.dump(doc, f, indent=2)
     r = doc["results"]
+    st = r["steady_state"] or {}
     print(f"{doc['config']}: {r['frames_per_s_node']:.1f} frames/s per node (sum over {world} ranks of "
-          f"{threads} threads), {r['frames_per_cpu_s']:.1f} frames/CPU-s, gpu copy: "
+          f"{threads} threads; steady state {st.get('frames_per_s_node') or 0:.1f}), "
+          f"{r['frames_per_cpu_s']:.1f} frames/CPU-s, gpu copy: "
           f"{'yes' if device is not None else 'skipped, ' + gpu_reason}")
     return 0
 
