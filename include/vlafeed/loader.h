@@ -81,7 +81,25 @@
  * from other order settings (mode, seed, batch_size, world_size,
  * consumers, shuffle, drop_last, partition, shuffle_buffer,
  * episode_pool_size); engine threads, prefetch and sample settings may
- * change. A world-size change is refused (no elastic resume).
+ * change.
+ *
+ * Elastic resume: a state saved at world size N with W consumers per rank
+ * and batch size B restores at world size M, W' consumers and batch size
+ * B' (any of the three may differ). The order of an epoch is a pure
+ * function of (seed, epoch) over one global sequence, and every consumer
+ * emits a deterministic function of its contiguous slice of it, so the
+ * restoring loader replays, from the state's integers alone, what each of
+ * the N x W old consumers had delivered (no decoding, no table reads),
+ * takes it out, and splits what remains (in global order) over the new
+ * consumers by the same remainder rule. Nothing is delivered twice and
+ * nothing skipped: the old and new runs together deliver every sample of
+ * the epoch exactly once (plus the wrap padding of each run, without
+ * drop_last). The state then carries the remaining ranges (above), so a
+ * second restore, elastic or not, continues from there. Replaying costs
+ * O(samples of the epoch) time once per restore (it is integer work:
+ * about 10^8 samples per second of the plan arithmetic) and memory for
+ * the delivered ranges; the next epoch starts from the whole sequence.
+ * The other order settings must still match.
  *
  * Workers: a loader with consumer = c restored at a state k batches into
  * its rank's epoch serves the rank's remaining batches k + c, k + c + C,
@@ -192,7 +210,7 @@ typedef struct vf_pool_hooks {
 
 /* A loader's position, to resume it (see "Resume" above). Plain integers:
  * store them however you like (the Python binding uses a dict). */
-#define VF_LOADER_STATE_VERSION 1
+#define VF_LOADER_STATE_VERSION 2 /* 2 added the ranges; version 1 states (no ranges) are read too */
 typedef struct vf_loader_state {
     uint32_t version;          /* VF_LOADER_STATE_VERSION */
     uint32_t mode;             /* vf_mode */
@@ -209,7 +227,18 @@ typedef struct vf_loader_state {
     int32_t partition;         /* stream mode, else 0 */
     int64_t shuffle_buffer;    /* stream mode, else 0 */
     int64_t episode_pool_size; /* pool mode, else 0 */
-    uint64_t settings_hash;    /* over every field above except epoch and samples_consumed */
+    /* Elastic resume: after a restore at another world size, consumer
+     * count or batch size, the epoch continues over what the state's run
+     * had not delivered: num_ranges ascending, disjoint [start, end) index
+     * ranges of the epoch's global order (ranges[2i], ranges[2i+1]), and
+     * samples_consumed counts within them. 0 / NULL: the whole epoch. From
+     * vf_loader_get_state the array belongs to the loader (valid until its
+     * next set_state, set_epoch or close); given to the loader it is
+     * copied. */
+    size_t num_ranges;
+    const int64_t *ranges;
+    uint64_t settings_hash;    /* over every field above except epoch and samples_consumed
+                                * (and, for the ranges, over their values) */
 } vf_loader_state;
 
 typedef struct vf_loader_settings {

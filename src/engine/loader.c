@@ -69,6 +69,8 @@ struct vf_loader {
 
     /* the current epoch */
     int64_t epoch;
+    int64_t *ranges;           /* elastic resume: what of the epoch's global order remains (NULL: all) */
+    size_t num_ranges;
     vf_plan_epoch plan;
     int64_t resume_base;       /* rank-level batches skipped by a consumer plan's resume (else 0) */
     size_t start_batch;        /* where delivery of this epoch (re)started */
@@ -465,6 +467,8 @@ static int plan_epoch(vf_loader *l, int64_t resume_batch)
         .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
         .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
         .resume_batch = resume_batch,
+        .ranges = l->ranges,
+        .num_ranges = l->num_ranges,
     };
     int r = vf_plan_epoch_build(&ps, l->spec->num_positions, s->mode == VF_MODE_MAP ? NULL : l->tasks, l->num_tasks,
                                 &l->plan);
@@ -568,6 +572,11 @@ static uint64_t state_hash(const vf_loader_state *st)
                                (uint64_t)st->episode_pool_size};
     for (size_t i = 0; i < VF_ARRAY_LEN(fields); i++)
         h = hash_u64(h, fields[i]);
+    if (st->num_ranges > 0 && st->ranges) {
+        h = hash_u64(h, (uint64_t)st->num_ranges);
+        for (size_t i = 0; i < 2 * st->num_ranges; i++)
+            h = hash_u64(h, (uint64_t)st->ranges[i]);
+    }
     return h;
 }
 
@@ -620,12 +629,14 @@ int vf_loader_state_batches(const vf_loader_state *st, int64_t *batches)
         return vf_error(VF_EINVAL, "loader state: samples_consumed %lld is not a multiple of world_size %d (every "
                                    "rank delivers the same batches)",
                         (long long)st->samples_consumed, (int)st->world_size);
+    if (st->num_ranges > 0 && (!st->ranges || vf_plan_ranges_check(st->ranges, st->num_ranges, st->positions) < 0))
+        return vf_error(VF_EINVAL, "loader state: %s", st->ranges ? vf_last_error() : "ranges missing");
+    int64_t n = vf_plan_ranges_samples(st->ranges, st->num_ranges, st->positions);
     int64_t per_rank = st->samples_consumed / st->world_size;
-    int64_t k = vf_plan_batches_at(st->positions, st->world_size, st->consumers, (size_t)st->batch_size,
-                                   st->drop_last, per_rank);
+    int64_t k = vf_plan_batches_at(n, st->world_size, st->consumers, (size_t)st->batch_size, st->drop_last, per_rank);
     if (k < 0) {
         int64_t start, count;
-        vf_plan_rank_slice(st->positions, 0, st->world_size, st->drop_last, &start, &count);
+        vf_plan_rank_slice(n, 0, st->world_size, st->drop_last, &start, &count);
         return vf_error(VF_EINVAL, "loader state: samples_consumed %lld (%lld per rank) is not the end of a batch "
                                    "of epoch %lld (batch_size %lld, %d consumers per rank, %lld samples per rank)",
                         (long long)st->samples_consumed, (long long)per_rank, (long long)st->epoch,

@@ -195,6 +195,28 @@ void vf_plan_consumer_slice(int64_t count, int consumer, int num_consumers, int6
     *len = hi - lo;
 }
 
+/* A consumer's part of its rank's slice: [*start, *start + *len) of the
+ * slice, of which the first *keep samples make *batches batches. Without
+ * drop_last the parts differ by at most one sample and every sample is
+ * kept; with drop_last the rank keeps whole batches only and deals them to
+ * its consumers as contiguous runs (see the remainder rule in plan.h). */
+static void part_slice(int64_t rank_count, int c, int nc, size_t batch_size, int drop_last, int64_t *start,
+                       int64_t *len, int64_t *keep, int64_t *batches)
+{
+    int64_t bs = (int64_t)batch_size;
+    if (!drop_last) {
+        vf_plan_consumer_slice(rank_count, c, nc, start, len);
+        *keep = *len;
+        *batches = (*len + bs - 1) / bs;
+        return;
+    }
+    int64_t nb = rank_count / bs, lo, cnt;
+    vf_plan_consumer_slice(nb, c, nc, &lo, &cnt);
+    *start = lo * bs;
+    *len = *keep = cnt * bs;
+    *batches = cnt;
+}
+
 int vf_plan_shuffle_buffer(const int64_t *values, int64_t n, size_t buffer, vf_rng *rng, int64_t *out)
 {
     if (buffer <= 1 || n <= 1) {
@@ -229,11 +251,38 @@ static void consumer_batches(int64_t rank_count, int c, int nc, size_t batch_siz
                              int64_t *batches)
 {
     int64_t cs, cl;
-    vf_plan_consumer_slice(rank_count, c, nc, &cs, &cl);
-    if (drop_last)
-        cl -= cl % (int64_t)batch_size;
-    *keep = cl;
-    *batches = (cl + (int64_t)batch_size - 1) / (int64_t)batch_size;
+    part_slice(rank_count, c, nc, batch_size, drop_last, &cs, &cl, keep, batches);
+}
+
+/* Samples consumer c has delivered once its rank delivered `batches`
+ * rank-level batches (the round-robin over consumers, exhausted ones
+ * skipped). */
+static int64_t consumer_delivered(int64_t rank_count, int c, int nc, size_t batch_size, int drop_last,
+                                  int64_t batches)
+{
+    /* Rounds completed: the round-robin takes one batch from every consumer
+     * that still has one. Walk rounds by the sorted batch counts. */
+    int64_t done = 0, round = 0, mine = 0, my_keep = 0, my_batches = 0;
+    consumer_batches(rank_count, c, nc, batch_size, drop_last, &my_keep, &my_batches);
+    while (done < batches) {
+        int active = 0;
+        for (int k = 0; k < nc; k++) {
+            int64_t keep, nb;
+            consumer_batches(rank_count, k, nc, batch_size, drop_last, &keep, &nb);
+            if (round >= nb)
+                continue;
+            active++;
+            if (done == batches)
+                break;
+            done++;
+            if (k == c)
+                mine++;
+        }
+        if (!active)
+            break;
+        round++;
+    }
+    return VF_MIN(mine * (int64_t)batch_size, my_keep);
 }
 
 /* Walks the rank-level round-robin until `batches` batches or `samples`
@@ -286,6 +335,183 @@ int64_t vf_plan_batches_at(int64_t n, int world_size, int num_consumers, size_t 
     return walk_batches(n, world_size, num_consumers, batch_size, drop_last, -1, samples);
 }
 
+/* ---- the global sequence, evaluated per index ------------------------------------------- */
+
+#define FEISTEL_ROUNDS 6
+
+/* The epoch's global sequence (never materialised) restricted to the
+ * remaining ranges: index j of the restricted sequence is index
+ * range_index(j) of the global one, whose position is at(). */
+typedef struct order {
+    int64_t n;                 /* positions of the epoch */
+    /* map mode */
+    int permute;               /* keyed bijection of [0, n) (else identity) */
+    int half;                  /* Feistel half width in bits */
+    uint64_t keys[FEISTEL_ROUNDS];
+    /* stream / pool: the tasks in epoch order */
+    const vf_plan_task *tasks;
+    size_t num_tasks;
+    int64_t *task_order;       /* [num_tasks] */
+    int64_t *task_prefix;      /* [num_tasks + 1]: global index of each ordered task's first sample */
+    /* remaining ranges */
+    const int64_t *ranges;
+    size_t num_ranges;
+    int64_t *range_prefix;     /* [num_ranges + 1]: restricted index of each range's start */
+    int64_t rn;                /* samples of the restricted sequence */
+} order;
+
+static void order_free(order *o)
+{
+    free(o->task_order);
+    free(o->task_prefix);
+    free(o->range_prefix);
+    memset(o, 0, sizeof *o);
+}
+
+int64_t vf_plan_ranges_samples(const int64_t *ranges, size_t num_ranges, int64_t num_positions)
+{
+    if (!ranges || num_ranges == 0)
+        return num_positions;
+    int64_t k = 0;
+    for (size_t i = 0; i < num_ranges; i++)
+        k += ranges[2 * i + 1] - ranges[2 * i];
+    return k;
+}
+
+int vf_plan_ranges_check(const int64_t *ranges, size_t num_ranges, int64_t num_positions)
+{
+    int64_t prev = 0;
+    for (size_t i = 0; i < num_ranges; i++) {
+        int64_t a = ranges[2 * i], b = ranges[2 * i + 1];
+        if (a < prev || b <= a || b > num_positions)
+            return vf_error(VF_EINVAL,
+                            "plan: remaining range %zu [%lld, %lld) is not ascending, disjoint and inside the "
+                            "epoch's %lld samples",
+                            i, (long long)a, (long long)b, (long long)num_positions);
+        prev = b;
+    }
+    return 0;
+}
+
+static int order_init(order *o, const vf_plan_epoch_settings *s, int64_t n, const vf_plan_task *tasks,
+                      size_t num_tasks)
+{
+    memset(o, 0, sizeof *o);
+    o->n = n;
+    int r = vf_plan_ranges_check(s->ranges, s->ranges ? s->num_ranges : 0, n);
+    if (r < 0)
+        return r;
+    if (!tasks) {
+        o->permute = s->shuffle && n > 1;
+        if (o->permute) {
+            int bits = 0;
+            while (bits < 62 && ((int64_t)1 << bits) < n)
+                bits++;
+            o->half = (bits + 1) / 2;
+            vf_rng rng;
+            vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_POSITIONS, (uint64_t)s->epoch, 0, 0));
+            for (int i = 0; i < FEISTEL_ROUNDS; i++)
+                o->keys[i] = vf_rng_next(&rng);
+        }
+    } else {
+        o->tasks = tasks;
+        o->num_tasks = num_tasks;
+        o->task_order = vf_malloc_array(num_tasks ? num_tasks : 1, sizeof *o->task_order);
+        o->task_prefix = vf_malloc_array(num_tasks + 1, sizeof *o->task_prefix);
+        if (!o->task_order || !o->task_prefix) {
+            order_free(o);
+            return VF_ENOMEM;
+        }
+        for (size_t t = 0; t < num_tasks; t++)
+            o->task_order[t] = (int64_t)t;
+        if (s->shuffle) {
+            vf_rng rng;
+            uint64_t purpose = s->pool_size > 0 ? VF_PLAN_RNG_EPISODES : VF_PLAN_RNG_TASKS;
+            vf_rng_init(&rng, vf_rng_derive(s->seed, purpose, (uint64_t)s->epoch, 0, 0));
+            vf_rng_shuffle_i64(&rng, o->task_order, (int64_t)num_tasks);
+        }
+        int64_t k = 0;
+        for (size_t i = 0; i < num_tasks; i++) {
+            o->task_prefix[i] = k;
+            k += tasks[o->task_order[i]].num_samples;
+        }
+        o->task_prefix[num_tasks] = k;
+        if (k != n) {
+            order_free(o);
+            return vf_error(VF_EINVAL, "plan: the tasks cover %lld of %lld positions", (long long)k, (long long)n);
+        }
+    }
+    if (s->ranges && s->num_ranges > 0) {
+        o->ranges = s->ranges;
+        o->num_ranges = s->num_ranges;
+        if (!(o->range_prefix = vf_malloc_array(s->num_ranges + 1, sizeof *o->range_prefix))) {
+            order_free(o);
+            return VF_ENOMEM;
+        }
+        int64_t k = 0;
+        for (size_t i = 0; i < s->num_ranges; i++) {
+            o->range_prefix[i] = k;
+            k += s->ranges[2 * i + 1] - s->ranges[2 * i];
+        }
+        o->range_prefix[s->num_ranges] = k;
+        o->rn = k;
+    } else {
+        o->rn = n;
+    }
+    return 0;
+}
+
+static uint64_t feistel(const order *o, uint64_t x)
+{
+    uint64_t mask = (o->half >= 64) ? ~0ull : ((1ull << o->half) - 1);
+    uint64_t l = x >> o->half, r = x & mask;
+    for (int i = 0; i < FEISTEL_ROUNDS; i++) {
+        uint64_t t = l ^ (vf_mix64(r ^ o->keys[i]) & mask);
+        l = r;
+        r = t;
+    }
+    return (l << o->half) | r;
+}
+
+/* Largest i in [0, n) with prefix[i] <= v (prefix ascending, prefix[0] <= v). */
+static size_t find_le(const int64_t *prefix, size_t n, int64_t v)
+{
+    size_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (prefix[mid] <= v)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The position at index g of the global sequence. */
+static int64_t order_at(const order *o, int64_t g)
+{
+    if (o->tasks) {
+        size_t t = find_le(o->task_prefix, o->num_tasks, g);
+        return o->tasks[o->task_order[t]].first_position + (g - o->task_prefix[t]);
+    }
+    if (!o->permute)
+        return g;
+    uint64_t x = (uint64_t)g;
+    do
+        x = feistel(o, x);
+    while (x >= (uint64_t)o->n);
+    return (int64_t)x;
+}
+
+/* The global index of index j (0 <= j < rn) of the restricted sequence. */
+static int64_t order_global(const order *o, int64_t j)
+{
+    if (!o->ranges)
+        return j;
+    size_t i = find_le(o->range_prefix, o->num_ranges, j);
+    return o->ranges[2 * i] + (j - o->range_prefix[i]);
+}
+
 /* ---- epoch ------------------------------------------------------------------------------ */
 
 void vf_plan_epoch_free(vf_plan_epoch *e)
@@ -299,102 +525,132 @@ void vf_plan_epoch_free(vf_plan_epoch *e)
     memset(e, 0, sizeof *e);
 }
 
-/* The global sequence of the epoch (before the rank split). */
-static int global_sequence(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
-                           size_t num_tasks, int64_t **out)
-{
-    int64_t *seq = vf_malloc_array(num_positions > 0 ? (size_t)num_positions : 1, sizeof *seq);
-    if (!seq)
-        return VF_ENOMEM;
-    if (!tasks) {
-        for (int64_t i = 0; i < num_positions; i++)
-            seq[i] = i;
-        if (s->shuffle) {
-            vf_rng r;
-            vf_rng_init(&r, vf_rng_derive(s->seed, VF_PLAN_RNG_POSITIONS, (uint64_t)s->epoch, 0, 0));
-            vf_rng_shuffle_i64(&r, seq, num_positions);
-        }
-    } else {
-        int64_t *order = vf_malloc_array(num_tasks ? num_tasks : 1, sizeof *order);
-        if (!order) {
-            free(seq);
-            return VF_ENOMEM;
-        }
-        for (size_t t = 0; t < num_tasks; t++)
-            order[t] = (int64_t)t;
-        if (s->shuffle) {
-            vf_rng r;
-            uint64_t purpose = s->pool_size > 0 ? VF_PLAN_RNG_EPISODES : VF_PLAN_RNG_TASKS;
-            vf_rng_init(&r, vf_rng_derive(s->seed, purpose, (uint64_t)s->epoch, 0, 0));
-            vf_rng_shuffle_i64(&r, order, (int64_t)num_tasks);
-        }
-        int64_t k = 0;
-        for (size_t i = 0; i < num_tasks; i++) {
-            const vf_plan_task *t = &tasks[order[i]];
-            for (int64_t p = 0; p < t->num_samples && k < num_positions; p++)
-                seq[k++] = t->first_position + p;
-        }
-        free(order);
-        if (k != num_positions) {
-            free(seq);
-            return vf_error(VF_EINVAL, "plan: the tasks cover %lld of %lld positions", (long long)k,
-                            (long long)num_positions);
-        }
-    }
-    *out = seq;
-    return 0;
-}
-
 /* One consumer's part of the epoch, in emitted order. */
 typedef struct consumer_part {
     int64_t *positions;
+    int64_t *rindex;           /* restricted-sequence index of each emitted sample (when asked for) */
     int64_t len, keep, batches;
     vf_plan_segment *segments; /* pool mode */
     size_t num_segments;
     int64_t *batch_map;        /* [batches]: this plan's batch index of each local batch, or -1 */
 } consumer_part;
 
-static int build_part(const vf_plan_epoch_settings *s, const int64_t *seq, int64_t n, int64_t rank_start,
-                      int64_t rank_count, int c, const vf_plan_task *tasks, size_t num_tasks, consumer_part *p)
+static int cmp_pair(const void *pa, const void *pb)
 {
-    int64_t cs, cl;
-    vf_plan_consumer_slice(rank_count, c, s->num_consumers, &cs, &cl);
-    int64_t *mine = vf_malloc_array(cl > 0 ? (size_t)cl : 1, sizeof *mine);
-    int64_t *ordered = vf_malloc_array(cl > 0 ? (size_t)cl : 1, sizeof *ordered);
-    if (!mine || !ordered) {
+    const int64_t *a = pa, *b = pb;
+    return a[0] < b[0] ? -1 : a[0] > b[0];
+}
+
+/* Builds consumer c of rank `rank`'s part: its samples of the restricted
+ * sequence in emitted order (and, with want_rindex, their restricted
+ * indices). */
+static int build_part(const vf_plan_epoch_settings *s, const order *o, int rank, int c, int want_rindex,
+                      consumer_part *p)
+{
+    int64_t rank_start, rank_count, cs, cl, keep, nb;
+    vf_plan_rank_slice(o->rn, rank, s->world_size, s->drop_last, &rank_start, &rank_count);
+    part_slice(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &cs, &cl, &keep, &nb);
+    size_t cap = cl > 0 ? (size_t)cl : 1;
+    int64_t *mine = vf_malloc_array(cap, sizeof *mine);
+    int64_t *idx = vf_malloc_array(cap, sizeof *idx);
+    int64_t *ordered = vf_malloc_array(cap, sizeof *ordered);
+    if (!mine || !idx || !ordered) {
         free(mine);
+        free(idx);
         free(ordered);
         return VF_ENOMEM;
     }
-    for (int64_t i = 0; i < cl; i++)
-        mine[i] = seq[(rank_start + cs + i) % (n > 0 ? n : 1)];
+    int64_t rn = o->rn > 0 ? o->rn : 1;
+    for (int64_t i = 0; i < cl; i++) {
+        idx[i] = (rank_start + cs + i) % rn;
+        mine[i] = order_at(o, order_global(o, idx[i]));
+    }
     int r = 0;
+    int reordered = 0;
     if (s->pool_size > 0) {
         vf_rng rng;
-        vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_POOL, (uint64_t)s->epoch, (uint64_t)s->rank,
-                                        (uint64_t)c));
-        r = vf_plan_pool_order(mine, cl, tasks, num_tasks, s->pool_size, s->shuffle ? &rng : NULL, c, ordered,
+        vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_POOL, (uint64_t)s->epoch, (uint64_t)rank, (uint64_t)c));
+        r = vf_plan_pool_order(mine, cl, o->tasks, o->num_tasks, s->pool_size, s->shuffle ? &rng : NULL, c, ordered,
                                &p->segments, &p->num_segments);
-        free(mine);
-        mine = ordered;
-    } else if (tasks && s->shuffle_buffer > 1) {
+        reordered = 1;
+    } else if (o->tasks && s->shuffle_buffer > 1) {
+        /* The buffer shuffles local indices, so positions and restricted
+         * indices follow the same order. */
         vf_rng rng;
-        vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_BUFFER, (uint64_t)s->epoch, (uint64_t)s->rank,
+        vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_BUFFER, (uint64_t)s->epoch, (uint64_t)rank,
                                         (uint64_t)c));
-        r = vf_plan_shuffle_buffer(mine, cl, s->shuffle_buffer, &rng, ordered);
+        int64_t *local = vf_malloc_array(cap, sizeof *local);
+        if (!local)
+            r = VF_ENOMEM;
+        for (int64_t i = 0; r == 0 && i < cl; i++)
+            local[i] = i;
+        if (r == 0)
+            r = vf_plan_shuffle_buffer(local, cl, s->shuffle_buffer, &rng, ordered);
+        if (r == 0) {
+            for (int64_t i = 0; i < cl; i++)
+                local[i] = mine[ordered[i]];
+            for (int64_t i = 0; i < cl; i++)
+                ordered[i] = idx[ordered[i]];
+            memcpy(idx, ordered, (size_t)cl * sizeof *idx);
+            memcpy(ordered, local, (size_t)cl * sizeof *ordered);
+        }
+        free(local);
+        if (r == 0) {
+            free(mine);
+            mine = ordered;
+            ordered = NULL;
+        }
+    }
+    if (r == 0 && reordered) {
+        /* Pool: map the emitted positions back to restricted indices (the
+         * part's positions are distinct: a part is at most one pass over
+         * the restricted sequence). */
+        if (want_rindex) {
+            int64_t *pairs = vf_malloc_array(cap * 2, sizeof *pairs);
+            if (!pairs)
+                r = VF_ENOMEM;
+            for (int64_t i = 0; r == 0 && i < cl; i++) {
+                pairs[2 * i] = mine[i];
+                pairs[2 * i + 1] = idx[i];
+            }
+            if (r == 0) {
+                qsort(pairs, (size_t)cl, 2 * sizeof *pairs, cmp_pair);
+                for (int64_t i = 0; i < cl; i++) {
+                    int64_t key[2] = {ordered[i], 0};
+                    const int64_t *hit = bsearch(key, pairs, (size_t)cl, 2 * sizeof *pairs, cmp_pair);
+                    idx[i] = hit ? hit[1] : -1;
+                }
+            }
+            free(pairs);
+        }
         free(mine);
         mine = ordered;
-    } else {
-        free(ordered);
+        ordered = NULL;
+    }
+    free(ordered);
+    if (!want_rindex) {
+        free(idx);
+        idx = NULL;
     }
     p->positions = mine;
+    p->rindex = idx;
     p->len = cl;
-    consumer_batches(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &p->keep, &p->batches);
+    p->keep = keep;
+    p->batches = nb;
     if (r == 0 && !(p->batch_map = vf_malloc_array(p->batches > 0 ? (size_t)p->batches : 1, sizeof *p->batch_map)))
         r = VF_ENOMEM;
     for (int64_t b = 0; r == 0 && b < p->batches; b++)
         p->batch_map[b] = -1;
     return r;
+}
+
+static void part_free(consumer_part *p)
+{
+    free(p->positions);
+    free(p->rindex);
+    free(p->segments);
+    free(p->batch_map);
+    memset(p, 0, sizeof *p);
 }
 
 static int cmp_segment(const void *pa, const void *pb)
@@ -445,10 +701,8 @@ static int map_segments(const vf_plan_epoch_settings *s, consumer_part *parts, i
     return 0;
 }
 
-int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
-                        size_t num_tasks, vf_plan_epoch *out)
+static int check_epoch_settings(const vf_plan_epoch_settings *s, const vf_plan_task *tasks)
 {
-    memset(out, 0, sizeof *out);
     if (s->world_size < 1 || s->rank < 0 || s->rank >= s->world_size)
         return vf_error(VF_EINVAL, "rank %d is not in [0, world_size %d)", s->rank, s->world_size);
     if (s->num_consumers < 1 || s->consumer < -1 || s->consumer >= s->num_consumers)
@@ -459,12 +713,22 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
         return vf_error(VF_EINVAL, "plan: pool mode needs one task per episode");
     if (s->resume_batch < 0)
         return vf_error(VF_EINVAL, "plan: resume batch %lld is negative", (long long)s->resume_batch);
-    int64_t *seq = NULL;
-    int r = global_sequence(s, num_positions, tasks, num_tasks, &seq);
+    return 0;
+}
+
+int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
+                        size_t num_tasks, vf_plan_epoch *out)
+{
+    memset(out, 0, sizeof *out);
+    int r = check_epoch_settings(s, tasks);
     if (r < 0)
         return r;
+    order o;
+    if ((r = order_init(&o, s, num_positions, tasks, num_tasks)) < 0)
+        return r;
+    int64_t n = o.rn;
     int64_t rank_start, rank_count;
-    vf_plan_rank_slice(num_positions, s->rank, s->world_size, s->drop_last, &rank_start, &rank_count);
+    vf_plan_rank_slice(n, s->rank, s->world_size, s->drop_last, &rank_start, &rank_count);
 
     /* The consumers to build: the one asked for, or all of the rank (a
      * rank-level plan, or a consumer resuming, which takes its share of
@@ -475,15 +739,15 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
     int np = all ? s->num_consumers : 1;
     consumer_part *parts = vf_calloc((size_t)np, sizeof *parts);
     if (!parts) {
-        free(seq);
+        order_free(&o);
         return VF_ENOMEM;
     }
     int64_t total_batches = 0;
     for (int i = 0; i < np && r == 0; i++) {
-        r = build_part(s, seq, num_positions, rank_start, rank_count, first + i, tasks, num_tasks, &parts[i]);
+        r = build_part(s, &o, s->rank, first + i, 0, &parts[i]);
         total_batches += parts[i].batches;
     }
-    free(seq);
+    order_free(&o);
 
     /* The rank-level round-robin: one batch per consumer per round (the
      * order a torch DataLoader takes batches from its workers), as
@@ -554,32 +818,160 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
 
     /* Remainder bookkeeping over this plan's own consumers. */
     if (r == 0) {
-        out->epoch_samples = num_positions;
+        out->epoch_samples = n;
         out->rank_samples = rank_count;
         for (int i = 0; i < np; i++) {
             int c = first + i;
             if (s->consumer >= 0 && c != s->consumer)
                 continue;
-            int64_t cs, cl;
-            vf_plan_consumer_slice(rank_count, c, s->num_consumers, &cs, &cl);
+            int64_t cs, cl, keep, nb;
+            part_slice(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &cs, &cl, &keep, &nb);
             int64_t lo = rank_start + cs, hi = lo + cl;
-            if (hi > num_positions)
-                out->padded_samples += hi - VF_MAX(lo, num_positions);
-            out->dropped_samples += parts[i].len - parts[i].keep;
+            if (hi > n)
+                out->padded_samples += hi - VF_MAX(lo, n);
             out->empty_consumers += parts[i].keep == 0;
-            if (s->drop_last && s->rank == s->world_size - 1 && c == s->num_consumers - 1)
-                out->dropped_samples += num_positions - rank_count * s->world_size;
+            if (s->drop_last && c == s->num_consumers - 1) {
+                /* The rank's short tail (not whole batches), and on the
+                 * last rank the epoch's tail past world_size slices. */
+                out->dropped_samples += rank_count - rank_count / (int64_t)s->batch_size * (int64_t)s->batch_size;
+                if (s->rank == s->world_size - 1)
+                    out->dropped_samples += n - rank_count * s->world_size;
+            }
         }
     }
-    for (int i = 0; i < np; i++) {
-        free(parts[i].positions);
-        free(parts[i].segments);
-        free(parts[i].batch_map);
-    }
+    for (int i = 0; i < np; i++)
+        part_free(&parts[i]);
     free(parts);
     free(rr_part);
     free(rr_local);
     if (r < 0)
         vf_plan_epoch_free(out);
     return r;
+}
+
+/* ---- elastic resume ------------------------------------------------------------------- */
+
+static int cmp_range(const void *pa, const void *pb)
+{
+    const int64_t *a = pa, *b = pb;
+    if (a[0] != b[0])
+        return a[0] < b[0] ? -1 : 1;
+    return a[1] < b[1] ? -1 : a[1] > b[1];
+}
+
+typedef struct range_list {
+    int64_t *v;                /* pairs */
+    size_t n, cap;
+} range_list;
+
+static int range_push(range_list *l, int64_t a, int64_t b)
+{
+    if (b <= a)
+        return 0;
+    if (l->n > 0 && l->v[2 * l->n - 1] == a) {
+        l->v[2 * l->n - 1] = b;
+        return 0;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        int64_t *v = vf_realloc(l->v, cap * 2 * sizeof *v);
+        if (!v)
+            return VF_ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[2 * l->n] = a;
+    l->v[2 * l->n + 1] = b;
+    l->n++;
+    return 0;
+}
+
+int vf_plan_remaining(const vf_plan_epoch_settings *s0, int64_t num_positions, const vf_plan_task *tasks,
+                      size_t num_tasks, int64_t batches, int64_t **ranges, size_t *num_ranges)
+{
+    *ranges = NULL;
+    *num_ranges = 0;
+    vf_plan_epoch_settings s = *s0;
+    s.rank = 0;
+    s.consumer = -1;
+    s.resume_batch = 0;
+    int r = check_epoch_settings(&s, tasks);
+    if (r < 0)
+        return r;
+    order o;
+    if ((r = order_init(&o, &s, num_positions, tasks, num_tasks)) < 0)
+        return r;
+    int64_t rn = o.rn;
+    int64_t rank_start, rank_count;
+    vf_plan_rank_slice(rn, 0, s.world_size, s.drop_last, &rank_start, &rank_count);
+    int64_t total = vf_plan_samples_after(rn, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
+    if (total < 0) {
+        order_free(&o);
+        return vf_error(VF_ERANGE, "plan: %lld batches delivered is past the epoch (%lld samples per rank)",
+                        (long long)batches, (long long)rank_count);
+    }
+    /* Delivered restricted indices, as ranges (unsorted across consumers). */
+    range_list done = {0};
+    for (int c = 0; c < s.num_consumers && r == 0; c++) {
+        int64_t j = consumer_delivered(rank_count, c, s.num_consumers, s.batch_size, s.drop_last, batches);
+        if (j <= 0)
+            continue;
+        int64_t cs, cl, keep, nb;
+        part_slice(rank_count, c, s.num_consumers, s.batch_size, s.drop_last, &cs, &cl, &keep, &nb);
+        int identity = !(s.pool_size > 0 && s.shuffle) && !(tasks && s.shuffle_buffer > 1);
+        for (int rank = 0; rank < s.world_size && r == 0; rank++) {
+            int64_t lo = rank_count * rank + cs;
+            if (identity) {
+                /* The first j of [lo, lo + cl) of the restricted sequence, wrapping. */
+                int64_t a = lo % (rn > 0 ? rn : 1), left = j;
+                while (left > 0 && r == 0) {
+                    int64_t take = VF_MIN(left, rn - a);
+                    r = range_push(&done, a, a + take);
+                    left -= take;
+                    a = 0;
+                }
+                continue;
+            }
+            consumer_part p = {0};
+            r = build_part(&s, &o, rank, c, 1, &p);
+            if (r == 0) {
+                qsort(p.rindex, (size_t)j, sizeof *p.rindex, cmp_i64);
+                for (int64_t i = 0; i < j && r == 0; i++)
+                    r = range_push(&done, p.rindex[i], p.rindex[i] + 1);
+            }
+            part_free(&p);
+        }
+    }
+    /* Complement in [0, rn), mapped to global indices. */
+    range_list left = {0};
+    if (r == 0) {
+        qsort(done.v, done.n, 2 * sizeof *done.v, cmp_range);
+        int64_t at = 0;
+        for (size_t i = 0; i <= done.n && r == 0; i++) {
+            int64_t a = i < done.n ? done.v[2 * i] : rn;
+            int64_t b = i < done.n ? done.v[2 * i + 1] : rn;
+            /* Restricted [at, a) remains: split along the old ranges. */
+            while (at < a && r == 0) {
+                int64_t g = order_global(&o, at);
+                int64_t run = a - at;
+                if (o.ranges) {
+                    size_t k = find_le(o.range_prefix, o.num_ranges, at);
+                    run = VF_MIN(run, o.range_prefix[k + 1] - at);
+                }
+                r = range_push(&left, g, g + run);
+                at += run;
+            }
+            if (b > at)
+                at = b;
+        }
+    }
+    free(done.v);
+    order_free(&o);
+    if (r < 0) {
+        free(left.v);
+        return r;
+    }
+    *ranges = left.v;
+    *num_ranges = left.n;
+    return 0;
 }

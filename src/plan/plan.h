@@ -45,11 +45,23 @@
  * of N samples is cut into world_size equal contiguous slices. Unless
  * drop_last is set, each rank gets ceil(N / world_size) samples and the last
  * slices wrap around to the start of the sequence (the first samples are
- * repeated, as torch's DistributedSampler pads); with drop_last each rank
- * gets floor(N / world_size) and the tail is dropped. Inside a rank the
- * slice is split over its consumers into contiguous parts whose sizes differ
- * by at most one, without padding, so the union over a rank's consumers is
- * exactly its slice (no duplicates).
+ * repeated, as torch's DistributedSampler pads); inside a rank the slice is
+ * split over its consumers into contiguous parts whose sizes differ by at
+ * most one, without padding, so the union over a rank's consumers is
+ * exactly its slice (no duplicates), and each consumer's last batch may be
+ * short. With drop_last each rank gets floor(N / world_size) samples, of
+ * which it keeps whole batches only: floor(floor(N / world_size) /
+ * batch_size) batches, dealt to its consumers as contiguous runs of whole
+ * batches (counts differ by at most one batch). So drop_last drops
+ * N - world_size * batch_size * floor(floor(N / world_size) / batch_size)
+ * samples per epoch: fewer than world_size * (batch_size + 1), whatever
+ * the number of consumers.
+ *
+ * The global sequence is never materialised: map mode's permutation is a
+ * keyed bijection of [0, N) evaluated per index (a Feistel network with
+ * cycle walking), stream and pool modes keep the task order and its prefix
+ * sums (one entry per task). A plan materialises only its own consumers'
+ * samples, so its cost is proportional to the rank's share.
  */
 #ifndef VF_PLAN_H
 #define VF_PLAN_H
@@ -124,6 +136,13 @@ typedef struct vf_plan_epoch_settings {
     size_t shuffle_buffer;     /* stream: samples in the seeded shuffle buffer, 0 = off */
     size_t pool_size;          /* > 0: pool mode (tasks must be one per episode), segments in the pool */
     int64_t resume_batch;      /* rank-level batches already delivered this epoch (see Resume above) */
+    /* Elastic resume: the part of the epoch's global sequence still to
+     * deliver, as num_ranges ascending, disjoint [start, end) index ranges
+     * of the global sequence (ranges[2i], ranges[2i+1]); NULL / 0: all of
+     * it. The rank and consumer split, batching and resume_batch then apply
+     * to the sequence restricted to these ranges (in global order). */
+    const int64_t *ranges;
+    size_t num_ranges;
 } vf_plan_epoch_settings;
 
 /* An episode segment of a pool-mode consumer: the frames of one episode in
@@ -177,6 +196,24 @@ void vf_plan_epoch_free(vf_plan_epoch *e);
 int vf_plan_pool_order(const int64_t *part, int64_t n, const vf_plan_task *episodes, size_t num_episodes,
                        size_t pool_size, vf_rng *rng, int consumer, int64_t *out, vf_plan_segment **segments,
                        size_t *num_segments);
+
+/* Elastic resume: the ranges of the global sequence (see
+ * vf_plan_epoch_settings.ranges) that remain undelivered once every rank of
+ * a run with settings s (rank, consumer and resume_batch aside) has
+ * delivered `batches` rank-level batches. Each old consumer's emitted
+ * order is replayed from the settings alone (no decoding, no table reads;
+ * O(samples of the epoch) time, memory bounded by one consumer's part plus
+ * the delivered ranges), its first delivered samples taken out, and the
+ * rest returned in global order. Samples that the old split never
+ * delivered (drop_last tails, short batches) remain. *ranges is newly
+ * allocated (free(); NULL when nothing remains). */
+int vf_plan_remaining(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
+                      size_t num_tasks, int64_t batches, int64_t **ranges, size_t *num_ranges);
+/* Samples in ranges (num_positions when there are none). */
+int64_t vf_plan_ranges_samples(const int64_t *ranges, size_t num_ranges, int64_t num_positions);
+/* Checks ranges against the epoch (ascending, disjoint, non-empty, inside
+ * [0, num_positions)); VF_EINVAL naming the first bad range. */
+int vf_plan_ranges_check(const int64_t *ranges, size_t num_ranges, int64_t num_positions);
 
 /* Samples of one rank in its first `batches` batches (the rank-level
  * round-robin over its consumers), from the counts alone; -1 when `batches`
