@@ -319,9 +319,22 @@ int vf_loader_set_state(vf_loader *l, const vf_loader_state *state);
 /* The state a rank-level loader (consumer -1) with these settings would
  * report after delivering `batches` batches of epoch `epoch`, without
  * opening one (order-free arithmetic). settings->num_consumers is the
- * consumers per rank (DataLoader workers when they are the consumers). */
+ * consumers per rank (DataLoader workers when they are the consumers).
+ * When settings->resume is a resolved state of the same epoch with ranges
+ * (vf_loader_state_resolve), `batches` counts within its ranges and the
+ * result carries them (borrowed from settings->resume). */
 int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int64_t batches,
                        vf_loader_state *out);
+/* The state `state` becomes for a loader with these settings over d: the
+ * same state when its layout (world_size, consumers, batch_size) matches;
+ * else (elastic resume) a state of settings' layout at the start of what
+ * remains of the state's epoch (samples_consumed 0, the remaining ranges;
+ * at the end of the epoch when nothing remains). Refused like
+ * vf_loader_set_state. out->ranges is newly allocated (free(); NULL when
+ * there are none). Resolving once and handing the result to every worker
+ * spares each of them the replay. */
+int vf_loader_state_resolve(const vf_dataset *d, const vf_loader_settings *settings, const vf_loader_state *state,
+                            vf_loader_state *out);
 /* Rank-level batches a state stands for (batches the callers of one rank
  * received this epoch), or VF_EINVAL when samples_consumed does not fall
  * on a batch boundary of its settings. */

@@ -646,19 +646,51 @@ int vf_loader_state_batches(const vf_loader_state *st, int64_t *batches)
     return 0;
 }
 
-/* Checks a state against this loader; every difference is named. On
- * success *batches is the rank-level resume batch. */
-static int check_state(const vf_loader *l, const vf_loader_state *st, int64_t *batches)
+/* The tasks of a mode and partition (NULL for map mode), as a loader with
+ * `consumers` consumers over all ranks cuts them. */
+static int make_tasks(const vf_dataset *d, vf_mode mode, vf_partition partition, size_t consumers,
+                      vf_plan_task **tasks, size_t *num_tasks)
 {
+    *tasks = NULL;
+    *num_tasks = 0;
+    if (mode == VF_MODE_MAP)
+        return 0;
+    vf_plan_input in;
+    int r = vf_plan_input_from_dataset(d, &in);
+    if (r == 0) {
+        r = vf_plan_partition(&in, mode == VF_MODE_POOL ? VF_PARTITION_EPISODE : partition, consumers, tasks,
+                              num_tasks);
+        vf_plan_input_free(&in);
+    }
+    return r;
+}
+
+/* Resolves a state for a loader with settings s (checked) over d: every
+ * order difference is named; a state from another world size, consumer
+ * count or batch size is converted (elastic resume) into the remaining
+ * ranges of its epoch. On success *ranges (newly allocated, NULL for the
+ * whole epoch) and *batches (rank-level batches already delivered within
+ * them, in s's layout) say where to continue. tasks: s's own partition
+ * (NULL in map mode). */
+static int resolve_state(const vf_loader_settings *s, const vf_dataset *d, int64_t positions, uint64_t selection,
+                         const vf_plan_task *tasks, size_t num_tasks, const vf_loader_state *st, int64_t **ranges,
+                         size_t *num_ranges, int64_t *batches)
+{
+    *ranges = NULL;
+    *num_ranges = 0;
     *batches = 0;
-    if (st->version != VF_LOADER_STATE_VERSION)
-        return vf_error(VF_EINVAL, "loader state: version %u is not supported (this vlafeed reads version %d)",
+    if (st->version != VF_LOADER_STATE_VERSION && st->version != 1)
+        return vf_error(VF_EINVAL, "loader state: version %u is not supported (this vlafeed reads versions 1 and %d)",
                         (unsigned)st->version, VF_LOADER_STATE_VERSION);
+    if (st->version == 1 && st->num_ranges > 0)
+        return vf_error(VF_EINVAL, "loader state: a version 1 state has no ranges");
     if (st->settings_hash != state_hash(st))
         return vf_error(VF_EINVAL, "loader state: settings_hash does not match the state's fields (the state was "
                                    "edited or corrupted)");
+    if (st->epoch < 0)
+        return vf_error(VF_EINVAL, "loader state: epoch %lld is negative", (long long)st->epoch);
     vf_loader_state mine;
-    state_from_settings(&l->settings, l->dataset, l->spec->num_positions, l->selection, &mine);
+    state_from_settings(s, d, positions, selection, &mine);
     vf_buf msg = {0};
     int n = 0;
 #define DIFF(cond, ...)                                                                                              \
@@ -671,22 +703,13 @@ static int check_state(const vf_loader *l, const vf_loader_state *st, int64_t *b
     } while (0)
     DIFF(st->fingerprint != mine.fingerprint,
          "another dataset (the state's fingerprint is %016llx, this dataset %s has %016llx)",
-         (unsigned long long)st->fingerprint, vf_dataset_root(l->dataset), (unsigned long long)mine.fingerprint);
+         (unsigned long long)st->fingerprint, vf_dataset_root(d), (unsigned long long)mine.fingerprint);
     DIFF(st->fingerprint == mine.fingerprint && (st->selection != mine.selection || st->positions != mine.positions),
          "another episode selection (the state's has %lld frames, this loader's %lld%s)", (long long)st->positions,
          (long long)mine.positions, st->positions == mine.positions ? ", other episodes" : "");
     DIFF(st->mode != mine.mode, "mode (state '%s', loader '%s')", mode_name(st->mode), mode_name(mine.mode));
     DIFF(st->seed != mine.seed, "seed (state %llu, loader %llu)", (unsigned long long)st->seed,
          (unsigned long long)mine.seed);
-    DIFF(st->batch_size != mine.batch_size, "batch_size (state %lld, loader %lld)", (long long)st->batch_size,
-         (long long)mine.batch_size);
-    DIFF(st->world_size != mine.world_size,
-         "world_size (state %d, loader %d: the order depends on the world size, there is no elastic resume; "
-         "resume with world_size %d)",
-         (int)st->world_size, (int)mine.world_size, (int)st->world_size);
-    DIFF(st->consumers != mine.consumers,
-         "consumers per rank (state %d, loader %d: num_consumers, or the DataLoader's num_workers)",
-         (int)st->consumers, (int)mine.consumers);
     DIFF(st->shuffle != mine.shuffle, "shuffle (state %d, loader %d)", (int)st->shuffle, (int)mine.shuffle);
     DIFF(st->drop_last != mine.drop_last, "drop_last (state %d, loader %d)", (int)st->drop_last,
          (int)mine.drop_last);
@@ -702,9 +725,97 @@ static int check_state(const vf_loader *l, const vf_loader_state *st, int64_t *b
     if (n > 0)
         r = vf_error(VF_EINVAL, "loader state does not fit this loader: %s", msg.data ? (char *)msg.data : "");
     vf_buf_free(&msg);
+    int64_t k = 0;
     if (r == 0)
-        r = vf_loader_state_batches(st, batches);
-    return r;
+        r = vf_loader_state_batches(st, &k);
+    if (r < 0)
+        return r;
+    size_t nr = st->num_ranges;
+    if (st->world_size == mine.world_size && st->consumers == mine.consumers && st->batch_size == mine.batch_size) {
+        if (nr > 0) {
+            if (!(*ranges = vf_malloc_array(2 * nr, sizeof **ranges)))
+                return VF_ENOMEM;
+            memcpy(*ranges, st->ranges, 2 * nr * sizeof **ranges);
+            *num_ranges = nr;
+        }
+        *batches = k;
+        return 0;
+    }
+    /* Elastic: replay the state's layout, keep what it had not delivered. */
+    vf_plan_task *old_tasks = NULL;
+    size_t num_old = 0;
+    const vf_plan_task *use = tasks;
+    size_t use_n = num_tasks;
+    if (s->mode == VF_MODE_STREAM && s->partition == VF_PARTITION_SEQUENTIAL) {
+        /* Sequential tasks depend on the consumer count. */
+        r = make_tasks(d, s->mode, s->partition, (size_t)st->world_size * (size_t)st->consumers, &old_tasks,
+                       &num_old);
+        use = old_tasks;
+        use_n = num_old;
+    }
+    vf_plan_epoch_settings old = {
+        .seed = st->seed,
+        .epoch = st->epoch,
+        .shuffle = st->shuffle,
+        .world_size = st->world_size,
+        .num_consumers = st->consumers,
+        .consumer = -1,
+        .batch_size = (size_t)st->batch_size,
+        .drop_last = st->drop_last,
+        .shuffle_buffer = (size_t)st->shuffle_buffer,
+        .pool_size = (size_t)st->episode_pool_size,
+        .ranges = nr ? st->ranges : NULL,
+        .num_ranges = nr,
+    };
+    if (r == 0)
+        r = vf_plan_remaining(&old, positions, use, use_n, k, ranges, num_ranges);
+    free(old_tasks);
+    if (r < 0)
+        return vf_error(r, "loader state: elastic resume from world_size %d x %d consumers: %s", (int)st->world_size,
+                        (int)st->consumers, vf_last_error());
+    int64_t before = vf_plan_ranges_samples(st->ranges, nr, positions);
+    int64_t after = *num_ranges ? vf_plan_ranges_samples(*ranges, *num_ranges, positions) : 0;
+    if (*num_ranges == 0) /* everything was delivered: continue at the end of the epoch */
+        *batches = vf_plan_rank_batches(positions, s->world_size, s->num_consumers, s->batch_size, s->drop_last);
+    vf_log(VF_LOG_INFO,
+           "loader: elastic resume of epoch %lld: %lld of %lld samples delivered at world_size %d x %d consumers "
+           "(batch %lld); %lld remain in %zu ranges for world_size %d x %d consumers",
+           (long long)st->epoch, (long long)(before - after), (long long)before, (int)st->world_size,
+           (int)st->consumers, (long long)st->batch_size, (long long)after, *num_ranges, s->world_size,
+           s->num_consumers);
+    return 0;
+}
+
+int vf_loader_state_resolve(const vf_dataset *d, const vf_loader_settings *settings, const vf_loader_state *state,
+                            vf_loader_state *out)
+{
+    memset(out, 0, sizeof *out);
+    vf_loader_settings s = *settings;
+    s.resume = NULL;
+    int r = check_settings(&s);
+    if (r < 0)
+        return r;
+    vf_plan_task *tasks = NULL;
+    size_t nt = 0;
+    if ((r = make_tasks(d, s.mode, s.partition, (size_t)s.world_size * (size_t)s.num_consumers, &tasks, &nt)) < 0)
+        return r;
+    int64_t n = total_positions(d);
+    uint64_t sel = selection_hash(d);
+    int64_t *ranges = NULL, batches = 0;
+    size_t nr = 0;
+    r = resolve_state(&s, d, n, sel, tasks, nt, state, &ranges, &nr, &batches);
+    free(tasks);
+    if (r < 0)
+        return r;
+    state_from_settings(&s, d, n, sel, out);
+    out->epoch = state->epoch;
+    out->num_ranges = nr;
+    out->ranges = ranges;
+    out->settings_hash = state_hash(out);
+    int64_t rn = vf_plan_ranges_samples(ranges, nr, n);
+    int64_t per_rank = vf_plan_samples_after(rn, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
+    out->samples_consumed = (per_rank > 0 ? per_rank : 0) * s.world_size;
+    return 0;
 }
 
 /* ---- open / close -------------------------------------------------------------------- */
@@ -738,6 +849,7 @@ void vf_loader_close(vf_loader *l)
     free(l->stash);
     vf_plan_epoch_free(&l->plan);
     free(l->tasks);
+    free(l->ranges);
     if (l->cache)
         vf_video_cache_close(l->cache);
     if (l->file_cache) /* after the readers that may read its files, and after every evict */
@@ -818,20 +930,16 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         r = vf_queue_create(&l->done, l->window + 1);
     if (r == 0 && !(l->stash = vf_calloc(l->window, sizeof *l->stash)))
         r = VF_ENOMEM;
-    if (r == 0 && s->mode != VF_MODE_MAP) {
-        vf_plan_input in;
-        r = vf_plan_input_from_dataset(dataset, &in);
-        if (r == 0) {
-            r = vf_plan_partition(&in, s->mode == VF_MODE_POOL ? VF_PARTITION_EPISODE : s->partition,
-                                  (size_t)s->world_size * (size_t)s->num_consumers, &l->tasks, &l->num_tasks);
-            vf_plan_input_free(&in);
-        }
-    }
+    if (r == 0)
+        r = make_tasks(dataset, s->mode, s->partition, (size_t)s->world_size * (size_t)s->num_consumers, &l->tasks,
+                       &l->num_tasks);
     if (r == 0)
         l->selection = selection_hash(dataset);
     l->epoch = s->epoch;
     int64_t resume_batch = 0;
-    if (r == 0 && have_resume && (r = check_state(l, &resume, &resume_batch)) == 0)
+    if (r == 0 && have_resume &&
+        (r = resolve_state(s, dataset, l->spec->num_positions, l->selection, l->tasks, l->num_tasks, &resume,
+                           &l->ranges, &l->num_ranges, &resume_batch)) == 0)
         l->epoch = resume.epoch;
     if (r == 0)
         r = plan_epoch(l, resume_batch);
@@ -872,9 +980,14 @@ int vf_loader_set_state(vf_loader *l, const vf_loader_state *state)
     int r = check_process(l);
     if (r < 0)
         return r;
-    int64_t k;
-    if ((r = check_state(l, state, &k)) < 0)
+    int64_t k, *ranges = NULL;
+    size_t nr = 0;
+    if ((r = resolve_state(&l->settings, l->dataset, l->spec->num_positions, l->selection, l->tasks, l->num_tasks,
+                           state, &ranges, &nr, &k)) < 0)
         return r;
+    free(l->ranges);
+    l->ranges = ranges;
+    l->num_ranges = nr;
     return restart(l, state->epoch, k);
 }
 
@@ -905,8 +1018,11 @@ int vf_loader_get_state(const vf_loader *l, vf_loader_state *out)
                         l->settings.consumer, l->settings.num_consumers);
     const vf_loader_settings *s = &l->settings;
     state_from_settings(s, l->dataset, l->spec->num_positions, l->selection, out);
-    int64_t per_rank = vf_plan_samples_after(l->spec->num_positions, s->world_size, s->num_consumers, s->batch_size,
-                                             s->drop_last, k);
+    out->num_ranges = l->num_ranges;
+    out->ranges = l->ranges;
+    out->settings_hash = state_hash(out);
+    int64_t rn = vf_plan_ranges_samples(l->ranges, l->num_ranges, l->spec->num_positions);
+    int64_t per_rank = vf_plan_samples_after(rn, s->world_size, s->num_consumers, s->batch_size, s->drop_last, k);
     if (per_rank < 0)
         return vf_error(VF_EINVAL, "loader: %lld batches delivered is past the epoch", (long long)k);
     out->epoch = l->epoch;
@@ -924,7 +1040,18 @@ int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, 
         return r;
     int64_t n = total_positions(d);
     state_from_settings(&s, d, n, selection_hash(d), out);
-    int64_t per_rank = vf_plan_samples_after(n, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
+    int64_t rn = n;
+    if (s.resume && s.resume->epoch == epoch && s.resume->num_ranges > 0) {
+        /* A generation that continues an elastic resume (a resolved state,
+         * vf_loader_state_resolve): counts are within its ranges. */
+        if ((r = vf_plan_ranges_check(s.resume->ranges, s.resume->num_ranges, n)) < 0)
+            return r;
+        out->num_ranges = s.resume->num_ranges;
+        out->ranges = s.resume->ranges;
+        out->settings_hash = state_hash(out);
+        rn = vf_plan_ranges_samples(out->ranges, out->num_ranges, n);
+    }
+    int64_t per_rank = vf_plan_samples_after(rn, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
     if (per_rank < 0) {
         int64_t start, count;
         vf_plan_rank_slice(n, 0, s.world_size, s.drop_last, &start, &count);
@@ -947,6 +1074,9 @@ int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
         return r;
     if (epoch == l->epoch && l->next_deliver == l->start_batch)
         return 0; /* that epoch (or its resumed part) has delivered nothing yet: keep what is being built */
+    free(l->ranges); /* a new epoch covers its whole global order */
+    l->ranges = NULL;
+    l->num_ranges = 0;
     return restart(l, epoch, 0);
 }
 

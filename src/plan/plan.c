@@ -327,6 +327,18 @@ int64_t vf_plan_samples_after(int64_t n, int world_size, int num_consumers, size
     return walk_batches(n, world_size, num_consumers, batch_size, drop_last, batches, -1);
 }
 
+int64_t vf_plan_rank_batches(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last)
+{
+    int64_t start, rank_count, total = 0;
+    vf_plan_rank_slice(n, 0, world_size, drop_last, &start, &rank_count);
+    for (int c = 0; c < num_consumers; c++) {
+        int64_t keep, nb;
+        consumer_batches(rank_count, c, num_consumers, batch_size, drop_last, &keep, &nb);
+        total += nb;
+    }
+    return total;
+}
+
 int64_t vf_plan_batches_at(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
                            int64_t samples)
 {

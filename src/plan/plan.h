@@ -220,6 +220,8 @@ int vf_plan_ranges_check(const int64_t *ranges, size_t num_ranges, int64_t num_p
  * is past the rank's epoch. */
 int64_t vf_plan_samples_after(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
                               int64_t batches);
+/* Rank-level batches of one rank in an epoch of n samples. */
+int64_t vf_plan_rank_batches(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last);
 /* The inverse: how many rank-level batches hold exactly `samples`; -1 when
  * `samples` falls inside a batch or past the epoch. */
 int64_t vf_plan_batches_at(int64_t n, int world_size, int num_consumers, size_t batch_size, int drop_last,
