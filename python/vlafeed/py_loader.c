@@ -589,6 +589,21 @@ static int parse_normalize(PyObject *obj, vf_sample_settings *s, settings_memory
 static const char *const mode_names[] = {"map", "stream", "pool"};
 static const char *const partition_names[] = {"file_group", "episode", "sequential"};
 
+/* The remaining ranges of an elastic resume as [[start, end], ...]. */
+static PyObject *ranges_to_list(const vf_loader_state *st)
+{
+    PyObject *list = PyList_New((Py_ssize_t)st->num_ranges);
+    for (size_t i = 0; list && i < st->num_ranges; i++) {
+        PyObject *pair = Py_BuildValue("[LL]", (long long)st->ranges[2 * i], (long long)st->ranges[2 * i + 1]);
+        if (!pair) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
+    }
+    return list;
+}
+
 static PyObject *state_to_dict(const vf_loader_state *st)
 {
     const char *mode = st->mode < 3 ? mode_names[st->mode] : "unknown";
@@ -597,7 +612,12 @@ static PyObject *state_to_dict(const vf_loader_state *st)
                               : Py_NewRef(Py_None);
     if (!partition)
         return NULL;
-    return Py_BuildValue("{s:I,s:s,s:K,s:K,s:L,s:K,s:L,s:L,s:L,s:i,s:i,s:O,s:O,s:N,s:L,s:L,s:K}", "version",
+    PyObject *ranges = ranges_to_list(st);
+    if (!ranges) {
+        Py_DECREF(partition);
+        return NULL;
+    }
+    return Py_BuildValue("{s:I,s:s,s:K,s:K,s:L,s:K,s:L,s:L,s:L,s:i,s:i,s:O,s:O,s:N,s:L,s:L,s:N,s:K}", "version",
                          (unsigned)st->version, "mode", mode, "fingerprint", (unsigned long long)st->fingerprint,
                          "selection", (unsigned long long)st->selection, "positions", (long long)st->positions, "seed",
                          (unsigned long long)st->seed, "epoch", (long long)st->epoch, "samples_consumed",
@@ -605,7 +625,7 @@ static PyObject *state_to_dict(const vf_loader_state *st)
                          (int)st->world_size, "consumers", (int)st->consumers, "shuffle",
                          st->shuffle ? Py_True : Py_False, "drop_last", st->drop_last ? Py_True : Py_False,
                          "partition", partition, "shuffle_buffer", (long long)st->shuffle_buffer,
-                         "episode_pool_size", (long long)st->episode_pool_size, "settings_hash",
+                         "episode_pool_size", (long long)st->episode_pool_size, "ranges", ranges, "settings_hash",
                          (unsigned long long)st->settings_hash);
 }
 
@@ -699,6 +719,46 @@ static int dict_to_state(PyObject *d, vf_loader_state *st)
     GET_U("settings_hash", settings_hash, uint64_t);
 #undef GET_S
 #undef GET_U
+    /* Optional (version 1 states have none): the ranges, into a per-thread
+     * buffer that lives until this thread's next state conversion (every
+     * caller uses the state before converting another). */
+    static _Thread_local int64_t *buf;
+    static _Thread_local size_t cap;
+    PyObject *ranges = PyDict_GetItemString(d, "ranges"); /* borrowed */
+    if (ranges && ranges != Py_None) {
+        PyObject *seq = PySequence_Fast(ranges, "loader state: 'ranges' must be a list of [start, end] pairs");
+        if (!seq)
+            return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if ((size_t)n * 2 > cap) {
+            int64_t *nb = realloc(buf, (size_t)n * 2 * sizeof *nb + 1);
+            if (!nb) {
+                Py_DECREF(seq);
+                PyErr_NoMemory();
+                return -1;
+            }
+            buf = nb;
+            cap = (size_t)n * 2;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+            long long a = 0, b = 0;
+            PyObject *t = PySequence_Check(pair) ? PySequence_Tuple(pair) : NULL;
+            int ok = t && PyArg_ParseTuple(t, "LL", &a, &b);
+            Py_XDECREF(t);
+            if (!ok) {
+                PyErr_Clear();
+                Py_DECREF(seq);
+                PyErr_Format(PyExc_ValueError, "loader state: ranges[%zd] is not a [start, end] pair of integers", i);
+                return -1;
+            }
+            buf[2 * i] = a;
+            buf[2 * i + 1] = b;
+        }
+        Py_DECREF(seq);
+        st->num_ranges = (size_t)n;
+        st->ranges = n > 0 ? buf : NULL;
+    }
     return 0;
 }
 
@@ -1344,20 +1404,23 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_loader_state(PyObject *self, PyObject *args, PyObject *kwargs)
+static PyObject *loader_state_impl(PyObject *self, PyObject *args, PyObject *kwargs, int want_resolve)
 {
     (void)self;
     static char *keywords[] = {"dataset", "epoch", "batches", "mode", "batch_size", "seed", "shuffle", "drop_last",
                                "world_size", "num_consumers", "shuffle_buffer", "partition", "episode_pool_size",
-                               NULL};
-    PyObject *dataset = NULL, *mode = NULL, *partition = NULL;
+                               "resume", NULL};
+    PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *resume = NULL;
     long long epoch = 0, batches = 0;
     Py_ssize_t batch_size = 32, shuffle_buffer = 0, pool_size = 16;
     unsigned long long seed = 0;
     int shuffle = 1, drop_last = 0, world_size = 1, num_consumers = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$LLOnKppiinOn:loader_state", keywords, &Dataset_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$LLOnKppiinOnO:loader_state", keywords, &Dataset_Type,
                                      &dataset, &epoch, &batches, &mode, &batch_size, &seed, &shuffle, &drop_last,
-                                     &world_size, &num_consumers, &shuffle_buffer, &partition, &pool_size))
+                                     &world_size, &num_consumers, &shuffle_buffer, &partition, &pool_size, &resume))
+        return NULL;
+    vf_loader_state resumed;
+    if (resume && resume != Py_None && dict_to_state(resume, &resumed) < 0)
         return NULL;
     if (!((DatasetObject *)dataset)->d) {
         PyErr_SetString(PyExc_ValueError, "the dataset is not open");
@@ -1383,11 +1446,38 @@ static PyObject *py_loader_state(PyObject *self, PyObject *args, PyObject *kwarg
     s.num_consumers = num_consumers;
     s.shuffle_buffer = (size_t)shuffle_buffer;
     s.episode_pool_size = (size_t)pool_size;
+    s.resume = resume && resume != Py_None ? &resumed : NULL;
     vf_loader_state st;
-    int r = vf_loader_state_at(((DatasetObject *)dataset)->d, &s, epoch, batches, &st);
+    int r;
+    vf_dataset *d = ((DatasetObject *)dataset)->d;
+    if (want_resolve) {
+        if (!s.resume) {
+            PyErr_SetString(PyExc_TypeError, "resolve_state: a state (resume=) is required");
+            return NULL;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        r = vf_loader_state_resolve(d, &s, s.resume, &st);
+        Py_END_ALLOW_THREADS
+        if (r < 0)
+            return vf_py_raise(r);
+        PyObject *out = state_to_dict(&st);
+        free((void *)st.ranges);
+        return out;
+    }
+    r = vf_loader_state_at(d, &s, epoch, batches, &st);
     if (r < 0)
         return vf_py_raise(r);
     return state_to_dict(&st);
+}
+
+static PyObject *py_loader_state(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return loader_state_impl(self, args, kwargs, 0);
+}
+
+static PyObject *py_resolve_state(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return loader_state_impl(self, args, kwargs, 1);
 }
 
 static PyObject *py_state_batches(PyObject *self, PyObject *arg)
@@ -1406,9 +1496,16 @@ static PyObject *py_state_batches(PyObject *self, PyObject *arg)
 static PyMethodDef loader_functions[] = {
     {"loader_state", (PyCFunction)(void (*)(void))py_loader_state, METH_VARARGS | METH_KEYWORDS,
      "loader_state(dataset, *, epoch, batches, mode, batch_size, seed, shuffle, drop_last, world_size,\n"
-     "num_consumers, shuffle_buffer, partition, episode_pool_size) -> dict\n\n"
+     "num_consumers, shuffle_buffer, partition, episode_pool_size, resume=None) -> dict\n\n"
      "The state a rank-level loader with these settings reports after `batches` batches of `epoch`\n"
-     "(vf_loader_state_at): for a process that receives every worker's batches."},
+     "(vf_loader_state_at): for a process that receives every worker's batches. resume: the resolved\n"
+     "state the epoch started from (resolve_state), whose remaining ranges the batches count within."},
+    {"resolve_state", (PyCFunction)(void (*)(void))py_resolve_state, METH_VARARGS | METH_KEYWORDS,
+     "resolve_state(dataset, *, resume, mode, batch_size, seed, shuffle, drop_last, world_size, num_consumers,\n"
+     "shuffle_buffer, partition, episode_pool_size) -> dict\n"
+     "The state `resume` becomes for loaders with these settings (vf_loader_state_resolve): itself when the\n"
+     "layout (world_size, consumers, batch_size) matches, else (elastic resume) the start of what remains of\n"
+     "its epoch, as remaining ranges. Resolve once and hand the result to every worker."},
     {"state_batches", (PyCFunction)py_state_batches, METH_O,
      "state_batches(state) -> int: the rank-level batches a state stands for."},
     {"set_log_level", (PyCFunction)py_set_log_level, METH_VARARGS,

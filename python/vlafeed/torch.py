@@ -79,6 +79,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._batches = None           # batches of self.epoch the training loop took (None: unknown)
         self._consumers = None         # consumers per rank of the counted iteration
         self._native_ds = None         # the dataset in this process, for loader_state()
+        self._generation = None        # the resolved state the current epoch resumed from (elastic ranges)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -92,6 +93,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._batches = 0 if self._batches is not None else None
         if self._resume is not None and epoch != self._resume["epoch"]:
             self._resume = None
+        if self._generation is not None and epoch != self._generation["epoch"]:
+            self._generation = None
         self.epoch = epoch
 
     def _loader(self, num_consumers, consumer, threads, state):
@@ -104,11 +107,27 @@ class IterableDataset(torch.utils.data.IterableDataset):
         state = self._resume
         return state if state is not None and state["epoch"] == self.epoch else None
 
+    def _order_settings(self, consumers):
+        order = {k: self.loader_kwargs.get(k, v) for k, v in _ORDER_DEFAULTS.items()}
+        return dict(mode=self.mode, batch_size=self.batch_size, seed=self.seed,
+                    world_size=self.loader_kwargs["world_size"], num_consumers=consumers, **order)
+
+    def _resolve(self, state, consumers):
+        """The pending state in this run's layout (elastic resume when the world size, the
+        consumers or the batch size changed), resolved once here so that workers don't replay
+        it each; remembered for state_dict()."""
+        if state is None:
+            return None
+        state = _native.resolve_state(self._main_dataset(), resume=state, **self._order_settings(consumers))
+        self._generation = state
+        return state
+
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         state = self._take_resume()
         self._resume = None            # in a worker: its own copy; in the main process: consumed now
         if info is None:
+            state = self._resolve(state, self.num_consumers)
             loader = self._loader(self.num_consumers, None, 0, state)
             self._batches = loader._native.batches_delivered
             self._consumers = self.num_consumers
@@ -165,10 +184,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
             consumers = self._consumers
         else:
             consumers = self.num_workers if self.num_workers else self.num_consumers
-        order = {k: self.loader_kwargs.get(k, v) for k, v in _ORDER_DEFAULTS.items()}
+        generation = self._generation
+        if generation is not None and generation["epoch"] != self.epoch:
+            generation = None
         return _native.loader_state(self._main_dataset(), epoch=self.epoch, batches=batches_consumed,
-                                    mode=self.mode, batch_size=self.batch_size, seed=self.seed,
-                                    world_size=self.loader_kwargs["world_size"], num_consumers=consumers, **order)
+                                    resume=generation, **self._order_settings(consumers))
 
     def load_state_dict(self, state):
         """The next iteration of the state's epoch continues where the state stopped (the
@@ -177,6 +197,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         batches = _native.state_batches(state)
         self.epoch = int(state["epoch"])
         self._resume = state
+        self._generation = None
         self._batches = batches
         self._consumers = int(state["consumers"])
 
@@ -218,10 +239,14 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         ds = self.dataset
-        inner = super().__iter__()
         if not isinstance(ds, IterableDataset) or self.num_workers == 0:
-            return inner                     # num_workers=0: the dataset counts in-process
-        # The workers have their copy of the dataset (and of a pending state) now.
+            return super().__iter__()        # num_workers=0: the dataset counts in-process
+        # Resolve a pending state for this worker count before the workers copy the dataset.
+        state = ds._take_resume()
+        if state is not None:
+            ds._resume = ds._resolve(state, self.num_workers)
+        inner = super().__iter__()
+        # The workers have their copy of the dataset (and of the pending state) now.
         state = ds._take_resume()
         ds._batches = _native.state_batches(state) if state is not None else 0
         ds._consumers = self.num_workers
