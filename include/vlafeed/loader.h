@@ -424,6 +424,52 @@ typedef struct vf_plan_summary {
     int64_t frames;
 } vf_plan_summary;
 
+/* A partition task, or a consumer's piece of one (a run of its rows). */
+typedef struct vf_task_info {
+    size_t id;                 /* the partition task (0.., in dataset order) */
+    size_t first_episode;      /* the selected episodes it touches (vf_dataset_episode) */
+    size_t num_episodes;
+    int64_t first_row;         /* positions [first_row, first_row + num_rows): frames of the */
+    int64_t num_rows;          /* selection in episode order (vf_loader_get_items positions) */
+    int64_t estimated_bytes;   /* decoded size of these rows: uint8 HWC frames of every camera
+                                * plus the numeric columns as float32 / int64 */
+    int rank, consumer;        /* a consumer's piece: whose; a partition task: -1 */
+} vf_task_info;
+
+/* The partition's tasks over the selected episodes (any strategy; the
+ * sequential one depends on world_size x num_consumers). Metadata only: no
+ * data or video file is opened. *out is newly allocated (free()). */
+int vf_plan_tasks(const vf_dataset *d, vf_partition partition, int world_size, int num_consumers, vf_task_info **out,
+                  size_t *count);
+
+/* What consumer `consumer` of rank `rank` reads in epoch `epoch` with these
+ * loader settings (stream and pool modes; settings' rank and consumer are
+ * ignored; -1 for every rank / every consumer, rank-major, in one walk):
+ * its pieces of tasks, in the epoch's global order (the shuffle
+ * buffer or the pool then reorders samples inside the part), restricted
+ * to settings->resume's remaining ranges when it is a resolved state of
+ * that epoch. The rows kept only (drop_last tails excluded). Metadata only.
+ * *out is newly allocated (free()). */
+int vf_plan_consumer_tasks(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int rank,
+                           int consumer, vf_task_info **out, size_t *count);
+
+/* MP4 opens of one epoch at the settings' world_size x num_consumers. */
+typedef struct vf_plan_opens {
+    size_t consumers;          /* world_size x num_consumers */
+    size_t distinct_files;     /* video files the selection uses, all cameras */
+    size_t task_opens;         /* reading every task once on its own (a task-per-worker executor, e.g.
+                                * Ray Data): the sum over tasks and cameras of the files each touches */
+    size_t consumer_opens;     /* what the loaders do: the sum over consumers of the distinct files of
+                                * their parts (the decoder cache keeps a consumer's files open while
+                                * it reads them) */
+    size_t lower_bound;        /* no plan can do better: max(distinct_files, the sum over consumers of
+                                * the cameras they read, i.e. one file per camera each) */
+    int64_t samples;           /* rows the consumers read this epoch */
+} vf_plan_opens;
+
+/* Counts the opens of an epoch from the plan alone (stream and pool modes). */
+int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, vf_plan_opens *out);
+
 /* The plan of one strategy over the dataset's selected episodes. */
 int vf_plan_summarize(const vf_dataset *d, vf_partition partition, int world_size, int num_consumers,
                       vf_plan_summary *out);

@@ -1219,3 +1219,292 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     st->pool_evicted = l->evicted;
     st->cache_capacity = l->cache_capacity;
 }
+
+/* ---- public task lists and open counts ------------------------------------------------------ */
+
+/* Decoded bytes of one frame row: uint8 HWC frames of every camera plus the
+ * numeric columns (float32, int64 for integers). */
+static int64_t frame_bytes(const vf_dataset *d)
+{
+    int64_t b = 0;
+    for (size_t i = 0; i < vf_dataset_num_features(d); i++) {
+        const vf_feature *f = vf_dataset_feature(d, i);
+        if (f->camera >= 0) {
+            const vf_camera *c = vf_dataset_camera(d, (size_t)f->camera);
+            b += (int64_t)c->width * c->height * 3;
+        } else if (f->type != VF_DTYPE_OTHER) {
+            int is_int = f->type != VF_DTYPE_FLOAT32 && f->type != VF_DTYPE_FLOAT64 && f->type != VF_DTYPE_FLOAT16;
+            b += f->size * (is_int ? 8 : 4);
+        }
+    }
+    return b;
+}
+
+typedef struct task_walk {
+    const vf_dataset *d;
+    const vf_plan_task *tasks;
+    int64_t *ep_start;         /* [episodes + 1] first position of each selected episode */
+    size_t num_episodes;
+    int64_t frame_bytes;
+    /* consumer_tasks */
+    vf_task_info *out;
+    size_t count;
+    /* count_opens */
+    size_t *files;             /* scratch: camera-major file keys of one consumer */
+    size_t files_cap;
+    size_t *file_base;         /* [cameras]: key offset of each camera's files */
+    vf_plan_opens *opens;
+} task_walk;
+
+static size_t episode_at(const task_walk *w, int64_t position)
+{
+    size_t lo = 0, hi = w->num_episodes;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (w->ep_start[mid] <= position)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void fill_info(const task_walk *w, size_t id, int64_t first, int64_t rows, vf_task_info *t)
+{
+    t->id = id;
+    t->first_row = first;
+    t->num_rows = rows;
+    t->first_episode = episode_at(w, first);
+    t->num_episodes = rows > 0 ? episode_at(w, first + rows - 1) - t->first_episode + 1 : 0;
+    t->estimated_bytes = rows * w->frame_bytes;
+    t->rank = t->consumer = -1;
+}
+
+static int collect_pieces(void *ctx, int rank, int consumer, const vf_plan_piece *p, size_t n)
+{
+    task_walk *w = ctx;
+    if (w->count + n > w->files_cap) {
+        size_t cap = VF_MAX(w->files_cap * 2, w->count + n + 16);
+        vf_task_info *nv = vf_realloc(w->out, cap * sizeof *nv);
+        if (!nv)
+            return VF_ENOMEM;
+        w->out = nv;
+        w->files_cap = cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        vf_task_info *t = &w->out[w->count++];
+        fill_info(w, p[i].task, p[i].first_position, p[i].num_samples, t);
+        t->rank = rank;
+        t->consumer = consumer;
+    }
+    return 0;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan_piece *p, size_t n)
+{
+    (void)rank;
+    (void)consumer;
+    task_walk *w = ctx;
+    size_t nc = vf_dataset_num_cameras(w->d), k = 0;
+    int64_t samples = 0;
+    for (size_t i = 0; i < n; i++) {
+        samples += p[i].num_samples;
+        size_t e0 = episode_at(w, p[i].first_position);
+        size_t e1 = episode_at(w, p[i].first_position + p[i].num_samples - 1);
+        for (size_t e = e0; e <= e1; e++)
+            for (size_t c = 0; c < nc; c++) {
+                vf_video_span vs;
+                if (vf_dataset_episode_video(w->d, e, c, &vs) < 0)
+                    return VF_EINVAL;
+                if (k == w->files_cap) {
+                    size_t cap = w->files_cap ? w->files_cap * 2 : 256;
+                    size_t *nf = vf_realloc(w->files, cap * sizeof *nf);
+                    if (!nf)
+                        return VF_ENOMEM;
+                    w->files = nf;
+                    w->files_cap = cap;
+                }
+                w->files[k++] = w->file_base[c] + vs.file;
+            }
+    }
+    qsort(w->files, k, sizeof *w->files, cmp_size);
+    size_t distinct = 0;
+    for (size_t i = 0; i < k; i++)
+        distinct += i == 0 || w->files[i] != w->files[i - 1];
+    w->opens->consumer_opens += distinct;
+    w->opens->lower_bound += samples > 0 ? nc : 0;
+    w->opens->samples += samples;
+    return 0;
+}
+
+/* The walk over a dataset's consumers for these settings: checked
+ * settings, tasks, plan settings (with the remaining ranges of a resolved
+ * resume state of that epoch). */
+static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, vf_loader_settings *s,
+                      vf_plan_task **tasks, size_t *nt, int64_t **ranges, size_t *nr, vf_plan_epoch_settings *ps,
+                      task_walk *w)
+{
+    *tasks = NULL;
+    *ranges = NULL;
+    *nr = 0;
+    memset(w, 0, sizeof *w);
+    *s = *settings;
+    const vf_loader_state *resume = s->resume;
+    s->resume = NULL;
+    int r = check_settings(s);
+    if (r == 0 && s->mode == VF_MODE_MAP)
+        r = vf_error(VF_EINVAL, "plan: map mode has no tasks (its samples are random positions); use mode "
+                                "'stream' or 'pool'");
+    if (r == 0)
+        r = make_tasks(d, s->mode, s->partition, (size_t)s->world_size * (size_t)s->num_consumers, tasks, nt);
+    int64_t n = total_positions(d), k = 0;
+    if (r == 0 && resume && resume->epoch == epoch)
+        r = resolve_state(s, d, n, selection_hash(d), *tasks, *nt, resume, ranges, nr, &k);
+    if (r < 0) {
+        free(*tasks);
+        *tasks = NULL;
+        return r;
+    }
+    *ps = (vf_plan_epoch_settings){
+        .seed = s->seed,
+        .epoch = epoch,
+        .shuffle = s->shuffle,
+        .rank = -1,
+        .world_size = s->world_size,
+        .num_consumers = s->num_consumers,
+        .consumer = -1,
+        .batch_size = s->batch_size,
+        .drop_last = s->drop_last,
+        .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
+        .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
+        .ranges = *ranges,
+        .num_ranges = *nr,
+    };
+    w->d = d;
+    w->tasks = *tasks;
+    w->num_episodes = vf_dataset_num_episodes(d);
+    w->frame_bytes = frame_bytes(d);
+    if (!(w->ep_start = vf_malloc_array(w->num_episodes + 1, sizeof *w->ep_start))) {
+        free(*tasks);
+        free(*ranges);
+        *tasks = NULL;
+        *ranges = NULL;
+        return VF_ENOMEM;
+    }
+    int64_t pos = 0;
+    for (size_t e = 0; e < w->num_episodes; e++) {
+        w->ep_start[e] = pos;
+        pos += vf_dataset_episode(d, e)->length;
+    }
+    w->ep_start[w->num_episodes] = pos;
+    return 0;
+}
+
+int vf_plan_consumer_tasks(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int rank,
+                           int consumer, vf_task_info **out, size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    vf_loader_settings s;
+    vf_plan_task *tasks;
+    size_t nt, nr;
+    int64_t *ranges;
+    vf_plan_epoch_settings ps;
+    task_walk w;
+    int r = walk_setup(d, settings, epoch, &s, &tasks, &nt, &ranges, &nr, &ps, &w);
+    if (r < 0)
+        return r;
+    if (rank < -1 || rank >= s.world_size || consumer < -1 || consumer >= s.num_consumers)
+        r = vf_error(VF_EINVAL, "plan: rank %d, consumer %d is not in world_size %d x %d consumers", rank, consumer,
+                     s.world_size, s.num_consumers);
+    ps.rank = rank;
+    ps.consumer = consumer;
+    if (r == 0)
+        r = vf_plan_each_consumer(&ps, w.ep_start[w.num_episodes], tasks, nt, collect_pieces, &w);
+    free(tasks);
+    free(ranges);
+    free(w.ep_start);
+    if (r < 0) {
+        free(w.out);
+        return r;
+    }
+    *out = w.out;
+    *count = w.count;
+    return 0;
+}
+
+int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, vf_plan_opens *out)
+{
+    memset(out, 0, sizeof *out);
+    vf_loader_settings s;
+    vf_plan_task *tasks;
+    size_t nt, nr;
+    int64_t *ranges;
+    vf_plan_epoch_settings ps;
+    task_walk w;
+    int r = walk_setup(d, settings, epoch, &s, &tasks, &nt, &ranges, &nr, &ps, &w);
+    if (r < 0)
+        return r;
+    size_t nc = vf_dataset_num_cameras(d);
+    if (!(w.file_base = vf_calloc(nc ? nc : 1, sizeof *w.file_base)))
+        r = VF_ENOMEM;
+    for (size_t c = 0; r == 0 && c < nc; c++) {
+        w.file_base[c] = out->distinct_files;
+        out->distinct_files += vf_dataset_num_video_files(d, c);
+    }
+    out->consumers = (size_t)s.world_size * (size_t)s.num_consumers;
+    if (r == 0) {
+        vf_plan_input in;
+        r = vf_plan_input_from_dataset(d, &in);
+        if (r == 0) {
+            out->task_opens = vf_plan_video_opens(&in, tasks, nt);
+            vf_plan_input_free(&in);
+        }
+    }
+    w.opens = out;
+    if (r == 0)
+        r = vf_plan_each_consumer(&ps, w.ep_start[w.num_episodes], tasks, nt, count_consumer_opens, &w);
+    if (r == 0 && out->lower_bound < out->distinct_files)
+        out->lower_bound = out->distinct_files;
+    free(tasks);
+    free(ranges);
+    free(w.ep_start);
+    free(w.files);
+    free(w.file_base);
+    return r;
+}
+
+int vf_plan_tasks(const vf_dataset *d, vf_partition partition, int world_size, int num_consumers, vf_task_info **out,
+                  size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    if (world_size < 1 || num_consumers < 1)
+        return vf_error(VF_EINVAL, "plan: world size %d and workers %d must be at least 1", world_size,
+                        num_consumers);
+    vf_plan_task *tasks = NULL;
+    size_t nt = 0;
+    int r = make_tasks(d, VF_MODE_STREAM, partition, (size_t)world_size * (size_t)num_consumers, &tasks, &nt);
+    if (r < 0)
+        return r;
+    task_walk w = {.d = d, .num_episodes = vf_dataset_num_episodes(d), .frame_bytes = frame_bytes(d)};
+    vf_task_info *v = vf_malloc_array(nt ? nt : 1, sizeof *v);
+    if (!v) {
+        free(tasks);
+        return VF_ENOMEM;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        v[i] = (vf_task_info){i, tasks[i].first_episode, tasks[i].num_episodes, tasks[i].first_position,
+                              tasks[i].num_samples, tasks[i].num_samples * w.frame_bytes, -1, -1};
+    }
+    free(tasks);
+    *out = v;
+    *count = nt;
+    return 0;
+}

@@ -76,14 +76,29 @@ int vf_plan_partition_from_name(const char *name)
     return -1;
 }
 
-static int same_group(const vf_plan_input *in, size_t a, size_t b)
+/* The camera whose files change most often along the episodes (the first
+ * such camera on ties), and how many runs of episodes its files make. */
+static size_t primary_camera(const vf_plan_input *in, size_t *runs_out)
 {
-    if (in->num_cameras == 0)
-        return in->data_files[a] == in->data_files[b];
-    for (size_t c = 0; c < in->num_cameras; c++)
-        if (in->video_files[a * in->num_cameras + c] != in->video_files[b * in->num_cameras + c])
-            return 0;
-    return 1;
+    size_t best = 0, best_runs = 0;
+    for (size_t c = 0; c < in->num_cameras; c++) {
+        size_t runs = in->num_episodes > 0;
+        for (size_t e = 1; e < in->num_episodes; e++)
+            runs += in->video_files[e * in->num_cameras + c] != in->video_files[(e - 1) * in->num_cameras + c];
+        if (runs > best_runs) {
+            best = c;
+            best_runs = runs;
+        }
+    }
+    *runs_out = best_runs;
+    return best;
+}
+
+/* The file identity that cuts file groups: the primary camera's file, or
+ * the data file without cameras. */
+static int64_t group_key(const vf_plan_input *in, size_t primary, size_t e)
+{
+    return in->num_cameras ? in->video_files[e * in->num_cameras + primary] : in->data_files[e];
 }
 
 int vf_plan_partition(const vf_plan_input *in, vf_partition partition, size_t consumers, vf_plan_task **tasks,
@@ -105,15 +120,33 @@ int vf_plan_partition(const vf_plan_input *in, vf_partition partition, size_t co
     size_t nt = 0;
     int64_t pos = 0;
     size_t prev_key = 0;
+    /* File groups: runs of the primary camera's files, up to `span` of
+     * them per task (see vf_plan_partition). */
+    size_t primary = 0, runs = 0, span = 1, in_task = 0;
+    if (partition == VF_PARTITION_FILE_GROUP) {
+        primary = primary_camera(in, &runs);
+        if (in->num_cameras == 0) {
+            runs = n > 0;
+            for (size_t e = 1; e < n; e++)
+                runs += in->data_files[e] != in->data_files[e - 1];
+        }
+        span = runs / (4 * consumers);
+        span = span < 1 ? 1 : span > VF_PLAN_MAX_FILES_PER_TASK ? VF_PLAN_MAX_FILES_PER_TASK : span;
+    }
     for (size_t e = 0; e < n; e++) {
         int start_new;
         size_t key = 0;
         if (e == 0) {
             start_new = 1;
+            in_task = 1;
         } else if (partition == VF_PARTITION_EPISODE) {
             start_new = 1;
         } else if (partition == VF_PARTITION_FILE_GROUP) {
-            start_new = !same_group(in, e - 1, e);
+            start_new = 0;
+            if (group_key(in, primary, e) != group_key(in, primary, e - 1)) {
+                start_new = in_task >= span;
+                in_task = start_new ? 1 : in_task + 1;
+            }
         } else {
             /* Sequential: the consumer slot this episode's first frame falls in. */
             key = (size_t)((unsigned __int128)pos * consumers / (unsigned __int128)(total ? total : 1));
@@ -986,4 +1019,87 @@ int vf_plan_remaining(const vf_plan_epoch_settings *s0, int64_t num_positions, c
     *ranges = left.v;
     *num_ranges = left.n;
     return 0;
+}
+
+/* ---- consumers' pieces (the public task lists) ---------------------------------------- */
+
+static int piece_push(vf_plan_piece **v, size_t *n, size_t *cap, size_t task, int64_t pos, int64_t count)
+{
+    if (*n > 0) {
+        vf_plan_piece *last = &(*v)[*n - 1];
+        if (last->task == task && last->first_position + last->num_samples == pos) {
+            last->num_samples += count;
+            return 0;
+        }
+    }
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        vf_plan_piece *nv = vf_realloc(*v, nc * sizeof *nv);
+        if (!nv)
+            return VF_ENOMEM;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = (vf_plan_piece){task, pos, count};
+    return 0;
+}
+
+/* The pieces of consumer c of rank `rank` (its part in global order). */
+static int part_pieces(const vf_plan_epoch_settings *s, const order *o, int rank, int c, vf_plan_piece **v,
+                       size_t *n, size_t *cap)
+{
+    *n = 0;
+    int64_t rank_start, rank_count, cs, cl, keep, nb;
+    vf_plan_rank_slice(o->rn, rank, s->world_size, s->drop_last, &rank_start, &rank_count);
+    part_slice(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &cs, &cl, &keep, &nb);
+    int64_t j = rank_start + cs, left = keep;
+    int r = 0;
+    while (left > 0 && r == 0 && o->rn > 0) {
+        int64_t jj = j % o->rn;
+        int64_t g = order_global(o, jj);
+        int64_t run = VF_MIN(left, o->rn - jj);
+        if (o->ranges) {
+            size_t k = find_le(o->range_prefix, o->num_ranges, jj);
+            run = VF_MIN(run, o->range_prefix[k + 1] - jj);
+        }
+        size_t t = find_le(o->task_prefix, o->num_tasks, g);
+        run = VF_MIN(run, o->task_prefix[t + 1] - g);
+        size_t task = (size_t)o->task_order[t];
+        r = piece_push(v, n, cap, task, o->tasks[task].first_position + (g - o->task_prefix[t]), run);
+        j += run;
+        left -= run;
+    }
+    return r;
+}
+
+int vf_plan_each_consumer(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
+                          size_t num_tasks,
+                          int (*fn)(void *ctx, int rank, int consumer, const vf_plan_piece *pieces, size_t count),
+                          void *ctx)
+{
+    vf_plan_epoch_settings a = *s;
+    a.rank = 0;
+    a.consumer = -1;
+    a.resume_batch = 0;
+    int r = check_epoch_settings(&a, tasks);
+    if (r == 0 && !tasks)
+        r = vf_error(VF_EINVAL, "plan: map mode has no tasks (its samples are random positions)");
+    if (r < 0)
+        return r;
+    order o;
+    if ((r = order_init(&o, &a, num_positions, tasks, num_tasks)) < 0)
+        return r;
+    vf_plan_piece *v = NULL;
+    size_t n = 0, cap = 0;
+    int first_rank = s->rank >= 0 ? s->rank : 0, last_rank = s->rank >= 0 ? s->rank : s->world_size - 1;
+    int first_c = s->consumer >= 0 ? s->consumer : 0, last_c = s->consumer >= 0 ? s->consumer : s->num_consumers - 1;
+    for (int rank = first_rank; rank <= last_rank && r == 0; rank++)
+        for (int c = first_c; c <= last_c && r == 0; c++) {
+            r = part_pieces(&a, &o, rank, c, &v, &n, &cap);
+            if (r == 0)
+                r = fn(ctx, rank, c, v, n);
+        }
+    free(v);
+    order_free(&o);
+    return r;
 }

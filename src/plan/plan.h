@@ -92,10 +92,22 @@ typedef struct vf_plan_task {
     int64_t first_position, num_samples;
 } vf_plan_task;
 
+/* Most primary-camera files one file-group task spans. */
+#define VF_PLAN_MAX_FILES_PER_TASK 4
+
 /* Partitions the episodes:
- *  - FILE_GROUP: maximal runs of consecutive episodes that use the same
- *    tuple of video files across all cameras (the same data file when there
- *    is no camera), so each MP4 is opened once per task;
+ *  - FILE_GROUP: runs of consecutive episodes stored in the same file of
+ *    the primary camera (the camera whose files change most often; the
+ *    data file when there is no camera); the other cameras' files may
+ *    change inside a task (they roll over at other episodes, since their
+ *    bitrates differ), so a task opens one file of the primary camera and
+ *    one or two of each other camera, instead of cutting a new task at
+ *    every camera's rollover (which fragments the dataset into about as
+ *    many tasks as there are files of all cameras together, and opens each
+ *    file about once per camera). When there are at least 8 primary files
+ *    per consumer, a task spans several primary files (files / (4 x
+ *    consumers), at most VF_PLAN_MAX_FILES_PER_TASK), which halves again
+ *    the reopening of the other cameras' files at small consumer counts;
  *  - EPISODE: one task per episode;
  *  - SEQUENTIAL: min(consumers, episodes) contiguous runs of episodes with
  *    about equal frame counts (episode e goes to task floor(start(e) *
@@ -214,6 +226,24 @@ int64_t vf_plan_ranges_samples(const int64_t *ranges, size_t num_ranges, int64_t
 /* Checks ranges against the epoch (ascending, disjoint, non-empty, inside
  * [0, num_positions)); VF_EINVAL naming the first bad range. */
 int vf_plan_ranges_check(const int64_t *ranges, size_t num_ranges, int64_t num_positions);
+
+/* A run of consecutive positions of one task in a consumer's part. */
+typedef struct vf_plan_piece {
+    size_t task;               /* index into the tasks */
+    int64_t first_position, num_samples;
+} vf_plan_piece;
+
+/* Calls fn for every consumer of every rank (s->rank and s->consumer: -1
+ * for all, else that one), in rank-major order, with the consumer's part
+ * as pieces in global order (the samples it keeps; its shuffle buffer or
+ * pool then reorders them inside the part). Stream and pool modes (tasks
+ * given). The order is built once: O(tasks + consumers + pieces) over all
+ * consumers, no per-sample work. fn's non-zero result stops the walk and
+ * is returned. resume_batch is ignored (a part is the whole epoch's). */
+int vf_plan_each_consumer(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
+                          size_t num_tasks,
+                          int (*fn)(void *ctx, int rank, int consumer, const vf_plan_piece *pieces, size_t count),
+                          void *ctx);
 
 /* Samples of one rank in its first `batches` batches (the rank-level
  * round-robin over its consumers), from the counts alone; -1 when `batches`

@@ -25,20 +25,44 @@ static void test_partitions_by_hand(void)
     vf_plan_task *t;
     size_t n;
     CHECK_OK(vf_plan_partition(&in, VF_PARTITION_FILE_GROUP, 1, &t, &n));
-    /* Tuples: (0,0) (0,0) (0,1) (1,1) (1,1) (1,2) -> groups {0,1} {2} {3,4} {5}. */
-    CHECK_EQ_INT(n, 4);
-    if (n == 4) {
+    /* The primary camera is cam1 (3 runs of files against cam0's 2): groups
+     * {0,1} {2,3,4} {5}; cam0 rolls over inside the second group. */
+    CHECK_EQ_INT(n, 3);
+    if (n == 3) {
         CHECK_EQ_INT(t[0].first_episode, 0);
         CHECK_EQ_INT(t[0].num_episodes, 2);
         CHECK_EQ_INT(t[0].num_samples, 30);
         CHECK_EQ_INT(t[1].first_episode, 2);
+        CHECK_EQ_INT(t[1].num_episodes, 3);
         CHECK_EQ_INT(t[1].first_position, 30);
-        CHECK_EQ_INT(t[2].num_episodes, 2);
-        CHECK_EQ_INT(t[2].first_position, 60);
-        CHECK_EQ_INT(t[3].num_samples, 60);
+        CHECK_EQ_INT(t[2].first_position, 150);
+        CHECK_EQ_INT(t[2].num_samples, 60);
     }
-    CHECK_EQ_INT(vf_plan_video_opens(&in, t, n), 8); /* every group: one file per camera */
+    CHECK_EQ_INT(vf_plan_video_opens(&in, t, n), 7); /* 2 + (cam0 {0,1} + cam1 {1}) + 2 */
     free(t);
+    /* Many primary files per consumer: a task spans several of them. 64
+     * episodes, cam1 rolls over every episode, cam0 every 8: with 1
+     * consumer, 64 / 4 = 16 -> at most 4 primary files per task. */
+    {
+        int64_t len64[64], vid64[128], dat64[64];
+        for (int e = 0; e < 64; e++) {
+            len64[e] = 5;
+            vid64[2 * e] = e / 8;
+            vid64[2 * e + 1] = e;
+            dat64[e] = 0;
+        }
+        vf_plan_input big = {64, len64, 2, vid64, dat64};
+        CHECK_OK(vf_plan_partition(&big, VF_PARTITION_FILE_GROUP, 1, &t, &n));
+        CHECK_EQ_INT(n, 16);
+        if (n == 16)
+            CHECK_EQ_INT(t[3].first_episode, 12);
+        /* cam0: each task of 4 episodes touches 1 file; cam1: 4 -> 16 + 64. */
+        CHECK_EQ_INT(vf_plan_video_opens(&big, t, n), 80);
+        free(t);
+        CHECK_OK(vf_plan_partition(&big, VF_PARTITION_FILE_GROUP, 16, &t, &n));
+        CHECK_EQ_INT(n, 64); /* 4 files per consumer or fewer: one primary file per task */
+        free(t);
+    }
     CHECK_OK(vf_plan_partition(&in, VF_PARTITION_EPISODE, 1, &t, &n));
     CHECK_EQ_INT(n, 6);
     CHECK_EQ_INT(vf_plan_video_opens(&in, t, n), 12);
@@ -95,11 +119,16 @@ static void test_partitions_dataset(void)
     for (size_t c = 0; c < nc; c++)
         files += vf_dataset_num_video_files(d, c);
     vf_plan_summary s;
+    (void)groups;
+    /* File groups follow the camera with the most files. */
+    size_t primary_files = 0;
+    for (size_t c = 0; c < nc; c++)
+        primary_files = VF_MAX(primary_files, vf_dataset_num_video_files(d, c));
     CHECK_OK(vf_plan_summarize(d, VF_PARTITION_FILE_GROUP, 1, 1, &s));
-    CHECK_EQ_INT(s.tasks, groups);
+    CHECK_EQ_INT(s.tasks, primary_files);
     CHECK(s.tasks < ne);             /* many episodes per file */
-    CHECK_EQ_INT(s.video_opens, groups * nc);
     CHECK(s.video_opens >= files);
+    CHECK(s.video_opens <= s.tasks * nc + files);
     CHECK_EQ_INT(s.episodes, ne);
     CHECK_EQ_INT(s.frames, frames);
     CHECK_OK(vf_plan_summarize(d, VF_PARTITION_EPISODE, 1, 1, &s));
@@ -322,8 +351,118 @@ static void test_epoch_stream(void)
     CHECK(memcmp(v, out, sizeof v) == 0);
 }
 
+/* The public task lists: partition tasks tile the selection; every
+ * consumer's pieces (one walk over all consumers, or one consumer at a
+ * time) are exactly the positions its plan emits; opens counted from them
+ * lie between the lower bound and the per-task count. */
+static int cmp_task_row(const void *pa, const void *pb)
+{
+    const vf_task_info *a = pa, *b = pb;
+    return a->first_row < b->first_row ? -1 : a->first_row > b->first_row;
+}
+
+static void test_task_api(void)
+{
+    char *root = make_dataset("tasks", 14, 30, 0.03, NULL);
+    vf_dataset *d = open_dataset(root, NULL, 0);
+    size_t ne = vf_dataset_num_episodes(d);
+    int64_t frames = 0;
+    for (size_t e = 0; e < ne; e++)
+        frames += vf_dataset_episode(d, e)->length;
+    vf_task_info *t;
+    size_t n;
+    CHECK_OK(vf_plan_tasks(d, VF_PARTITION_FILE_GROUP, 1, 1, &t, &n));
+    int64_t at = 0;
+    size_t ep = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(t[i].id, i);
+        CHECK_EQ_INT(t[i].first_row, at);
+        CHECK_EQ_INT(t[i].first_episode, ep);
+        CHECK(t[i].estimated_bytes > t[i].num_rows * 3 * 64); /* two cameras of 96x64 at least */
+        at += t[i].num_rows;
+        ep += t[i].num_episodes;
+    }
+    CHECK_EQ_INT(at, frames);
+    CHECK_EQ_INT(ep, ne);
+    free(t);
+
+    vf_loader_settings ls;
+    vf_loader_defaults(&ls);
+    ls.mode = VF_MODE_STREAM;
+    ls.batch_size = 4;
+    ls.seed = 5;
+    ls.world_size = 3;
+    ls.num_consumers = 2;
+    CHECK_OK(vf_plan_consumer_tasks(d, &ls, 2, -1, -1, &t, &n));
+    int64_t *count = calloc((size_t)frames, sizeof *count);
+    for (size_t i = 0; i < n; i++)
+        for (int64_t p = t[i].first_row; p < t[i].first_row + t[i].num_rows; p++)
+            count[p]++;
+    int64_t once = 0, more = 0;
+    for (int64_t p = 0; p < frames; p++) {
+        once += count[p] >= 1;
+        more += count[p] > 1 ? count[p] - 1 : 0;
+    }
+    CHECK_EQ_INT(once, frames);
+    CHECK_EQ_INT(more, (frames + 2) / 3 * 3 - frames); /* the wrap padding */
+    /* Each consumer's pieces are its plan's positions (as sets). */
+    for (int rank = 0; rank < 3; rank++)
+        for (int c = 0; c < 2; c++) {
+            vf_task_info *mine;
+            size_t nm;
+            CHECK_OK(vf_plan_consumer_tasks(d, &ls, 2, rank, c, &mine, &nm));
+            vf_plan_input in;
+            vf_plan_task *tasks;
+            size_t nt;
+            CHECK_OK(vf_plan_input_from_dataset(d, &in));
+            CHECK_OK(vf_plan_partition(&in, VF_PARTITION_FILE_GROUP, 6, &tasks, &nt));
+            vf_plan_epoch_settings es = {.seed = 5, .epoch = 2, .shuffle = 1, .rank = rank, .world_size = 3,
+                                         .num_consumers = 2, .consumer = c, .batch_size = 4};
+            vf_plan_epoch e;
+            CHECK_OK(vf_plan_epoch_build(&es, frames, tasks, nt, &e));
+            int64_t k = 0;
+            int same = 1;
+            for (size_t i = 0; i < nm; i++) {
+                CHECK(mine[i].rank == rank && mine[i].consumer == c);
+                for (int64_t p = mine[i].first_row; p < mine[i].first_row + mine[i].num_rows; p++, k++)
+                    same &= k < e.num_samples && e.positions[k] == p; /* no buffer: the same order */
+            }
+            CHECK(same && k == e.num_samples);
+            vf_plan_epoch_free(&e);
+            free(tasks);
+            vf_plan_input_free(&in);
+            free(mine);
+        }
+    free(count);
+    qsort(t, n, sizeof *t, cmp_task_row);
+    free(t);
+
+    vf_plan_opens o;
+    ls.world_size = 1;
+    ls.num_consumers = 1;
+    CHECK_OK(vf_plan_count_opens(d, &ls, 0, &o));
+    size_t files = 0;
+    for (size_t c = 0; c < vf_dataset_num_cameras(d); c++)
+        files += vf_dataset_num_video_files(d, c);
+    CHECK_EQ_INT(o.distinct_files, files);
+    CHECK_EQ_INT(o.consumer_opens, files); /* one consumer opens each file once */
+    CHECK_EQ_INT(o.lower_bound, files);
+    CHECK_EQ_INT(o.samples, frames);
+    ls.world_size = 4;
+    ls.num_consumers = 3;
+    CHECK_OK(vf_plan_count_opens(d, &ls, 0, &o));
+    CHECK(o.consumer_opens >= o.lower_bound && o.lower_bound >= 12 * 2);
+    ls.mode = VF_MODE_MAP;
+    CHECK_ERR(vf_plan_count_opens(d, &ls, 0, &o), VF_EINVAL, "map mode has no tasks");
+    ls.mode = VF_MODE_POOL;
+    CHECK_ERR(vf_plan_consumer_tasks(d, &ls, 0, 4, 0, &t, &n), VF_EINVAL, "rank 4, consumer 0 is not in");
+    vf_dataset_close(d);
+    remove_dataset(root);
+}
+
 int main(void)
 {
+    test_task_api();
     test_partitions_by_hand();
     test_partitions_dataset();
     test_epoch_map();
