@@ -482,6 +482,19 @@ int vf_plan_summarize(const vf_dataset *d, vf_partition partition, int world_siz
  * VF_INFO_PRETTY. */
 int vf_plan_json(const vf_dataset *d, int world_size, int num_consumers, int flags, char **out);
 
+/* The `vlafeed plan --json` document for loaders with these settings
+ * (stream or pool mode; world_size and num_consumers = workers per rank):
+ * vf_plan_json's fields, plus mode, partition, batch_size,
+ * samples_per_rank_drop_last and dropped_drop_last (the whole-batch
+ * remainder rule), "opens" (vf_plan_count_opens of epoch `epoch`), and
+ * with list_tasks the partition's "tasks" (id, episodes [first, count],
+ * episode_index [first, last], rows [first, count], estimated_bytes,
+ * video_files per camera), or with rank >= 0 that consumer's
+ * "consumer_tasks" (its pieces, the same fields plus rank and worker).
+ * Metadata only. *out is newly allocated (free()). */
+int vf_plan_report_json(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int list_tasks,
+                        int rank, int worker, int flags, char **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1480,6 +1480,68 @@ static PyObject *py_resolve_state(PyObject *self, PyObject *args, PyObject *kwar
     return loader_state_impl(self, args, kwargs, 1);
 }
 
+static PyObject *py_plan_report(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"dataset", "mode", "partition", "world_size", "workers", "batch_size", "seed",
+                               "epoch", "shuffle", "drop_last", "shuffle_buffer", "episode_pool_size", "tasks",
+                               "rank", "worker", "resume", NULL};
+    PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *resume = NULL;
+    int world_size = 1, workers = 1, shuffle = 1, drop_last = 0, tasks = 0, rank = -1, worker = -1;
+    Py_ssize_t batch_size = 32, shuffle_buffer = 0, pool_size = 16;
+    unsigned long long seed = 0;
+    long long epoch = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OOiinKLppnnpiiO:plan_report", keywords, &Dataset_Type,
+                                     &dataset, &mode, &partition, &world_size, &workers, &batch_size, &seed, &epoch,
+                                     &shuffle, &drop_last, &shuffle_buffer, &pool_size, &tasks, &rank, &worker,
+                                     &resume))
+        return NULL;
+    if (!((DatasetObject *)dataset)->d) {
+        PyErr_SetString(PyExc_ValueError, "the dataset is not open");
+        return NULL;
+    }
+    if (batch_size < 1 || shuffle_buffer < 0 || pool_size < 1 || world_size < 1 || workers < 1 || epoch < 0) {
+        PyErr_SetString(PyExc_ValueError, "plan: world_size, workers, batch_size and episode_pool_size must be >= 1; "
+                                          "shuffle_buffer and epoch >= 0");
+        return NULL;
+    }
+    if ((rank >= 0) != (worker >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "plan: rank and worker go together");
+        return NULL;
+    }
+    int mode_i = 1, part_i = 0;
+    if (parse_choice(mode, "mode", mode_names, 3, &mode_i) < 0 ||
+        parse_choice(partition, "partition", partition_names, 3, &part_i) < 0)
+        return NULL;
+    vf_loader_state resumed;
+    if (resume && resume != Py_None && dict_to_state(resume, &resumed) < 0)
+        return NULL;
+    vf_loader_settings s;
+    vf_loader_defaults(&s);
+    s.mode = (vf_mode)mode_i;
+    s.partition = (vf_partition)part_i;
+    s.world_size = world_size;
+    s.num_consumers = workers;
+    s.batch_size = (size_t)batch_size;
+    s.seed = seed;
+    s.shuffle = shuffle;
+    s.drop_last = drop_last;
+    s.shuffle_buffer = (size_t)shuffle_buffer;
+    s.episode_pool_size = (size_t)pool_size;
+    s.resume = resume && resume != Py_None ? &resumed : NULL;
+    char *doc = NULL;
+    int r;
+    vf_dataset *d = ((DatasetObject *)dataset)->d;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_plan_report_json(d, &s, epoch, tasks, rank, worker, 0, &doc);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        return vf_py_raise(r);
+    PyObject *out = PyUnicode_FromString(doc);
+    free(doc);
+    return out;
+}
+
 static PyObject *py_state_batches(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -1506,6 +1568,10 @@ static PyMethodDef loader_functions[] = {
      "The state `resume` becomes for loaders with these settings (vf_loader_state_resolve): itself when the\n"
      "layout (world_size, consumers, batch_size) matches, else (elastic resume) the start of what remains of\n"
      "its epoch, as remaining ranges. Resolve once and hand the result to every worker."},
+    {"plan_report", (PyCFunction)(void (*)(void))py_plan_report, METH_VARARGS | METH_KEYWORDS,
+     "plan_report(dataset, *, mode='stream', partition='file_group', world_size=1, workers=1, batch_size=32,\n"
+     "seed=0, epoch=0, shuffle=True, drop_last=False, shuffle_buffer=0, episode_pool_size=16, tasks=False,\n"
+     "rank=-1, worker=-1, resume=None) -> str: the `vlafeed plan --json` document (vf_plan_report_json)."},
     {"state_batches", (PyCFunction)py_state_batches, METH_O,
      "state_batches(state) -> int: the rank-level batches a state stands for."},
     {"set_log_level", (PyCFunction)py_set_log_level, METH_VARARGS,
