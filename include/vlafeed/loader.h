@@ -66,8 +66,14 @@
  * exact slices of the episode's rows in RAM (clamped and padded at the
  * episode's ends, no look-back or look-ahead limit). Frames are decoded
  * only when a sample is assembled into a batch; the pool itself is a few
- * integers per segment (the tabular rows of the selected episodes are in
- * RAM for every mode). Without shuffle the part is emitted in order.
+ * integers per segment. Without shuffle the part is emitted in order.
+ *
+ * Table rows: no mode reads the data files at open. A batch reads the
+ * rows of the episodes it draws from when they are not cached yet (plus
+ * read-ahead: the following episodes of the same data file that this
+ * loader emits in the epoch), so a rank reads only the row groups of its
+ * own share; the row cache is bounded by table_cache_bytes (least recently
+ * used first). Counters are in vf_loader_stats (table_*).
  *
  * Resume: vf_loader_get_state returns a few integers (vf_loader_state)
  * that restore, on any rank and in any worker, the stream exactly where
@@ -273,6 +279,8 @@ typedef struct vf_loader_settings {
      * local bytes (range requests until a download is done). */
     const char *prefetch_cache_dir;   /* NULL (default): no prefetch */
     uint64_t prefetch_cache_bytes;    /* byte bound of that cache */
+    size_t table_cache_bytes;  /* bound of the table rows kept in memory (episodes are read lazily,
+                                * when a batch needs them); 0 (default) = 256 MiB */
     const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
                                     * vf_loader_set_state; overrides epoch) */
     vf_sample_settings sample;
@@ -410,6 +418,13 @@ typedef struct vf_loader_stats {
     size_t pool_segments;      /* segments admitted and not yet evicted (all consumers of the loader) */
     uint64_t pool_admitted, pool_evicted; /* admissions / evictions so far */
     size_t cache_capacity;     /* the decoder cache's entry bound */
+    /* Table rows, read lazily per episode (only episodes this loader emits). */
+    uint64_t table_reads;      /* reads of the data files (each: a set of episodes, each file opened once) */
+    uint64_t table_row_groups; /* (data file, row group) pairs decoded */
+    uint64_t table_rows;       /* rows read (episodes read again after eviction count again) */
+    uint64_t table_episodes;   /* episodes read */
+    uint64_t table_evictions;  /* episodes dropped from the row cache */
+    size_t table_cache_bytes;  /* bytes of rows held now */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);

@@ -264,6 +264,7 @@ typedef struct vf_ds_table {
     vf_ds_column *columns;     /* in the order requested */
     size_t num_episodes;
     int64_t *episode_start;    /* num_episodes+1: row range of each requested episode */
+    int64_t row_groups_read;   /* (data file, row group) pairs decoded by the read */
 } vf_ds_table;
 
 enum {

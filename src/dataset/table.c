@@ -369,6 +369,8 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
             if (u == 0 || groups[u - 1] != groups[i])
                 groups[u++] = groups[i];
         ng = u;
+        if (pass == 0)
+            t->row_groups_read += (int64_t)ng;
     }
     /* Columns: the requested ones, plus `index` and `episode_index` for
      * verification (verify = 1 and 2). */

@@ -70,6 +70,7 @@ struct vf_loader {
     /* the current epoch */
     int64_t epoch;
     int64_t *ranges;           /* elastic resume: what of the epoch's global order remains (NULL: all) */
+    uint8_t *wanted;           /* [selected episodes]: those this epoch's plan emits (table read-ahead) */
     size_t num_ranges;
     vf_plan_epoch plan;
     int64_t resume_base;       /* rank-level batches skipped by a consumer plan's resume (else 0) */
@@ -448,6 +449,28 @@ static void remainder_warnings(vf_loader *l)
                                  s->mode == VF_MODE_POOL ? ": no episodes to pool" : ""));
 }
 
+/* The episodes this loader's plan emits (from batch first_batch on): the
+ * table's read-ahead stays inside them, and rows of other episodes are
+ * never read. Rows cached for the previous epoch are dropped when unused. */
+static void mark_wanted(vf_loader *l)
+{
+    vf_sample_spec *sp = l->spec;
+    pthread_mutex_lock(&sp->rows_lock);
+    memset(l->wanted, 0, sp->num_episodes);
+    const vf_plan_epoch *p = &l->plan;
+    int64_t from = p->num_batches ? p->batch_start[p->first_batch] : 0;
+    size_t last = (size_t)-1;
+    for (int64_t i = from; i < p->num_samples; i++) {
+        int64_t pos = p->positions[i];
+        if (last != (size_t)-1 && pos >= sp->episode_start[last] && pos < sp->episode_start[last + 1])
+            continue;
+        last = vf_sample_episode_of(sp, pos);
+        l->wanted[last] = 1;
+    }
+    sp->wanted = l->wanted;
+    pthread_mutex_unlock(&sp->rows_lock);
+}
+
 /* Plans the current epoch from rank-level batch resume_batch and resets
  * delivery there. */
 static int plan_epoch(vf_loader *l, int64_t resume_batch)
@@ -474,6 +497,8 @@ static int plan_epoch(vf_loader *l, int64_t resume_batch)
                                 &l->plan);
     if (r == 0)
         r = reset_segments(l);
+    if (r == 0)
+        mark_wanted(l);
     if (r < 0)
         return r;
     l->resume_base = s->consumer >= 0 ? resume_batch : 0;
@@ -850,6 +875,12 @@ void vf_loader_close(vf_loader *l)
     vf_plan_epoch_free(&l->plan);
     free(l->tasks);
     free(l->ranges);
+    if (l->spec) { /* batches may outlive the loader: they keep the spec, not the hint */
+        pthread_mutex_lock(&l->spec->rows_lock);
+        l->spec->wanted = NULL;
+        pthread_mutex_unlock(&l->spec->rows_lock);
+    }
+    free(l->wanted);
     if (l->cache)
         vf_video_cache_close(l->cache);
     if (l->file_cache) /* after the readers that may read its files, and after every evict */
@@ -895,6 +926,12 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     s->sample.renames = NULL;
     s->sample.normalize = NULL;
     s->sample.num_delta_timestamps = s->sample.num_keys = s->sample.num_renames = s->sample.num_normalize = 0;
+    if (r == 0) {
+        if (!(l->wanted = vf_calloc(l->spec->num_episodes ? l->spec->num_episodes : 1, 1)))
+            r = VF_ENOMEM;
+        else if (s->table_cache_bytes > 0)
+            l->spec->rows_max_bytes = s->table_cache_bytes;
+    }
     l->nthreads = s->threads > 0 ? s->threads : vf_cpu_count();
     if (l->nthreads < 1)
         l->nthreads = 1;
@@ -1218,6 +1255,15 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     st->pool_admitted = l->admitted;
     st->pool_evicted = l->evicted;
     st->cache_capacity = l->cache_capacity;
+    vf_sample_spec *sp = l->spec;
+    pthread_mutex_lock(&sp->rows_lock);
+    st->table_reads = sp->table_reads;
+    st->table_row_groups = sp->table_row_groups;
+    st->table_rows = sp->table_rows;
+    st->table_episodes = sp->table_episodes;
+    st->table_evictions = sp->table_evictions;
+    st->table_cache_bytes = sp->rows_bytes;
+    pthread_mutex_unlock(&sp->rows_lock);
 }
 
 /* ---- public task lists and open counts ------------------------------------------------------ */

@@ -153,9 +153,9 @@ static void group_task(void *arg, size_t g)
 
 /* ---- tabular gather ------------------------------------------------------------ */
 
-static void copy_table_step(const vf_sample_spec *s, const vf_sample_column *c, int64_t row, void *out)
+static void copy_table_step(const vf_sample_rows *t, const vf_sample_column *c, int64_t row, void *out)
 {
-    const vf_ds_column *tc = &s->table.columns[c->table_column];
+    const vf_ds_column *tc = &t->t.columns[c->table_column];
     int64_t w = tc->width;
     if (tc->type == VF_DS_F32) {
         const float *src = (const float *)tc->values + row * w;
@@ -195,7 +195,17 @@ static void normalize_frame(const vf_sample_column *c, float *pixels)
     }
 }
 
-int vf_sample_assemble(const vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters,
+static int cmp_sz(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters, const int64_t *positions,
+                    size_t n, const vf_sample_dest *dest, const vf_sample_parallel *parallel, const size_t *eps,
+                    vf_sample_rows *const *ep_rows, size_t num_eps);
+
+int vf_sample_assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters,
                        const int64_t *positions, size_t n, const vf_sample_dest *dest,
                        const vf_sample_parallel *parallel)
 {
@@ -203,6 +213,34 @@ int vf_sample_assemble(const vf_sample_spec *s, vf_video_cache *cache, vf_sample
         if (positions[i] < 0 || positions[i] >= s->num_positions)
             return vf_error(VF_ERANGE, "position %lld is out of range (the selected episodes hold %lld frames)",
                             (long long)positions[i], (long long)s->num_positions);
+    /* The batch's episodes and their table rows (read if missing). */
+    size_t *eps = vf_malloc_array(n ? n : 1, sizeof *eps);
+    vf_sample_rows **rows = vf_calloc(n ? n : 1, sizeof *rows);
+    if (!eps || !rows) {
+        free(eps);
+        free(rows);
+        return VF_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        eps[i] = vf_sample_episode_of(s, positions[i]);
+    qsort(eps, n, sizeof *eps, cmp_sz);
+    size_t ne = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ne == 0 || eps[ne - 1] != eps[i])
+            eps[ne++] = eps[i];
+    int r = vf_sample_rows_acquire(s, eps, ne, rows);
+    if (r == 0)
+        r = assemble(s, cache, counters, positions, n, dest, parallel, eps, rows, ne);
+    vf_sample_rows_release(s, rows, ne);
+    free(eps);
+    free(rows);
+    return r;
+}
+
+static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters, const int64_t *positions,
+                    size_t n, const vf_sample_dest *dest, const vf_sample_parallel *parallel, const size_t *eps,
+                    vf_sample_rows *const *ep_rows, size_t num_eps)
+{
     /* Count frame requests. */
     size_t max_steps = 1;
     for (size_t w = 0; w < s->num_windows; w++)
@@ -228,6 +266,18 @@ int vf_sample_assemble(const vf_sample_spec *s, vf_video_cache *cache, vf_sample
         size_t ep = vf_sample_episode_of(s, a);
         int64_t first = s->episode_start[ep], end = s->episode_start[ep + 1];
         size_t out = dest->first + i;
+        const vf_sample_rows *er = NULL;
+        if (s->num_table) {
+            size_t lo = 0, hi = num_eps;
+            while (hi - lo > 1) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (eps[mid] <= ep)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            er = ep_rows[lo];
+        }
         for (size_t ci = 0; ci < s->num_columns; ci++) {
             const vf_sample_column *c = &s->columns[ci];
             size_t steps = 1;
@@ -243,20 +293,19 @@ int vf_sample_assemble(const vf_sample_spec *s, vf_video_cache *cache, vf_sample
             switch (c->source) {
             case VF_SAMPLE_SRC_TABLE:
                 if (c->type == VF_COL_STRING) {
-                    const vf_ds_column *tc = &s->table.columns[c->table_column];
-                    dest->strings[ci][out] = s->table_strings[c->table_column] + tc->offsets[a] + a;
+                    const vf_ds_column *tc = &er->t.columns[c->table_column];
+                    dest->strings[ci][out] = er->strings[c->table_column] + tc->offsets[a - first] + (a - first);
                     break;
                 }
                 for (size_t k = 0; k < steps; k++)
-                    copy_table_step(s, c, rows[k],
-                                    base + k * (c->sample_bytes / steps));
+                    copy_table_step(er, c, rows[k] - first, base + k * (c->sample_bytes / steps));
                 break;
             case VF_SAMPLE_SRC_PAD:
                 memcpy(base, pad, steps);
                 break;
             case VF_SAMPLE_SRC_TASK: {
-                const int64_t *ti = s->table.columns[s->task_index_column].values;
-                dest->strings[ci][out] = vf_dataset_task(s->dataset, (size_t)ti[a]);
+                const int64_t *ti = er->t.columns[s->task_index_column].values;
+                dest->strings[ci][out] = vf_dataset_task(s->dataset, (size_t)ti[a - first]);
                 break;
             }
             case VF_SAMPLE_SRC_VIDEO: {

@@ -117,6 +117,16 @@ typedef struct vf_sample_video_slot {
     size_t episode;            /* index into file->episodes */
 } vf_sample_video_slot;
 
+/* One episode's rows of the spec's table columns, loaded on demand. */
+typedef struct vf_sample_rows {
+    vf_ds_table t;                 /* one episode: rows = its length, columns = the spec's table columns */
+    char **strings;                /* per table column: NUL-terminated copies of STRING columns (else NULL) */
+    size_t bytes;
+    int refs;                      /* batches being assembled from it */
+    uint64_t last_use;
+    size_t slot;                   /* index in the loaded list */
+} vf_sample_rows;
+
 typedef struct vf_sample_spec {
     const vf_dataset *dataset;
     double fps;
@@ -124,10 +134,26 @@ typedef struct vf_sample_spec {
     size_t num_columns;
     vf_sample_window_spec *windows;
     size_t num_windows;
-    /* Tabular data: every selected episode's rows of the needed columns. */
-    vf_ds_table table;
-    int task_index_column;         /* column of table holding task_index, -1 when no task column */
-    char **table_strings;          /* per table column: NUL-terminated copies for STRING columns (else NULL) */
+    /* Tabular data, read lazily per episode (rows.c): an episode's rows of
+     * the needed columns are read when a batch first needs them (with the
+     * wanted episodes of the same data file that follow it, so a big row
+     * group is decoded once for many episodes), kept in a cache bounded by
+     * table_cache_bytes (least recently used, unreferenced episodes go
+     * first), and never for episodes the loader does not emit. */
+    const char **table_names;      /* [num_table]: feature names (dataset-owned) */
+    size_t num_table;
+    int task_index_column;         /* table column holding task_index, -1 when no task column */
+    vf_sample_rows **rows;         /* [num_episodes]: loaded episodes, else NULL */
+    size_t *loaded;                /* episodes with rows, in no order (slot = index) */
+    size_t num_loaded;
+    const uint8_t *wanted;         /* [num_episodes] or NULL: episodes the loader will emit (read-ahead hint) */
+    pthread_mutex_t rows_lock;
+    size_t rows_bytes, rows_max_bytes;
+    uint64_t rows_clock;
+    char **kept_strings;           /* string copies of evicted episodes (batches may point into them) */
+    size_t num_kept_strings, cap_kept_strings;
+    /* Counters (under rows_lock). */
+    uint64_t table_reads, table_row_groups, table_rows, table_episodes, table_evictions;
     /* Episodes: positions [episode_start[i], episode_start[i+1]) belong to selected episode i. */
     size_t num_episodes;
     int64_t *episode_start;
@@ -146,6 +172,19 @@ typedef struct vf_sample_spec {
  * (vf_sample_spec_free). The dataset must outlive the spec. */
 int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *dataset, const vf_sample_settings *settings);
 void vf_sample_spec_free(vf_sample_spec *spec);
+
+/* Default bound of the table row cache. */
+#define VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES ((size_t)256 << 20)
+
+/* The rows of episodes eps[0..n) (selected-episode indices, distinct),
+ * loaded if missing (one vf_ds_read_table call for all of them and their
+ * read-ahead), each referenced once: out[i] stays valid until
+ * vf_sample_rows_release. Errors name the file, episode and column. */
+int vf_sample_rows_acquire(vf_sample_spec *spec, const size_t *eps, size_t n, vf_sample_rows **out);
+void vf_sample_rows_release(vf_sample_spec *spec, vf_sample_rows **rows, size_t n);
+/* Drops every unreferenced episode's rows (e.g. at a new epoch). */
+void vf_sample_rows_trim(vf_sample_spec *spec);
+void vf_sample_rows_free_all(vf_sample_spec *spec);
 
 /* The selected episode (0..num_episodes-1) holding a position; position must
  * be in range. */
@@ -183,7 +222,7 @@ typedef struct vf_sample_parallel {
  * checkout and one vf_video_read_frames call per file). parallel, when
  * given, spreads the per-file groups over threads. Errors name the file,
  * camera and episode (and the position for out-of-range ones: VF_ERANGE). */
-int vf_sample_assemble(const vf_sample_spec *spec, vf_video_cache *cache, vf_sample_counters *counters,
+int vf_sample_assemble(vf_sample_spec *spec, vf_video_cache *cache, vf_sample_counters *counters,
                        const int64_t *positions, size_t n, const vf_sample_dest *dest,
                        const vf_sample_parallel *parallel);
 

@@ -73,12 +73,9 @@ void vf_sample_spec_free(vf_sample_spec *s)
         free(s->windows[i].offsets);
     }
     free(s->windows);
-    if (s->table_strings) {
-        for (size_t i = 0; i < s->table.num_columns; i++)
-            free(s->table_strings[i]);
-        free(s->table_strings);
-    }
-    vf_ds_table_free(&s->table);
+    vf_sample_rows_free_all(s);
+    pthread_mutex_destroy(&s->rows_lock);
+    free(s->table_names);
     free(s->episode_start);
     for (size_t c = 0; s->files && c < s->num_cameras; c++) {
         for (size_t i = 0; i < s->num_files[c]; i++) {
@@ -491,53 +488,25 @@ static int build_columns(builder *b)
 
 /* ---- table ---------------------------------------------------------------------- */
 
-static int load_table(builder *b)
+static int setup_table(builder *b)
 {
     vf_sample_spec *s = b->spec;
-    size_t n = s->num_episodes;
-    size_t *positions = vf_malloc_array(n ? n : 1, sizeof *positions);
-    if (!positions)
+    s->num_table = b->num_table;
+    s->table_names = b->table_names;
+    b->table_names = NULL;
+    if (!(s->rows = vf_calloc(s->num_episodes ? s->num_episodes : 1, sizeof *s->rows)))
         return VF_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        positions[i] = i;
-    int r = vf_ds_read_table(b->d, positions, n, b->table_names, b->num_table, VF_DS_VERIFY_INDEX, &s->table);
-    free(positions);
-    if (r < 0)
-        return r;
-    if (s->table.rows != s->num_positions)
-        return vf_error(VF_ECORRUPT, "%s: the data files hold %lld rows for the selected episodes, the metadata says %lld",
-                        vf_dataset_root(b->d), (long long)s->table.rows, (long long)s->num_positions);
-    /* NUL-terminated copies of string columns. */
-    for (size_t ci = 0; ci < s->table.num_columns; ci++) {
-        const vf_ds_column *c = &s->table.columns[ci];
-        if (c->type != VF_DS_STRING)
-            continue;
-        if (!s->table_strings && !(s->table_strings = vf_calloc(s->table.num_columns, sizeof *s->table_strings)))
-            return VF_ENOMEM;
-        int64_t bytes = c->offsets[c->rows];
-        char *copy = vf_malloc((size_t)(bytes + c->rows) + 1);
-        if (!copy)
-            return VF_ENOMEM;
-        /* Row k lives at copy + offsets[k] + k, followed by its NUL. */
-        for (int64_t k = 0; k < c->rows; k++) {
-            int64_t lo = c->offsets[k], len = c->offsets[k + 1] - lo;
-            memcpy(copy + lo + k, c->data + lo, (size_t)len);
-            copy[lo + k + len] = 0;
-        }
-        s->table_strings[ci] = copy;
-    }
-    /* task_index values must name a task. */
-    if (s->task_index_column >= 0) {
-        const vf_ds_column *c = &s->table.columns[s->task_index_column];
-        const int64_t *v = c->values;
-        size_t ntasks = vf_dataset_num_tasks(b->d);
-        for (int64_t k = 0; k < c->rows; k++)
-            if (v[k] < 0 || (uint64_t)v[k] >= ntasks) {
-                size_t ep = vf_sample_episode_of(s, k);
-                return vf_error(VF_ECORRUPT, "%s: episode %lld frame %lld: task_index %lld is not one of the %zu tasks",
-                                vf_dataset_root(b->d), (long long)vf_dataset_episode(b->d, ep)->episode_index,
-                                (long long)(k - s->episode_start[ep]), (long long)v[k], ntasks);
-            }
+    s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
+    /* Every table column must exist with a readable type (checked here, from
+     * info.json, so that a bad key fails at open rather than at a batch). */
+    for (size_t i = 0; i < s->num_table; i++) {
+        const vf_feature *f = vf_dataset_find_feature(b->d, s->table_names[i]);
+        if (!f)
+            return vf_error(VF_ENOENT, "%s: no feature named '%s' in meta/info.json", vf_dataset_root(b->d),
+                            s->table_names[i]);
+        if (vf_ds_feature_value_type(f) < 0)
+            return vf_error(VF_EINVAL, "%s: feature '%s' (dtype %s) has no table values", vf_dataset_root(b->d),
+                            f->name, f->dtype);
     }
     return 0;
 }
@@ -656,6 +625,7 @@ int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *d, const vf_sam
         return VF_ENOMEM;
     builder b = {s, d, set, 0, NULL, 0};
     s->dataset = d;
+    pthread_mutex_init(&s->rows_lock, NULL);
     s->fps = vf_dataset_fps(d);
     s->task_index_column = -1;
     int r = check_settings(&b);
@@ -679,7 +649,7 @@ int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *d, const vf_sam
         s->num_positions = s->episode_start[s->num_episodes];
     }
     if (r == 0)
-        r = load_table(&b);
+        r = setup_table(&b);
     if (r == 0)
         r = build_video(&b);
     free(b.table_names);

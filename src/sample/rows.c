@@ -1,0 +1,345 @@
+/*
+ * rows.c: the spec's table rows, read lazily per episode (sample.h).
+ *
+ * A batch acquires the rows of the episodes it draws from. Missing
+ * episodes are read together in one vf_ds_read_table call (each data file
+ * opened once, each needed row group decoded once, `index` and
+ * `episode_index` verified), together with read-ahead: the episodes that
+ * follow a missing one in the same data file and that the loader will emit
+ * this epoch (spec->wanted), up to a row budget, so a data file written
+ * with one big row group is decoded once for a run of episodes rather than
+ * once per episode. Loaded episodes stay in a cache bounded by
+ * rows_max_bytes; the least recently used unreferenced ones are evicted.
+ *
+ * Threads: any number of assemblers; the cache is under rows_lock, the
+ * read itself runs outside it (two threads missing the same episode may
+ * both read it; the second copy is dropped).
+ */
+#include "sample/sample.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows read ahead at most per miss, beyond the episodes asked for. */
+#define READ_AHEAD_ROWS 65536
+
+static size_t rows_bytes(const vf_ds_table *t)
+{
+    size_t b = sizeof(vf_sample_rows);
+    for (size_t i = 0; i < t->num_columns; i++) {
+        const vf_ds_column *c = &t->columns[i];
+        if (c->type == VF_DS_STRING)
+            b += (size_t)(c->rows + 1) * sizeof(int64_t) + 2 * (size_t)c->offsets[c->rows] + (size_t)c->rows;
+        else
+            b += (size_t)c->rows * (size_t)c->width * (c->type == VF_DS_F32 ? sizeof(float) : sizeof(int64_t));
+    }
+    return b;
+}
+
+static void rows_free(vf_sample_rows *r, size_t ncols)
+{
+    if (!r)
+        return;
+    if (r->strings) {
+        for (size_t i = 0; i < ncols; i++)
+            free(r->strings[i]);
+        free(r->strings);
+    }
+    vf_ds_table_free(&r->t);
+    free(r);
+}
+
+/* Splits a table of several episodes (in request order) into per-episode
+ * rows, checks task_index, makes NUL-terminated string copies. */
+static int split_table(const vf_sample_spec *s, const vf_ds_table *t, const size_t *eps, size_t n, int64_t file_rows,
+                       vf_sample_rows **out)
+{
+    (void)file_rows;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    size_t ntasks = vf_dataset_num_tasks(s->dataset);
+    for (size_t i = 0; i < n; i++) {
+        int64_t lo = t->episode_start[i], rows = t->episode_start[i + 1] - lo;
+        vf_sample_rows *r = vf_calloc(1, sizeof *r);
+        if (!r)
+            return VF_ENOMEM;
+        out[i] = r;
+        r->t.rows = rows;
+        r->t.num_columns = t->num_columns;
+        r->t.num_episodes = 1;
+        if (!(r->t.columns = vf_calloc(t->num_columns ? t->num_columns : 1, sizeof *r->t.columns)))
+            return VF_ENOMEM;
+        for (size_t ci = 0; ci < t->num_columns; ci++) {
+            const vf_ds_column *src = &t->columns[ci];
+            vf_ds_column *c = &r->t.columns[ci];
+            c->feature = src->feature;
+            c->type = src->type;
+            c->width = src->width;
+            c->rows = rows;
+            if (src->type == VF_DS_STRING) {
+                int64_t b0 = src->offsets[lo], b1 = src->offsets[lo + rows];
+                c->offsets = vf_malloc_array((size_t)rows + 1, sizeof *c->offsets);
+                c->data = vf_malloc((size_t)(b1 - b0) + 1);
+                if (!c->offsets || !c->data)
+                    return VF_ENOMEM;
+                for (int64_t k = 0; k <= rows; k++)
+                    c->offsets[k] = src->offsets[lo + k] - b0;
+                memcpy(c->data, src->data + b0, (size_t)(b1 - b0));
+                if (!r->strings && !(r->strings = vf_calloc(t->num_columns, sizeof *r->strings)))
+                    return VF_ENOMEM;
+                /* Row k lives at copy + offsets[k] + k, followed by its NUL. */
+                char *copy = vf_malloc((size_t)(b1 - b0 + rows) + 1);
+                if (!copy)
+                    return VF_ENOMEM;
+                for (int64_t k = 0; k < rows; k++) {
+                    int64_t a = c->offsets[k], len = c->offsets[k + 1] - a;
+                    memcpy(copy + a + k, c->data + a, (size_t)len);
+                    copy[a + k + len] = 0;
+                }
+                r->strings[ci] = copy;
+            } else {
+                size_t elem = src->type == VF_DS_F32 ? sizeof(float) : sizeof(int64_t);
+                size_t bytes = (size_t)rows * (size_t)src->width * elem;
+                if (!(c->values = vf_malloc(bytes ? bytes : 1)))
+                    return VF_ENOMEM;
+                memcpy(c->values, (const uint8_t *)src->values + (size_t)lo * (size_t)src->width * elem, bytes);
+            }
+        }
+        if (s->task_index_column >= 0) {
+            const int64_t *v = r->t.columns[s->task_index_column].values;
+            for (int64_t k = 0; k < rows; k++)
+                if (v[k] < 0 || (uint64_t)v[k] >= ntasks)
+                    return vf_error(VF_ECORRUPT, "%s: episode %lld frame %lld: task_index %lld is not one of the %zu "
+                                                 "tasks",
+                                    vf_dataset_root(s->dataset),
+                                    (long long)vf_dataset_episode(s->dataset, eps[i])->episode_index, (long long)k,
+                                    (long long)v[k], ntasks);
+        }
+        r->bytes = rows_bytes(&r->t);
+    }
+    return 0;
+}
+
+/* Evicts unreferenced episodes, least recently used first, until the cache
+ * fits its bound (rows_lock held). */
+static void evict(vf_sample_spec *s)
+{
+    while (s->rows_bytes > s->rows_max_bytes) {
+        size_t best = SIZE_MAX;
+        uint64_t oldest = UINT64_MAX;
+        for (size_t i = 0; i < s->num_loaded; i++) {
+            const vf_sample_rows *r = s->rows[s->loaded[i]];
+            if (r->refs == 0 && r->last_use < oldest) {
+                oldest = r->last_use;
+                best = i;
+            }
+        }
+        if (best == SIZE_MAX)
+            return; /* everything is in use: over the bound until released */
+        size_t ep = s->loaded[best];
+        vf_sample_rows *r = s->rows[ep];
+        s->rows[ep] = NULL;
+        s->loaded[best] = s->loaded[--s->num_loaded];
+        if (best < s->num_loaded)
+            s->rows[s->loaded[best]]->slot = best;
+        s->rows_bytes -= r->bytes;
+        s->table_evictions++;
+        /* Batches may still point at the strings: keep them for the spec's life. */
+        for (size_t ci = 0; r->strings && ci < s->num_table; ci++) {
+            if (!r->strings[ci])
+                continue;
+            if (s->num_kept_strings == s->cap_kept_strings) {
+                size_t cap = s->cap_kept_strings ? s->cap_kept_strings * 2 : 64;
+                char **nk = vf_realloc(s->kept_strings, cap * sizeof *nk);
+                if (!nk)
+                    break; /* keep r's strings leaking rather than dangling */
+                s->kept_strings = nk;
+                s->cap_kept_strings = cap;
+            }
+            s->kept_strings[s->num_kept_strings++] = r->strings[ci];
+            r->strings[ci] = NULL;
+        }
+        rows_free(r, s->num_table);
+    }
+}
+
+static int insert(vf_sample_spec *s, size_t ep, vf_sample_rows *r)
+{
+    if (s->num_loaded % 64 == 0) {
+        size_t *nl = vf_realloc(s->loaded, (s->num_loaded + 64) * sizeof *nl);
+        if (!nl)
+            return VF_ENOMEM;
+        s->loaded = nl;
+    }
+    r->slot = s->num_loaded;
+    s->loaded[s->num_loaded++] = ep;
+    s->rows[ep] = r;
+    s->rows_bytes += r->bytes;
+    s->table_episodes++;
+    s->table_rows += (uint64_t)r->t.rows;
+    return 0;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The episodes to read for the missing ones: each missing episode, then
+ * the wanted, unloaded episodes that follow it in the same data file, up
+ * to READ_AHEAD_ROWS rows per missing episode (rows_lock held). */
+static int read_set(const vf_sample_spec *s, const size_t *missing, size_t nm, size_t **out, size_t *count)
+{
+    size_t cap = nm + 16, k = 0;
+    size_t *v = vf_malloc_array(cap, sizeof *v);
+    if (!v)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < nm; i++) {
+        v[k++] = missing[i];
+        if (!s->wanted)
+            continue;
+        vf_data_span base;
+        if (vf_dataset_episode_data(s->dataset, missing[i], &base) < 0)
+            continue;
+        int64_t budget = READ_AHEAD_ROWS;
+        for (size_t e = missing[i] + 1; e < s->num_episodes && budget > 0; e++) {
+            vf_data_span ds;
+            if (vf_dataset_episode_data(s->dataset, e, &ds) < 0 || ds.file != base.file)
+                break;
+            if (!s->wanted[e] || s->rows[e])
+                continue;
+            if (k == cap) {
+                cap *= 2;
+                size_t *nv = vf_realloc(v, cap * sizeof *nv);
+                if (!nv) {
+                    free(v);
+                    return VF_ENOMEM;
+                }
+                v = nv;
+            }
+            v[k++] = e;
+            budget -= vf_dataset_episode(s->dataset, e)->length;
+        }
+    }
+    qsort(v, k, sizeof *v, cmp_size);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || v[u - 1] != v[i])
+            v[u++] = v[i];
+    *out = v;
+    *count = u;
+    return 0;
+}
+
+int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sample_rows **out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    if (s->num_table == 0)
+        return 0;
+    pthread_mutex_lock(&s->rows_lock);
+    size_t *missing = vf_malloc_array(n ? n : 1, sizeof *missing);
+    if (!missing) {
+        pthread_mutex_unlock(&s->rows_lock);
+        return VF_ENOMEM;
+    }
+    size_t nm = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!s->rows[eps[i]])
+            missing[nm++] = eps[i];
+    size_t *want = NULL, nw = 0;
+    int r = nm ? read_set(s, missing, nm, &want, &nw) : 0;
+    free(missing);
+    pthread_mutex_unlock(&s->rows_lock);
+    if (r < 0)
+        return r;
+    vf_sample_rows **got = NULL;
+    if (nw > 0) {
+        vf_ds_table t;
+        r = vf_ds_read_table(s->dataset, want, nw, s->table_names, s->num_table, VF_DS_VERIFY_INDEX, &t);
+        if (r == 0) {
+            got = vf_calloc(nw, sizeof *got);
+            r = got ? split_table(s, &t, want, nw, t.rows, got) : VF_ENOMEM;
+            pthread_mutex_lock(&s->rows_lock);
+            s->table_reads++;
+            s->table_row_groups += (uint64_t)t.row_groups_read;
+            pthread_mutex_unlock(&s->rows_lock);
+            vf_ds_table_free(&t);
+        }
+        if (r < 0 && got) {
+            for (size_t i = 0; i < nw; i++)
+                rows_free(got[i], s->num_table);
+            free(got);
+            got = NULL;
+        }
+    }
+    pthread_mutex_lock(&s->rows_lock);
+    for (size_t i = 0; r == 0 && i < nw; i++) {
+        if (s->rows[want[i]]) { /* another thread was faster */
+            rows_free(got[i], s->num_table);
+            continue;
+        }
+        if ((r = insert(s, want[i], got[i])) < 0)
+            rows_free(got[i], s->num_table);
+        got[i] = NULL;
+    }
+    for (size_t i = 0; r < 0 && got && i < nw; i++)
+        rows_free(got[i], s->num_table);
+    free(got);
+    free(want);
+    s->rows_clock++;
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        out[i] = s->rows[eps[i]];
+        out[i]->refs++;
+        out[i]->last_use = s->rows_clock;
+    }
+    if (r == 0)
+        evict(s);
+    pthread_mutex_unlock(&s->rows_lock);
+    if (r < 0)
+        for (size_t i = 0; i < n; i++)
+            out[i] = NULL;
+    return r;
+}
+
+void vf_sample_rows_release(vf_sample_spec *s, vf_sample_rows **rows, size_t n)
+{
+    if (s->num_table == 0)
+        return;
+    pthread_mutex_lock(&s->rows_lock);
+    for (size_t i = 0; i < n; i++)
+        if (rows[i])
+            rows[i]->refs--;
+    evict(s);
+    pthread_mutex_unlock(&s->rows_lock);
+}
+
+void vf_sample_rows_trim(vf_sample_spec *s)
+{
+    if (!s->rows)
+        return;
+    pthread_mutex_lock(&s->rows_lock);
+    size_t keep = s->rows_max_bytes;
+    s->rows_max_bytes = 0;
+    evict(s);
+    s->rows_max_bytes = keep;
+    pthread_mutex_unlock(&s->rows_lock);
+}
+
+void vf_sample_rows_free_all(vf_sample_spec *s)
+{
+    for (size_t i = 0; s->rows && i < s->num_loaded; i++) {
+        rows_free(s->rows[s->loaded[i]], s->num_table);
+        s->rows[s->loaded[i]] = NULL;
+    }
+    s->num_loaded = 0;
+    free(s->loaded);
+    free(s->rows);
+    s->loaded = NULL;
+    s->rows = NULL;
+    for (size_t i = 0; i < s->num_kept_strings; i++)
+        free(s->kept_strings[i]);
+    free(s->kept_strings);
+    s->kept_strings = NULL;
+}
