@@ -125,7 +125,9 @@ class Loader:
     ({key: "mean_std" | "min_max"}), lerobot_shapes, include_task,
     tolerance_s, state (a ``state_dict()`` to start from), prefetch_cache_dir
     and prefetch_cache_bytes (pool mode over an http/s3 root: download each
-    admitted episode's videos in the background into a bounded local cache).
+    admitted episode's videos in the background into a bounded local cache),
+    table_cache_bytes (bound of the table rows held in memory; 0: 256 MiB;
+    rows are read lazily, only for the episodes this loader emits).
     ``output="numpy"`` yields NumPy arrays instead of tensors.
     """
 
@@ -135,7 +137,7 @@ class Loader:
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
-                 prefetch_cache_bytes=0):
+                 prefetch_cache_bytes=0, table_cache_bytes=0):
         native, defaults = native_dataset(dataset_or_root, episodes)
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
@@ -164,7 +166,7 @@ class Loader:
             resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
             episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
-            prefetch_cache_bytes=prefetch_cache_bytes)
+            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes)
         self._warned = emit_warnings(self._native)
         if state is not None:
             self._resumed(state)

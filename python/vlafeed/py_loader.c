@@ -769,22 +769,22 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
                                "shuffle_buffer", "partition", "episode_pool_size", "delta_timestamps", "keys",
                                "renames", "image_format", "resize", "normalize", "lerobot_shapes", "include_task",
                                "tolerance_s", "decoder_cache_entries", "state", "prefetch_cache_dir",
-                               "prefetch_cache_bytes", NULL};
+                               "prefetch_cache_bytes", "table_cache_bytes", NULL};
     PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *deltas = NULL, *keys = NULL, *renames = NULL,
              *image_format = NULL, *resize = NULL, *normalize = NULL, *state = NULL, *prefetch_dir = NULL;
-    unsigned long long prefetch_bytes = 0;
+    unsigned long long prefetch_bytes = 0, table_cache_bytes = 0;
     Py_ssize_t batch_size = 32, prefetch = 4, shuffle_buffer = 0, pool_size = 16, cache_entries = 0;
     unsigned long long seed = 0;
     long long epoch = 0;
     int shuffle = 1, drop_last = 0, rank = 0, world_size = 1, num_consumers = 1, consumer = -1, threads = 0,
         decode_threads = 1, lerobot_shapes = 1, include_task = 1;
     double tolerance_s = 1e-4;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnOOK:Loader", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnOOKK:Loader", keywords,
                                      &Dataset_Type, &dataset, &mode, &batch_size, &seed, &shuffle, &drop_last, &epoch,
                                      &rank, &world_size, &num_consumers, &consumer, &threads, &decode_threads,
                                      &prefetch, &shuffle_buffer, &partition, &pool_size, &deltas, &keys, &renames,
                                      &image_format, &resize, &normalize, &lerobot_shapes, &include_task, &tolerance_s,
-                                     &cache_entries, &state, &prefetch_dir, &prefetch_bytes))
+                                     &cache_entries, &state, &prefetch_dir, &prefetch_bytes, &table_cache_bytes))
         return -1;
     vf_loader_state resume;
     if (state && state != Py_None && dict_to_state(state, &resume) < 0)
@@ -841,6 +841,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     s.shuffle_buffer = (size_t)shuffle_buffer;
     s.episode_pool_size = (size_t)pool_size;
     s.decoder_cache_entries = (size_t)cache_entries;
+    s.table_cache_bytes = (size_t)table_cache_bytes;
     s.sample.lerobot_shapes = lerobot_shapes;
     s.sample.include_task = include_task;
     s.sample.tolerance_s = tolerance_s;
@@ -1003,12 +1004,15 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         return NULL;
     vf_loader_stats st;
     vf_loader_get_stats(self->l, &st);
-    PyObject *more = Py_BuildValue("{s:L,s:L,s:i,s:n,s:n,s:K,s:K,s:n}", "padded_samples", (long long)st.padded_samples,
-                                   "dropped_samples", (long long)st.dropped_samples, "empty_consumers",
-                                   st.empty_consumers, "warnings", (Py_ssize_t)st.warnings, "pool_segments",
-                                   (Py_ssize_t)st.pool_segments, "pool_admitted", (unsigned long long)st.pool_admitted,
-                                   "pool_evicted", (unsigned long long)st.pool_evicted, "cache_capacity",
-                                   (Py_ssize_t)st.cache_capacity);
+    PyObject *more = Py_BuildValue(
+        "{s:L,s:L,s:i,s:n,s:n,s:K,s:K,s:n,s:K,s:K,s:K,s:K,s:K,s:n}", "padded_samples", (long long)st.padded_samples,
+        "dropped_samples", (long long)st.dropped_samples, "empty_consumers", st.empty_consumers, "warnings",
+        (Py_ssize_t)st.warnings, "pool_segments", (Py_ssize_t)st.pool_segments, "pool_admitted",
+        (unsigned long long)st.pool_admitted, "pool_evicted", (unsigned long long)st.pool_evicted, "cache_capacity",
+        (Py_ssize_t)st.cache_capacity, "table_reads", (unsigned long long)st.table_reads, "table_row_groups",
+        (unsigned long long)st.table_row_groups, "table_rows", (unsigned long long)st.table_rows, "table_episodes",
+        (unsigned long long)st.table_episodes, "table_evictions", (unsigned long long)st.table_evictions,
+        "table_cache_bytes", (Py_ssize_t)st.table_cache_bytes);
     if (!more)
         return NULL;
     PyObject *out = Py_BuildValue(

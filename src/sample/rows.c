@@ -186,50 +186,60 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The episodes to read for the missing ones: each missing episode, then
- * the wanted, unloaded episodes that follow it in the same data file, up
- * to READ_AHEAD_ROWS rows per missing episode (rows_lock held). */
-static int read_set(const vf_sample_spec *s, const size_t *missing, size_t nm, size_t **out, size_t *count)
+static int push(size_t **v, size_t *k, size_t *cap, size_t e)
 {
-    size_t cap = nm + 16, k = 0;
-    size_t *v = vf_malloc_array(cap, sizeof *v);
-    if (!v)
-        return VF_ENOMEM;
-    for (size_t i = 0; i < nm; i++) {
-        v[k++] = missing[i];
+    if (*k == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        size_t *nv = vf_realloc(*v, nc * sizeof *nv);
+        if (!nv)
+            return VF_ENOMEM;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*k)++] = e;
+    return 0;
+}
+
+/* The episodes this call reads: each missing episode that no other thread
+ * is reading, then the wanted, unloaded, not-in-flight episodes that
+ * follow it in the same data file, up to READ_AHEAD_ROWS rows per missing
+ * episode; all marked in flight (rows_lock held). */
+static int claim(vf_sample_spec *s, const size_t *eps, size_t n, size_t **out, size_t *count)
+{
+    size_t cap = 0, k = 0;
+    size_t *v = NULL;
+    int r = 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        size_t e0 = eps[i];
+        if (s->rows[e0] || s->loading[e0])
+            continue;
+        s->loading[e0] = 1;
+        r = push(&v, &k, &cap, e0);
         if (!s->wanted)
             continue;
         vf_data_span base;
-        if (vf_dataset_episode_data(s->dataset, missing[i], &base) < 0)
+        if (vf_dataset_episode_data(s->dataset, e0, &base) < 0)
             continue;
         int64_t budget = READ_AHEAD_ROWS;
-        for (size_t e = missing[i] + 1; e < s->num_episodes && budget > 0; e++) {
+        for (size_t e = e0 + 1; e < s->num_episodes && budget > 0 && r == 0; e++) {
             vf_data_span ds;
             if (vf_dataset_episode_data(s->dataset, e, &ds) < 0 || ds.file != base.file)
                 break;
-            if (!s->wanted[e] || s->rows[e])
+            if (!s->wanted[e] || s->rows[e] || s->loading[e])
                 continue;
-            if (k == cap) {
-                cap *= 2;
-                size_t *nv = vf_realloc(v, cap * sizeof *nv);
-                if (!nv) {
-                    free(v);
-                    return VF_ENOMEM;
-                }
-                v = nv;
-            }
-            v[k++] = e;
+            s->loading[e] = 1;
+            r = push(&v, &k, &cap, e);
             budget -= vf_dataset_episode(s->dataset, e)->length;
         }
     }
-    qsort(v, k, sizeof *v, cmp_size);
-    size_t u = 0;
-    for (size_t i = 0; i < k; i++)
-        if (u == 0 || v[u - 1] != v[i])
-            v[u++] = v[i];
+    if (r == 0 && k > 1)
+        qsort(v, k, sizeof *v, cmp_size);
+    if (r < 0)
+        for (size_t i = 0; i < k; i++)
+            s->loading[v[i]] = 0;
     *out = v;
-    *count = u;
-    return 0;
+    *count = r < 0 ? 0 : k;
+    return r;
 }
 
 int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sample_rows **out)
@@ -238,56 +248,53 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
         out[i] = NULL;
     if (s->num_table == 0)
         return 0;
+    int r = 0;
     pthread_mutex_lock(&s->rows_lock);
-    size_t *missing = vf_malloc_array(n ? n : 1, sizeof *missing);
-    if (!missing) {
-        pthread_mutex_unlock(&s->rows_lock);
-        return VF_ENOMEM;
-    }
-    size_t nm = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!s->rows[eps[i]])
-            missing[nm++] = eps[i];
-    size_t *want = NULL, nw = 0;
-    int r = nm ? read_set(s, missing, nm, &want, &nw) : 0;
-    free(missing);
-    pthread_mutex_unlock(&s->rows_lock);
-    if (r < 0)
-        return r;
-    vf_sample_rows **got = NULL;
-    if (nw > 0) {
-        vf_ds_table t;
-        r = vf_ds_read_table(s->dataset, want, nw, s->table_names, s->num_table, VF_DS_VERIFY_INDEX, &t);
-        if (r == 0) {
-            got = vf_calloc(nw, sizeof *got);
-            r = got ? split_table(s, &t, want, nw, t.rows, got) : VF_ENOMEM;
-            pthread_mutex_lock(&s->rows_lock);
-            s->table_reads++;
-            s->table_row_groups += (uint64_t)t.row_groups_read;
+    for (;;) {
+        size_t *want = NULL, nw = 0;
+        if ((r = claim(s, eps, n, &want, &nw)) < 0)
+            break;
+        if (nw > 0) {
+            /* Read outside the lock; other threads wait for these episodes. */
             pthread_mutex_unlock(&s->rows_lock);
-            vf_ds_table_free(&t);
-        }
-        if (r < 0 && got) {
-            for (size_t i = 0; i < nw; i++)
-                rows_free(got[i], s->num_table);
+            vf_sample_rows **got = vf_calloc(nw, sizeof *got);
+            vf_ds_table t;
+            uint64_t groups = 0;
+            r = got ? vf_ds_read_table(s->dataset, want, nw, s->table_names, s->num_table, VF_DS_VERIFY_INDEX, &t)
+                    : VF_ENOMEM;
+            if (r == 0) {
+                groups = (uint64_t)t.row_groups_read;
+                r = split_table(s, &t, want, nw, t.rows, got);
+                vf_ds_table_free(&t);
+            }
+            pthread_mutex_lock(&s->rows_lock);
+            s->table_reads += got != NULL;
+            s->table_row_groups += groups;
+            for (size_t i = 0; i < nw; i++) {
+                s->loading[want[i]] = 0;
+                if (r == 0 && (r = insert(s, want[i], got[i])) == 0)
+                    got[i] = NULL;
+                if (got)
+                    rows_free(got[i], s->num_table);
+            }
             free(got);
-            got = NULL;
+            pthread_cond_broadcast(&s->rows_cond);
         }
-    }
-    pthread_mutex_lock(&s->rows_lock);
-    for (size_t i = 0; r == 0 && i < nw; i++) {
-        if (s->rows[want[i]]) { /* another thread was faster */
-            rows_free(got[i], s->num_table);
-            continue;
+        free(want);
+        if (r < 0)
+            break;
+        /* Wait for episodes other threads are reading; claim again any
+         * whose read failed there. */
+        int pending = 0, missing = 0;
+        for (size_t i = 0; i < n; i++) {
+            pending |= s->loading[eps[i]];
+            missing |= !s->rows[eps[i]] && !s->loading[eps[i]];
         }
-        if ((r = insert(s, want[i], got[i])) < 0)
-            rows_free(got[i], s->num_table);
-        got[i] = NULL;
+        if (!pending && !missing)
+            break;
+        if (pending && !missing)
+            pthread_cond_wait(&s->rows_cond, &s->rows_lock);
     }
-    for (size_t i = 0; r < 0 && got && i < nw; i++)
-        rows_free(got[i], s->num_table);
-    free(got);
-    free(want);
     s->rows_clock++;
     for (size_t i = 0; r == 0 && i < n; i++) {
         out[i] = s->rows[eps[i]];
@@ -342,4 +349,6 @@ void vf_sample_rows_free_all(vf_sample_spec *s)
         free(s->kept_strings[i]);
     free(s->kept_strings);
     s->kept_strings = NULL;
+    free(s->loading);
+    s->loading = NULL;
 }

@@ -147,7 +147,9 @@ typedef struct vf_sample_spec {
     size_t *loaded;                /* episodes with rows, in no order (slot = index) */
     size_t num_loaded;
     const uint8_t *wanted;         /* [num_episodes] or NULL: episodes the loader will emit (read-ahead hint) */
+    uint8_t *loading;              /* [num_episodes]: being read by some thread */
     pthread_mutex_t rows_lock;
+    pthread_cond_t rows_cond;      /* signalled when reads finish */
     size_t rows_bytes, rows_max_bytes;
     uint64_t rows_clock;
     char **kept_strings;           /* string copies of evicted episodes (batches may point into them) */

@@ -75,6 +75,7 @@ void vf_sample_spec_free(vf_sample_spec *s)
     free(s->windows);
     vf_sample_rows_free_all(s);
     pthread_mutex_destroy(&s->rows_lock);
+    pthread_cond_destroy(&s->rows_cond);
     free(s->table_names);
     free(s->episode_start);
     for (size_t c = 0; s->files && c < s->num_cameras; c++) {
@@ -494,7 +495,8 @@ static int setup_table(builder *b)
     s->num_table = b->num_table;
     s->table_names = b->table_names;
     b->table_names = NULL;
-    if (!(s->rows = vf_calloc(s->num_episodes ? s->num_episodes : 1, sizeof *s->rows)))
+    if (!(s->rows = vf_calloc(s->num_episodes ? s->num_episodes : 1, sizeof *s->rows)) ||
+        !(s->loading = vf_calloc(s->num_episodes ? s->num_episodes : 1, 1)))
         return VF_ENOMEM;
     s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
     /* Every table column must exist with a readable type (checked here, from
@@ -626,6 +628,7 @@ int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *d, const vf_sam
     builder b = {s, d, set, 0, NULL, 0};
     s->dataset = d;
     pthread_mutex_init(&s->rows_lock, NULL);
+    pthread_cond_init(&s->rows_cond, NULL);
     s->fps = vf_dataset_fps(d);
     s->task_index_column = -1;
     int r = check_settings(&b);
