@@ -222,10 +222,10 @@ int vf_cmd_plan(int argc, char **argv)
            frames - kept * world_size);
     vf_plan_opens o;
     if (ncam > 0 && vf_plan_count_opens(d, &ls, epoch, &o) == 0)
-        printf("MP4 opens in epoch %lld (%s, %lld consumers): %zu (each consumer opens the files of its part "
-               "once); reading each task on its own: %zu; distinct files: %zu; lower bound: %zu (%.2fx of it)\n",
-               epoch, mode, consumers, o.consumer_opens, o.task_opens, o.distinct_files, o.lower_bound,
-               o.lower_bound ? (double)o.consumer_opens / (double)o.lower_bound : 0.0);
+        printf("MP4 opens in epoch %lld (%s, %lld consumers, decoder cache of %zu each): %zu; reading each task on "
+               "its own: %zu; distinct files: %zu; lower bound: %zu (%.2fx of it)\n",
+               epoch, mode, consumers, o.cache_entries, o.consumer_opens, o.task_opens, o.distinct_files,
+               o.lower_bound, o.lower_bound ? (double)o.consumer_opens / (double)o.lower_bound : 0.0);
     vf_dataset_close(d);
     return 0;
 

@@ -474,9 +474,10 @@ typedef struct vf_plan_opens {
     size_t distinct_files;     /* video files the selection uses, all cameras */
     size_t task_opens;         /* reading every task once on its own (a task-per-worker executor, e.g.
                                 * Ray Data): the sum over tasks and cameras of the files each touches */
-    size_t consumer_opens;     /* what the loaders do: the sum over consumers of the distinct files of
-                                * their parts (the decoder cache keeps a consumer's files open while
-                                * it reads them) */
+    size_t consumer_opens;     /* what the loaders do: the sum over consumers of the files each opens
+                                * reading its part in order through a decoder cache of cache_entries
+                                * (simulated LRU; one consumer per loader, one engine thread) */
+    size_t cache_entries;      /* the decoder cache capacity simulated */
     size_t lower_bound;        /* no plan can do better: max(distinct_files, the sum over consumers of
                                 * the cameras they read, i.e. one file per camera each) */
     int64_t samples;           /* rows the consumers read this epoch */
@@ -502,10 +503,11 @@ int vf_plan_json(const vf_dataset *d, int world_size, int num_consumers, int fla
  * vf_plan_json's fields, plus mode, partition, batch_size,
  * samples_per_rank_drop_last and dropped_drop_last (the whole-batch
  * remainder rule), "opens" (vf_plan_count_opens of epoch `epoch`), and
- * with list_tasks the partition's "tasks" (id, episodes [first, count],
+ * with list_tasks 1 the partition's "tasks" (id, episodes [first, count],
  * episode_index [first, last], rows [first, count], estimated_bytes,
- * video_files per camera), or with rank >= 0 that consumer's
- * "consumer_tasks" (its pieces, the same fields plus rank and worker).
+ * video_files per camera), with rank >= 0 that consumer's "consumer_tasks"
+ * (its pieces, the same fields plus rank and worker), with list_tasks 2
+ * and rank -1 every consumer's pieces, rank-major.
  * Metadata only. *out is newly allocated (free()). */
 int vf_plan_report_json(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int list_tasks,
                         int rank, int worker, int flags, char **out);

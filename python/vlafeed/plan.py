@@ -43,15 +43,20 @@ def plan(dataset_or_root, *, world_size=1, workers=1, mode="stream", partition="
 def tasks(dataset_or_root, *, partition="file_group", world_size=1, workers=1, episodes=None):
     """The partition's tasks (the sequential partition depends on world_size x workers)."""
     return _report(dataset_or_root, episodes, partition=partition, world_size=world_size, workers=workers,
-                   tasks=True)["tasks"]
+                   tasks=1)["tasks"]
 
 
-def consumer_tasks(dataset_or_root, *, rank, worker, world_size=1, workers=1, mode="stream",
+def consumer_tasks(dataset_or_root, *, rank=None, worker=None, world_size=1, workers=1, mode="stream",
                    partition="file_group", batch_size=32, seed=0, epoch=0, shuffle=True, drop_last=False,
                    shuffle_buffer=0, episode_pool_size=16, episodes=None, state=None):
-    """What consumer (rank, worker) reads in `epoch` (state: a resolved state of that epoch,
-    whose remaining ranges restrict it, e.g. after an elastic resume)."""
+    """What consumer (rank, worker) reads in `epoch`, or with rank=worker=None every
+    consumer's pieces (rank-major, each with "rank" and "worker"). state: a resolved state of
+    that epoch, whose remaining ranges restrict it (e.g. after an elastic resume)."""
+    if (rank is None) != (worker is None):
+        raise ValueError("consumer_tasks: give both rank and worker, or neither (every consumer)")
+    every = rank is None
     return _report(dataset_or_root, episodes, mode=mode, partition=partition, world_size=world_size,
                    workers=workers, batch_size=batch_size, seed=seed, epoch=epoch, shuffle=shuffle,
                    drop_last=drop_last, shuffle_buffer=shuffle_buffer, episode_pool_size=episode_pool_size,
-                   rank=rank, worker=worker, resume=state)["consumer_tasks"]
+                   tasks=2 if every else 0, rank=-1 if every else rank, worker=-1 if every else worker,
+                   resume=state)["consumer_tasks"]

@@ -1492,10 +1492,11 @@ static PyObject *py_plan_report(PyObject *self, PyObject *args, PyObject *kwargs
                                "rank", "worker", "resume", NULL};
     PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *resume = NULL;
     int world_size = 1, workers = 1, shuffle = 1, drop_last = 0, tasks = 0, rank = -1, worker = -1;
+    /* tasks: 0 none, 1 the partition's, 2 every consumer's pieces (rank -1) */
     Py_ssize_t batch_size = 32, shuffle_buffer = 0, pool_size = 16;
     unsigned long long seed = 0;
     long long epoch = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OOiinKLppnnpiiO:plan_report", keywords, &Dataset_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OOiinKLppnniiiO:plan_report", keywords, &Dataset_Type,
                                      &dataset, &mode, &partition, &world_size, &workers, &batch_size, &seed, &epoch,
                                      &shuffle, &drop_last, &shuffle_buffer, &pool_size, &tasks, &rank, &worker,
                                      &resume))

@@ -1299,6 +1299,9 @@ typedef struct task_walk {
     size_t *files;             /* scratch: camera-major file keys of one consumer */
     size_t files_cap;
     size_t *file_base;         /* [cameras]: key offset of each camera's files */
+    size_t lru_cap;            /* the decoder cache's capacity (entries) */
+    size_t lru_key[128];
+    uint64_t lru_time[128];
     vf_plan_opens *opens;
 } task_walk;
 
@@ -1346,19 +1349,18 @@ static int collect_pieces(void *ctx, int rank, int consumer, const vf_plan_piece
     return 0;
 }
 
-static int cmp_size(const void *a, const void *b)
-{
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan_piece *p, size_t n)
 {
     (void)rank;
     (void)consumer;
     task_walk *w = ctx;
-    size_t nc = vf_dataset_num_cameras(w->d), k = 0;
+    size_t nc = vf_dataset_num_cameras(w->d);
     int64_t samples = 0;
+    /* The decoder cache of one consumer, simulated: LRU over the files of
+     * its part in reading order, with the loader's capacity. */
+    size_t cap = w->lru_cap, used = 0, opens = 0;
+    uint64_t clock = 0;
     for (size_t i = 0; i < n; i++) {
         samples += p[i].num_samples;
         size_t e0 = episode_at(w, p[i].first_position);
@@ -1368,22 +1370,25 @@ static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan
                 vf_video_span vs;
                 if (vf_dataset_episode_video(w->d, e, c, &vs) < 0)
                     return VF_EINVAL;
-                if (k == w->files_cap) {
-                    size_t cap = w->files_cap ? w->files_cap * 2 : 256;
-                    size_t *nf = vf_realloc(w->files, cap * sizeof *nf);
-                    if (!nf)
-                        return VF_ENOMEM;
-                    w->files = nf;
-                    w->files_cap = cap;
+                size_t key = w->file_base[c] + vs.file, hit = SIZE_MAX, oldest = 0;
+                clock++;
+                for (size_t k = 0; k < used; k++) {
+                    if (w->lru_key[k] == key)
+                        hit = k;
+                    if (w->lru_time[k] < w->lru_time[oldest])
+                        oldest = k;
                 }
-                w->files[k++] = w->file_base[c] + vs.file;
+                if (hit != SIZE_MAX) {
+                    w->lru_time[hit] = clock;
+                    continue;
+                }
+                opens++;
+                size_t slot = used < cap ? used++ : oldest;
+                w->lru_key[slot] = key;
+                w->lru_time[slot] = clock;
             }
     }
-    qsort(w->files, k, sizeof *w->files, cmp_size);
-    size_t distinct = 0;
-    for (size_t i = 0; i < k; i++)
-        distinct += i == 0 || w->files[i] != w->files[i - 1];
-    w->opens->consumer_opens += distinct;
+    w->opens->consumer_opens += opens;
     w->opens->lower_bound += samples > 0 ? nc : 0;
     w->opens->samples += samples;
     return 0;
@@ -1505,6 +1510,12 @@ int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings,
         out->distinct_files += vf_dataset_num_video_files(d, c);
     }
     out->consumers = (size_t)s.world_size * (size_t)s.num_consumers;
+    /* One consumer per loader (a DataLoader worker), one engine thread. */
+    vf_loader_settings one = s;
+    one.consumer = 0;
+    w.lru_cap = cache_entries(&one, nc, out->distinct_files, 1);
+    w.lru_cap = w.lru_cap < 1 ? 1 : w.lru_cap > 128 ? 128 : w.lru_cap;
+    out->cache_entries = w.lru_cap;
     if (r == 0) {
         vf_plan_input in;
         r = vf_plan_input_from_dataset(d, &in);

@@ -79,26 +79,28 @@ int vf_plan_report_json(const vf_dataset *d, const vf_loader_settings *s, int64_
     if ((r = vf_plan_count_opens(d, s, epoch, &o)) == 0)
         json_object_set_new(
             doc, "opens",
-            json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "consumers", (json_int_t)o.consumers, "distinct_files",
+            json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "consumers", (json_int_t)o.consumers, "distinct_files",
                       (json_int_t)o.distinct_files, "task_opens", (json_int_t)o.task_opens, "consumer_opens",
-                      (json_int_t)o.consumer_opens, "lower_bound", (json_int_t)o.lower_bound, "ratio_to_lower_bound",
+                      (json_int_t)o.consumer_opens, "decoder_cache_entries", (json_int_t)o.cache_entries,
+                      "lower_bound", (json_int_t)o.lower_bound, "ratio_to_lower_bound",
                       o.lower_bound ? (double)o.consumer_opens / (double)o.lower_bound : 0.0));
     vf_task_info *t = NULL;
     size_t n = 0;
-    if (r == 0 && list_tasks && rank < 0) {
+    if (r == 0 && list_tasks == 1 && rank < 0) {
         r = vf_plan_tasks(d, s->mode == VF_MODE_POOL ? VF_PARTITION_EPISODE : s->partition, s->world_size,
                           s->num_consumers, &t, &n);
         json_t *list = json_array();
         for (size_t i = 0; r == 0 && i < n; i++)
             json_array_append_new(list, task_json(d, &t[i]));
         json_object_set_new(doc, "tasks", list);
-    } else if (r == 0 && rank >= 0) {
-        r = vf_plan_consumer_tasks(d, s, epoch, rank, worker, &t, &n);
+    } else if (r == 0 && (rank >= 0 || list_tasks == 2)) {
+        /* One consumer's pieces, or (list_tasks 2, rank -1) every consumer's. */
+        r = vf_plan_consumer_tasks(d, s, epoch, rank, rank >= 0 ? worker : -1, &t, &n);
         json_t *list = json_array();
         for (size_t i = 0; r == 0 && i < n; i++)
             json_array_append_new(list, task_json(d, &t[i]));
-        json_object_set_new(doc, "consumer", json_pack("{s:i,s:i,s:I}", "rank", rank, "worker", worker, "epoch",
-                                                       (json_int_t)epoch));
+        json_object_set_new(doc, "consumer", json_pack("{s:i,s:i,s:I}", "rank", rank, "worker", rank >= 0 ? worker : -1,
+                                                       "epoch", (json_int_t)epoch));
         json_object_set_new(doc, "consumer_tasks", list);
     }
     free(t);

@@ -990,7 +990,8 @@ int vf_plan_remaining(const vf_plan_epoch_settings *s0, int64_t num_positions, c
     /* Complement in [0, rn), mapped to global indices. */
     range_list left = {0};
     if (r == 0) {
-        qsort(done.v, done.n, 2 * sizeof *done.v, cmp_range);
+        if (done.n > 1)
+            qsort(done.v, done.n, 2 * sizeof *done.v, cmp_range);
         int64_t at = 0;
         for (size_t i = 0; i <= done.n && r == 0; i++) {
             int64_t a = i < done.n ? done.v[2 * i] : rn;
