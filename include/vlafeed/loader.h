@@ -509,6 +509,7 @@ int vf_plan_json(const vf_dataset *d, int world_size, int num_consumers, int fla
  * (its pieces, the same fields plus rank and worker), with list_tasks 2
  * and rank -1 every consumer's pieces, rank-major.
  * Metadata only. *out is newly allocated (free()). */
+enum { VF_PLAN_NO_FILES = 0x100 }; /* flag: task lists without their video_files */
 int vf_plan_report_json(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int list_tasks,
                         int rank, int worker, int flags, char **out);
 

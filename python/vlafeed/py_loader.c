@@ -1489,17 +1489,17 @@ static PyObject *py_plan_report(PyObject *self, PyObject *args, PyObject *kwargs
     (void)self;
     static char *keywords[] = {"dataset", "mode", "partition", "world_size", "workers", "batch_size", "seed",
                                "epoch", "shuffle", "drop_last", "shuffle_buffer", "episode_pool_size", "tasks",
-                               "rank", "worker", "resume", NULL};
+                               "rank", "worker", "resume", "video_files", NULL};
     PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *resume = NULL;
-    int world_size = 1, workers = 1, shuffle = 1, drop_last = 0, tasks = 0, rank = -1, worker = -1;
+    int world_size = 1, workers = 1, shuffle = 1, drop_last = 0, tasks = 0, rank = -1, worker = -1, files = 1;
     /* tasks: 0 none, 1 the partition's, 2 every consumer's pieces (rank -1) */
     Py_ssize_t batch_size = 32, shuffle_buffer = 0, pool_size = 16;
     unsigned long long seed = 0;
     long long epoch = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OOiinKLppnniiiO:plan_report", keywords, &Dataset_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OOiinKLppnniiiOp:plan_report", keywords, &Dataset_Type,
                                      &dataset, &mode, &partition, &world_size, &workers, &batch_size, &seed, &epoch,
                                      &shuffle, &drop_last, &shuffle_buffer, &pool_size, &tasks, &rank, &worker,
-                                     &resume))
+                                     &resume, &files))
         return NULL;
     if (!((DatasetObject *)dataset)->d) {
         PyErr_SetString(PyExc_ValueError, "the dataset is not open");
@@ -1538,7 +1538,7 @@ static PyObject *py_plan_report(PyObject *self, PyObject *args, PyObject *kwargs
     int r;
     vf_dataset *d = ((DatasetObject *)dataset)->d;
     Py_BEGIN_ALLOW_THREADS
-    r = vf_plan_report_json(d, &s, epoch, tasks, rank, worker, 0, &doc);
+    r = vf_plan_report_json(d, &s, epoch, tasks, rank, worker, files ? 0 : VF_PLAN_NO_FILES, &doc);
     Py_END_ALLOW_THREADS
     if (r < 0)
         return vf_py_raise(r);
@@ -1576,7 +1576,7 @@ static PyMethodDef loader_functions[] = {
     {"plan_report", (PyCFunction)(void (*)(void))py_plan_report, METH_VARARGS | METH_KEYWORDS,
      "plan_report(dataset, *, mode='stream', partition='file_group', world_size=1, workers=1, batch_size=32,\n"
      "seed=0, epoch=0, shuffle=True, drop_last=False, shuffle_buffer=0, episode_pool_size=16, tasks=False,\n"
-     "rank=-1, worker=-1, resume=None) -> str: the `vlafeed plan --json` document (vf_plan_report_json)."},
+     "rank=-1, worker=-1, resume=None, video_files=True) -> str: the `vlafeed plan --json` document (vf_plan_report_json)."},
     {"state_batches", (PyCFunction)py_state_batches, METH_O,
      "state_batches(state) -> int: the rank-level batches a state stands for."},
     {"set_log_level", (PyCFunction)py_set_log_level, METH_VARARGS,

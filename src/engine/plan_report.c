@@ -35,7 +35,7 @@ static json_t *task_files(const vf_dataset *d, size_t first, size_t count)
     return files;
 }
 
-static json_t *task_json(const vf_dataset *d, const vf_task_info *t)
+static json_t *task_json(const vf_dataset *d, const vf_task_info *t, int files)
 {
     const vf_episode *a = vf_dataset_episode(d, t->first_episode);
     const vf_episode *b = vf_dataset_episode(d, t->first_episode + (t->num_episodes ? t->num_episodes - 1 : 0));
@@ -47,7 +47,7 @@ static json_t *task_json(const vf_dataset *d, const vf_task_info *t)
         json_object_set_new(o, "rank", json_integer(t->rank));
         json_object_set_new(o, "worker", json_integer(t->consumer));
     }
-    if (o)
+    if (o && files)
         json_object_set_new(o, "video_files", task_files(d, t->first_episode, t->num_episodes));
     return o;
 }
@@ -91,14 +91,14 @@ int vf_plan_report_json(const vf_dataset *d, const vf_loader_settings *s, int64_
                           s->num_consumers, &t, &n);
         json_t *list = json_array();
         for (size_t i = 0; r == 0 && i < n; i++)
-            json_array_append_new(list, task_json(d, &t[i]));
+            json_array_append_new(list, task_json(d, &t[i], !(flags & VF_PLAN_NO_FILES)));
         json_object_set_new(doc, "tasks", list);
     } else if (r == 0 && (rank >= 0 || list_tasks == 2)) {
         /* One consumer's pieces, or (list_tasks 2, rank -1) every consumer's. */
         r = vf_plan_consumer_tasks(d, s, epoch, rank, rank >= 0 ? worker : -1, &t, &n);
         json_t *list = json_array();
         for (size_t i = 0; r == 0 && i < n; i++)
-            json_array_append_new(list, task_json(d, &t[i]));
+            json_array_append_new(list, task_json(d, &t[i], !(flags & VF_PLAN_NO_FILES)));
         json_object_set_new(doc, "consumer", json_pack("{s:i,s:i,s:I}", "rank", rank, "worker", rank >= 0 ? worker : -1,
                                                        "epoch", (json_int_t)epoch));
         json_object_set_new(doc, "consumer_tasks", list);
