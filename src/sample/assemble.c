@@ -63,6 +63,25 @@ static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_vi
         return 0;
     pthread_mutex_lock(&f->lock);
     state = atomic_load(&f->state);
+    if (state == 0 && !f->episodes && f->list_count > 0) {
+        /* The file's episodes, from the camera's compact index. */
+        const vf_dataset *d = spec->dataset;
+        f->episodes = vf_calloc(f->list_count, sizeof *f->episodes);
+        if (!f->episodes) {
+            pthread_mutex_unlock(&f->lock);
+            return VF_ENOMEM;
+        }
+        for (size_t i = 0; i < f->list_count; i++) {
+            const vf_ds_episode *e = &d->episodes[spec->file_order[f->camera][f->list_start + i]];
+            vf_video_episode *ve = &f->episodes[i];
+            ve->episode_index = e->pub.episode_index;
+            ve->from_timestamp = e->video[f->camera].from_timestamp;
+            ve->to_timestamp = e->video[f->camera].to_timestamp;
+            ve->length = e->pub.length;
+            ve->first_ordinal = -1;
+        }
+        f->num_episodes = f->cap_episodes = f->list_count;
+    }
     if (state == 0) {
         const vf_video_index *ix = vf_video_reader_index(reader);
         const vf_camera *cam = vf_dataset_camera(spec->dataset, (size_t)f->camera);
@@ -310,7 +329,7 @@ static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters
             }
             case VF_SAMPLE_SRC_VIDEO: {
                 const vf_sample_video_slot *slot = &s->slots[ep * s->num_cameras + (size_t)c->camera];
-                int64_t episode_index = slot->file->episodes[slot->episode].episode_index;
+                int64_t episode_index = vf_dataset_episode(s->dataset, ep)->episode_index;
                 for (size_t k = 0; k < steps; k++) {
                     frame_job *j = &jobs[nj++];
                     j->file = slot->file;

@@ -105,8 +105,10 @@ typedef struct vf_sample_video_file {
     pthread_mutex_t lock;
     atomic_int state;          /* 0 not mapped yet, 1 mapped, < 0 mapping failed (that code) */
     char *error;               /* message of a failed mapping */
-    vf_video_episode *episodes;/* every episode of the metadata stored in this file */
+    vf_video_episode *episodes;/* every episode of the metadata stored in this file: built when the
+                                * file is first mapped (NULL before), from file_order */
     size_t num_episodes, cap_episodes;
+    size_t list_start, list_count; /* this file's run of the camera's file_order */
     vf_video_map map;
     int64_t frame_count;
 } vf_sample_video_file;
@@ -165,6 +167,7 @@ typedef struct vf_sample_spec {
     vf_sample_video_file **files;  /* [camera] -> array of num_files[camera] */
     size_t *num_files;
     vf_sample_video_slot *slots;   /* [episode * num_cameras + camera] */
+    uint32_t **file_order;         /* [camera]: metadata episodes sorted by file (stable) */
 } vf_sample_spec;
 
 /* Builds the spec for the dataset's selected episodes from the sample

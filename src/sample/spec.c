@@ -82,13 +82,17 @@ void vf_sample_spec_free(vf_sample_spec *s)
         for (size_t i = 0; i < s->num_files[c]; i++) {
             vf_sample_video_file *f = &s->files[c][i];
             pthread_mutex_destroy(&f->lock);
-            vf_video_map_free(&f->map, f->episodes, f->num_episodes);
+            if (f->episodes)
+                vf_video_map_free(&f->map, f->episodes, f->num_episodes);
             free(f->episodes);
             free(f->error);
         }
         free(s->files[c]);
     }
     free(s->files);
+    for (size_t c = 0; s->file_order && c < s->num_cameras; c++)
+        free(s->file_order[c]);
+    free(s->file_order);
     free(s->num_files);
     free(s->slots);
     free(s);
@@ -538,7 +542,8 @@ static int build_video(builder *b)
     s->files = vf_calloc(s->num_cameras, sizeof *s->files);
     s->num_files = vf_calloc(s->num_cameras, sizeof *s->num_files);
     s->slots = vf_calloc(s->num_episodes ? s->num_episodes * s->num_cameras : 1, sizeof *s->slots);
-    if (!s->files || !s->num_files || !s->slots)
+    s->file_order = vf_calloc(s->num_cameras, sizeof *s->file_order);
+    if (!s->files || !s->num_files || !s->slots || !s->file_order)
         return VF_ENOMEM;
     size_t next_id = 0;
     for (size_t cam = 0; cam < s->num_cameras; cam++) {
@@ -559,62 +564,64 @@ static int build_video(builder *b)
             f->id = next_id++;
         }
         /* Every episode of the metadata stored in one of these files (the
-         * exact ordinal mapping needs all of them, selected or not). */
+         * exact ordinal mapping needs all of them, selected or not), as a
+         * compact per-camera index sorted by file (stable: metadata order);
+         * a file's vf_video_episode list is built when it is first mapped
+         * (ensure_map), so memory follows the files a loader reads. */
         file_key *keys = vf_malloc_array(nfiles ? nfiles : 1, sizeof *keys);
-        if (!keys)
-            return VF_ENOMEM;
-        for (size_t i = 0; i < nfiles; i++) {
+        size_t na = d->num_all_episodes;
+        int32_t *file_of = vf_malloc_array(na ? na : 1, sizeof *file_of);
+        uint32_t *k_of = vf_malloc_array(na ? na : 1, sizeof *k_of);
+        size_t *fill = vf_calloc(nfiles ? nfiles : 1, sizeof *fill);
+        s->file_order[cam] = vf_malloc_array(na ? na : 1, sizeof **s->file_order);
+        int r = keys && file_of && k_of && fill && s->file_order[cam] ? 0 : VF_ENOMEM;
+        for (size_t i = 0; r == 0 && i < nfiles; i++) {
             keys[i].chunk = dc->files[i].chunk_index;
             keys[i].file = dc->files[i].file_index;
             keys[i].id = i;
         }
-        qsort(keys, nfiles, sizeof *keys, cmp_file_key);
-        for (size_t e = 0; e < d->num_all_episodes; e++) {
+        if (r == 0 && nfiles > 1)
+            qsort(keys, nfiles, sizeof *keys, cmp_file_key);
+        for (size_t e = 0; r == 0 && e < na; e++) {
             const vf_ds_video_loc *v = &d->episodes[e].video[cam];
             file_key want = {v->chunk_index, v->file_index, 0};
             const file_key *hit = nfiles ? bsearch(&want, keys, nfiles, sizeof *keys, cmp_file_key) : NULL;
-            if (hit) {
-                vf_sample_video_file *f = &s->files[cam][hit->id];
-                if (f->num_episodes == f->cap_episodes) {
-                    size_t cap = f->cap_episodes ? f->cap_episodes * 2 : 4;
-                    vf_video_episode *n = vf_realloc(f->episodes, cap * sizeof *n);
-                    if (!n) {
-                        free(keys);
-                        return VF_ENOMEM;
-                    }
-                    f->episodes = n;
-                    f->cap_episodes = cap;
-                }
-                vf_video_episode *ve = &f->episodes[f->num_episodes++];
-                memset(ve, 0, sizeof *ve);
-                ve->episode_index = d->episodes[e].pub.episode_index;
-                ve->from_timestamp = v->from_timestamp;
-                ve->to_timestamp = v->to_timestamp;
-                ve->length = d->episodes[e].pub.length;
-                ve->first_ordinal = -1;
+            file_of[e] = hit ? (int32_t)hit->id : -1;
+            if (hit)
+                s->files[cam][hit->id].list_count++;
+        }
+        size_t at = 0;
+        for (size_t i = 0; r == 0 && i < nfiles; i++) {
+            s->files[cam][i].list_start = at;
+            at += s->files[cam][i].list_count;
+        }
+        for (size_t e = 0; r == 0 && e < na; e++) {
+            if (file_of[e] < 0)
+                continue;
+            vf_sample_video_file *f = &s->files[cam][file_of[e]];
+            k_of[e] = (uint32_t)fill[file_of[e]];
+            s->file_order[cam][f->list_start + fill[file_of[e]]++] = (uint32_t)e;
+        }
+        /* Selected episode -> (file, slot). */
+        for (size_t p = 0; r == 0 && p < s->num_episodes; p++) {
+            vf_video_span span;
+            if ((r = vf_dataset_episode_video(d, p, cam, &span)) < 0)
+                break;
+            size_t e = d->selected[p];
+            if (span.file >= nfiles || file_of[e] != (int32_t)span.file) {
+                r = vf_error(VF_ECORRUPT, "camera %s: episode %lld has no video file", dc->pub.key,
+                             (long long)vf_dataset_episode(d, p)->episode_index);
+                break;
             }
+            s->slots[p * s->num_cameras + cam].file = &s->files[cam][span.file];
+            s->slots[p * s->num_cameras + cam].episode = k_of[e];
         }
         free(keys);
-        /* Selected episode -> (file, slot). */
-        for (size_t p = 0; p < s->num_episodes; p++) {
-            vf_video_span span;
-            int r = vf_dataset_episode_video(d, p, cam, &span);
-            if (r < 0)
-                return r;
-            if (span.file >= nfiles)
-                return vf_error(VF_ECORRUPT, "camera %s: episode %lld has no video file", dc->pub.key,
-                                (long long)vf_dataset_episode(d, p)->episode_index);
-            vf_sample_video_file *f = &s->files[cam][span.file];
-            int64_t ep = vf_dataset_episode(d, p)->episode_index;
-            size_t k = 0;
-            while (k < f->num_episodes && f->episodes[k].episode_index != ep)
-                k++;
-            if (k == f->num_episodes)
-                return vf_error(VF_ECORRUPT, "%s: camera %s: episode %lld is not listed in its file", f->path,
-                                dc->pub.key, (long long)ep);
-            s->slots[p * s->num_cameras + cam].file = f;
-            s->slots[p * s->num_cameras + cam].episode = k;
-        }
+        free(file_of);
+        free(k_of);
+        free(fill);
+        if (r < 0)
+            return r;
     }
     return 0;
 }
