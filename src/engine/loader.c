@@ -428,17 +428,18 @@ static void remainder_warnings(vf_loader *l)
 {
     const vf_loader_settings *s = &l->settings;
     const vf_plan_epoch *p = &l->plan;
-    int64_t n = p->epoch_samples, per = p->rank_samples, w = s->world_size;
-    if (w > 1 && n % w != 0) {
-        if (s->drop_last)
-            warn_once(l, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
-                                     "gets %lld and the last %lld of the epoch's order are dropped (drop_last)",
-                                     s->world_size, (long long)n, (long long)per, (long long)(n - per * w)));
-        else
-            warn_once(l, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
-                                     "gets %lld, and %lld samples are repeated to even the ranks out (the last "
-                                     "rank's slice wraps around to the start of the epoch's order)",
-                                     s->world_size, (long long)n, (long long)per, (long long)(per * w - n)));
+    int64_t n = p->epoch_samples, per = p->rank_samples, w = s->world_size, bs = (int64_t)s->batch_size;
+    int64_t kept = per / bs * bs;
+    if (s->drop_last && n - kept * w > 0) {
+        warn_once(l, vf_asprintf("loader: drop_last drops %lld of the %lld samples of an epoch: every rank keeps "
+                                 "%lld whole batches of %lld (%lld of its %lld samples), over %d rank%s",
+                                 (long long)(n - kept * w), (long long)n, (long long)(kept / bs), (long long)bs,
+                                 (long long)kept, (long long)per, s->world_size, s->world_size == 1 ? "" : "s"));
+    } else if (w > 1 && n % w != 0 && !s->drop_last) {
+        warn_once(l, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
+                                 "gets %lld, and %lld samples are repeated to even the ranks out (the last "
+                                 "rank's slice wraps around to the start of the epoch's order)",
+                                 s->world_size, (long long)n, (long long)per, (long long)(per * w - n)));
     }
     if (p->empty_consumers > 0)
         warn_once(l, vf_asprintf("loader: %d consumer%s of rank %d get%s no samples (%lld samples per rank over %d "
