@@ -69,6 +69,7 @@ class TrainConfig:
     precision: str = "fp32"        # fp32 | amp_bfloat16 | pure_bf16
     seed: int = 0                  # model init seed; each rank's RNG stream is derived from it and the rank
     threads: int = 0               # torch threads per rank (0: this rank's share of the cores minus the loader's)
+    stop_at: int = 0               # end this run after this step (with a checkpoint), as if interrupted; 0: off
     log_every: int = 10
     log_file: str = ""             # append {"step", "loss"} per step (rank 0) to this JSON-lines file
     deterministic: bool = True     # torch.use_deterministic_algorithms
