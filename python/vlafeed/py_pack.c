@@ -59,8 +59,16 @@ static PyObject *py_pack_plan(PyObject *self, PyObject *args, PyObject *kwargs)
         PyMem_Free(wide);
         return PyErr_NoMemory();
     }
-    for (size_t i = 0; i < count; i++) /* out-of-range lengths become -1: the engine names the sample */
-        lengths[i] = (wide[i] < 1 || wide[i] > INT32_MAX) ? -1 : (int32_t)wide[i];
+    for (size_t i = 0; i < count; i++) {
+        if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) { /* the engine checks the int32 range itself */
+            PyErr_Format(PyExc_ValueError, "pack: sample %zu has %lld tokens; a sample needs 1 to max_tokens (%d)",
+                         i, (long long)wide[i], max_tokens);
+            free(lengths);
+            PyMem_Free(wide);
+            return NULL;
+        }
+        lengths[i] = (int32_t)wide[i];
+    }
     PyMem_Free(wide);
     vf_pack_settings settings;
     vf_pack_defaults(&settings);
