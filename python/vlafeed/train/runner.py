@@ -167,15 +167,17 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
         loader_kwargs["resize"] = (cfg.data.image_size, cfg.data.image_size)
     loader = vlafeed.Loader(cfg.data.dataset, **loader_kwargs)
 
-    step, restored, resumed_from, data_note = 0, False, None, ""
+    step, restored, resumed_from, data_note, load_seconds = 0, False, None, "", None
     path = resolve_resume(cfg)
     if cfg.checkpoint.resume and cfg.checkpoint.resume != "auto" and path is not None and not path.exists():
         raise ckpt.CheckpointError(f"checkpoint {path} (checkpoint.resume) does not exist")
     if path is not None:
         cmeta = ckpt.read_meta(path)
         ckpt.check_compatible(path, cmeta, signature, identity)
+        tl = time.perf_counter()
         step, mine, rank0_loader, cmeta = ckpt.load(path, wrapped.model, optimizer, scheduler, rank=rank,
                                                     world=world)
+        load_seconds = time.perf_counter() - tl
         if mine is not None:
             set_rng_state(mine["rng"])
             loader.load_state_dict(mine["loader"])
@@ -209,7 +211,7 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
               f"{'packed rows of ' + str(cfg.packing.max_tokens) + ' tokens' if cfg.packing.enabled else 'padded'}"
               f", attention {model.attention}", flush=True)
     log = open(cfg.train.log_file, "a") if (cfg.train.log_file and dinfo.is_main) else None
-    losses, wait, total, real_tokens, slot_tokens, saves = [], 0.0, 0.0, 0, 0, []
+    losses, wait, total, real_tokens, slot_tokens, saves, state_bytes = [], 0.0, 0.0, 0, 0, [], None
     accum = cfg.train.grad_accum
     t_start = time.perf_counter()
     every = cfg.checkpoint.every
@@ -232,6 +234,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             step_loss += loss.detach().double()
         wrapped.sync_ignored_grads(world)
         optimizer.step()
+        if state_bytes is None:  # gradients and optimizer state both exist now
+            state_bytes = _state_bytes(wrapped.model, optimizer)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
@@ -265,7 +269,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                "real_tokens": real_tokens * world, "slot_tokens": slot_tokens * world,
                "padding_fraction": 1 - real_tokens / slot_tokens if slot_tokens else 0.0,
                "tokens_per_s": real_tokens * world / total if total else 0.0,
-               "checkpoint_save_seconds": saves, "resumed_from": resumed_from,
+               "checkpoint_save_seconds": saves, "checkpoint_load_seconds": load_seconds,
+               "resumed_from": resumed_from, "model_state_bytes_rank0": state_bytes,
                "peak_rss_mb": _peak_rss_mb()}
     if dinfo.is_main:
         Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
@@ -275,6 +280,23 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                   f"{summary['tokens_per_s']:.0f} tokens/s, {100 * summary['padding_fraction']:.0f}% padding, "
                   f"{100 * summary['data_wait_fraction']:.0f}% of step time waiting for data", flush=True)
     return summary
+
+
+def _local_bytes(t):
+    t = t.to_local() if hasattr(t, "to_local") else t
+    return t.numel() * t.element_size()
+
+
+def _state_bytes(model, optimizer):
+    """Bytes this rank holds of parameters, gradients and optimizer state (its shards under FSDP2)."""
+    total = 0
+    for p in model.parameters():
+        total += _local_bytes(p.detach())
+        if p.grad is not None:
+            total += _local_bytes(p.grad)
+    for st in optimizer.state.values():
+        total += sum(_local_bytes(v) for v in st.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return total
 
 
 def _peak_rss_mb():
