@@ -13,8 +13,8 @@ stays a function of the loader's order.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
-import zlib
 from dataclasses import dataclass
 
 import torch
@@ -45,10 +45,16 @@ def kept_cameras(index: int, num_cameras: int, dropout: float, seed: int) -> lis
     """Which cameras sample `index` keeps: each dropped with probability `dropout`, at least one kept."""
     if dropout <= 0 or num_cameras <= 1:
         return [True] * num_cameras
-    keep = [zlib.crc32(f"{seed}:{index}:{c}".encode()) / 2**32 >= dropout for c in range(num_cameras)]
+    keep = [_uniform(f"{seed}:{index}:{c}") >= dropout for c in range(num_cameras)]
     if not any(keep):
-        keep[zlib.crc32(f"{seed}:{index}".encode()) % num_cameras] = True
+        keep[int(_uniform(f"{seed}:{index}") * num_cameras)] = True
     return keep
+
+
+def _uniform(key: str) -> float:
+    """A uniform number in [0, 1) that is a pure function of key (BLAKE2b; CRC-32 of similar strings is not
+    uniform enough)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") / 2**64
 
 
 @dataclass
