@@ -343,3 +343,14 @@ def test_cli_rejects_a_bad_key_before_starting(setup):
     r = subprocess.run([sys.executable, "-m", "vlafeed.train", "--help"], env=env(), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "--packing.max_tokens" in r.stdout
+
+
+@pytest.mark.parametrize("precision", ["amp_bfloat16", "pure_bf16"])
+def test_bf16_precisions_train_end_to_end_in_one_process(setup, tmp_path, precision):
+    base, cfg = setup
+    rc = _in_process(["--config", str(cfg), "--checkpoint.dir", str(tmp_path / "ck"), "--train.steps", "2",
+                      "--train.precision", precision, "--train.grad_accum", "1"])
+    assert rc == 0
+    summary = json.loads((tmp_path / "ck" / "summary.json").read_text())
+    assert summary["precision"] == precision and summary["steps"] == 2 and summary["parallel"] == "local"
+    assert all(v == v for v in (summary["first_loss"], summary["last_loss"]))  # not NaN

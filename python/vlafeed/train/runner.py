@@ -92,8 +92,9 @@ class Step:
             _stat(stats, "action", "std", action_dim).clamp_min(1e-3).to(device)
 
     def inputs(self, batch, packed: bool):
-        images = [batch[k].to(self.device).float().div_(255) for k in self.cams]
-        state = (batch["observation.state"].to(self.device).float() - self.s_mean) / self.s_std
+        dtype = torch.bfloat16 if self.cfg.train.precision == "pure_bf16" else torch.float32
+        images = [batch[k].to(self.device).float().div_(255).to(dtype) for k in self.cams]
+        state = ((batch["observation.state"].to(self.device).float() - self.s_mean) / self.s_std).to(dtype)
         target = (batch["action"].to(self.device).float() - self.a_mean) / self.a_std
         valid = (~batch["action_is_pad"].to(self.device)).float()
         m = self.cfg.model
