@@ -43,6 +43,7 @@ class DistInfo:
     world_size: int
     device: torch.device
     distributed: bool
+    owns_group: bool = False  # this process group was created here (and is destroyed at the end)
 
     @property
     def is_main(self):
@@ -77,9 +78,13 @@ def setup_distributed(backend: str = "auto", device: str = "auto") -> DistInfo:
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
         be = backend if backend != "auto" else ("nccl" if want_cuda else "gloo")
         dist.init_process_group(be, rank=rank, world_size=world)
+        owns = True
     elif dist.is_initialized():  # e.g. Ray Train or a test harness set it up
         rank, world = dist.get_rank(), dist.get_world_size()
-    return DistInfo(rank, local_rank, world, dev, dist.is_initialized() and world > 1)
+        owns = False
+    else:
+        owns = False
+    return DistInfo(rank, local_rank, world, dev, dist.is_initialized() and world > 1, owns)
 
 
 def rank_seed(seed: int, rank: int) -> int:

@@ -135,7 +135,7 @@ def train(cfg: Config) -> dict:
     try:
         return _train(cfg, dinfo, vlafeed)
     finally:
-        if dinfo.distributed and dist.is_initialized():
+        if dinfo.owns_group and dist.is_initialized():
             dist.destroy_process_group()
 
 
