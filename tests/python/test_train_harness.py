@@ -354,3 +354,21 @@ def test_bf16_precisions_train_end_to_end_in_one_process(setup, tmp_path, precis
     summary = json.loads((tmp_path / "ck" / "summary.json").read_text())
     assert summary["precision"] == precision and summary["steps"] == 2 and summary["parallel"] == "local"
     assert all(v == v for v in (summary["first_loss"], summary["last_loss"]))  # not NaN
+
+
+def test_launcher_variables_torchrun_then_slurm(monkeypatch):
+    from vlafeed.train.parallel import env_rank_world, setup_distributed
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "MASTER_ADDR",
+                "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    assert env_rank_world() == (0, 0, 1, None)
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    assert env_rank_world() == (5, 1, 8, "slurm")
+    with pytest.raises(RuntimeError, match="MASTER_ADDR"):  # srun alone does not say where rank 0 listens
+        setup_distributed("gloo", "cpu")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert env_rank_world() == (3, 0, 4, "torchrun")  # torchrun's variables win inside an srun allocation
