@@ -20,7 +20,6 @@ sdpa.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn as nn

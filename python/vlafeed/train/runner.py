@@ -131,7 +131,6 @@ def resolve_resume(cfg: Config):
 def train(cfg: Config) -> dict:
     import vlafeed
     dinfo = setup_distributed(cfg.parallel.backend, cfg.parallel.device)
-    rank, world, device = dinfo.rank, dinfo.world_size, dinfo.device
     try:
         return _train(cfg, dinfo, vlafeed)
     finally:
