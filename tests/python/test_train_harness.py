@@ -186,8 +186,12 @@ def test_sigkill_and_resume_is_bit_identical(setup, uninterrupted):
     time.sleep(0.5)
     killed_at = (ck / "latest").read_text().strip()
     assert killed_at < f"step_{STEPS:08d}"
-    r = train(cfg, ["--checkpoint.dir", str(ck), "--train.log_file", str(log), "--checkpoint.resume", "auto"])
+    r = train(cfg, ["--checkpoint.dir", str(ck), "--train.log_file", str(log), "--checkpoint.resume", "auto",
+                    "--checkpoint.keep", "2"])
     assert f"at step {int(killed_at[5:])}" in r.stdout
+    # keep=2: only the two newest complete checkpoints remain, and no half-written one
+    assert sorted(p.name for p in ck.iterdir() if p.name.startswith(("step_", ".tmp-"))) == \
+        [f"step_{STEPS - 2:08d}", f"step_{STEPS:08d}"]
     c = losses(log)  # steps logged after the checkpoint and before the kill are overwritten by the resumed run
     assert c == a, {s: (a[s], c.get(s)) for s in a if a[s] != c.get(s)}
     assert_same_state(full_state(ckA / f"step_{STEPS:08d}"), full_state(ck / f"step_{STEPS:08d}"))
