@@ -12,7 +12,7 @@ APT_PACKAGES=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libdav1d-dev ffmpeg
   libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
 )
-PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib boto3 "moto[server]")
+PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib boto3 "moto[server]" pyyaml)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -33,6 +33,7 @@ for spec in "${PIP_PACKAGES[@]}"; do
   case "$mod" in
     scikit-build-core) mod=scikit_build_core ;;
     "moto[server]") mod=moto ;;
+    pyyaml) mod=yaml ;;
   esac
   "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('${mod//-/_}') else 1)" 2>/dev/null || need_pip+=("$spec")
 done

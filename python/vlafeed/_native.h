@@ -29,5 +29,6 @@ int vf_py_register_parquet_write(PyObject *module);
 int vf_py_register_dataset(PyObject *module);
 int vf_py_register_video(PyObject *module);
 int vf_py_register_loader(PyObject *module);
+int vf_py_register_pack(PyObject *module);
 
 #endif

@@ -1,0 +1,215 @@
+"""Run configuration for ``python -m vlafeed.train``: typed sections, a YAML
+file and ``--section.key value`` overrides on the command line.
+
+Every key is declared below with its type and default. A YAML key or an
+override that is not declared, or a value of the wrong type, raises
+ConfigError naming the key (and the file) before anything is built, so a
+typo never silently trains with a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config key that does not exist, or a value of the wrong type."""
+
+
+@dataclass
+class DataConfig:
+    dataset: str = ""              # LeRobot dataset root (required)
+    mode: str = "stream"           # vlafeed.Loader mode: stream | pool
+    batch_size: int = 8            # samples per micro-batch per rank
+    seed: int = 0                  # the loader's order seed
+    chunk: int = 10                # action chunk length (steps of 1/fps)
+    loader_threads: int = 1        # engine threads per rank
+    image_size: int = 0            # resize cameras to image_size x image_size (0: as stored)
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 64
+    layers: int = 2
+    heads: int = 4
+    patch: int = 16                # image patch size: tokens per camera = (H/patch) x (W/patch)
+    max_text_tokens: int = 48      # instruction tokens kept per sample (byte-level tokenizer)
+    vocab_size: int = 259          # 256 bytes + bos/eos/pad
+    tokenizer: str = "bytes"       # bytes, or "module:function" returning a list[int] for a string
+    camera_dropout: float = 0.0    # per-sample probability of dropping a camera (>= 1 camera kept)
+    attention: str = "auto"        # auto | sdpa | flex | flash (flash: flash_attn_varlen_func, GPU)
+
+
+@dataclass
+class PackingConfig:
+    enabled: bool = False          # pack samples into rows instead of padding to the longest
+    max_tokens: int = 256          # tokens per packed row
+    window: int = 0                # first-fit-decreasing look-ahead, in samples (0: the micro-batch)
+
+
+@dataclass
+class ParallelConfig:
+    fsdp: bool = True              # FSDP2 (fully_shard); false: DDP
+    reshard_after_forward: bool = True
+    cpu_offload: bool = False      # FSDP2 CPUOffloadPolicy
+    keep_unsharded_during_accumulation: bool = False  # FSDP: no reshard/all-gather between micro-batches
+    backend: str = "auto"          # auto (nccl on CUDA, else gloo) | gloo | nccl
+    device: str = "auto"           # auto | cpu | cuda
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100               # optimizer steps in total (a resumed run continues to it)
+    grad_accum: int = 1            # micro-batches per optimizer step
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup_steps: int = 10         # linear LR warm-up, then cosine to 10%
+    precision: str = "fp32"        # fp32 | amp_bfloat16 | pure_bf16
+    seed: int = 0                  # model init seed; each rank's RNG stream is derived from it and the rank
+    threads: int = 0               # torch threads per rank (0: this rank's share of the cores minus the loader's)
+    stop_at: int = 0               # end this run after this step (with a checkpoint), as if interrupted; 0: off
+    log_every: int = 10
+    log_file: str = ""             # append {"step", "loss"} per step (rank 0) to this JSON-lines file
+    deterministic: bool = True     # torch.use_deterministic_algorithms
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = "checkpoints"
+    every: int = 0                 # steps between checkpoints (0: only at the end)
+    at_end: bool = True
+    resume: str = ""               # "" (fresh), "auto" (dir/latest if there is one), or a checkpoint directory
+    elastic_data: str = "error"    # world size changed and the loader cannot resume there: error | restart_epoch
+    keep: int = 0                  # keep the newest N checkpoints (0: all)
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    packing: PackingConfig = field(default_factory=PackingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+CHOICES = {
+    "data.mode": ("stream", "pool"),
+    "model.attention": ("auto", "sdpa", "flex", "flash"),
+    "parallel.backend": ("auto", "gloo", "nccl"),
+    "parallel.device": ("auto", "cpu", "cuda"),
+    "train.precision": ("fp32", "amp_bfloat16", "pure_bf16"),
+    "checkpoint.elastic_data": ("error", "restart_epoch"),
+}
+
+
+def _coerce(key: str, value, typ, source: str):
+    """value converted to typ, or ConfigError naming key; strings from the command line are parsed."""
+    where = f" (in {source})" if source else ""
+    if isinstance(value, str) and typ is not str and source == "command line":
+        text = value.strip().lower()
+        if typ is bool:
+            if text in ("true", "1", "yes", "on"):
+                return True
+            if text in ("false", "0", "no", "off"):
+                return False
+        else:
+            try:
+                return typ(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config key '{key}'{where}: expected {typ.__name__}, got {value!r}")
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) and typ is not bool:
+        raise ConfigError(f"config key '{key}'{where}: expected {typ.__name__}, got a boolean ({value!r})")
+    if not isinstance(value, typ):
+        raise ConfigError(f"config key '{key}'{where}: expected {typ.__name__}, got {type(value).__name__} "
+                          f"({value!r})")
+    return value
+
+
+def _set(cfg: Config, key: str, value, source: str):
+    parts = key.split(".")
+    if len(parts) != 2:
+        raise ConfigError(f"config key '{key}' ({source}): keys are section.name, e.g. train.steps")
+    section, name = parts
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    if section not in sections:
+        raise ConfigError(f"unknown config key '{key}' ({source}): no section '{section}' "
+                          f"(sections: {', '.join(sections)})")
+    sub = getattr(cfg, section)
+    hints = typing.get_type_hints(type(sub))
+    if name not in hints:
+        raise ConfigError(f"unknown config key '{key}' ({source}): section '{section}' has "
+                          f"{', '.join(hints)}")
+    value = _coerce(key, value, hints[name], source)
+    if key in CHOICES and value not in CHOICES[key]:
+        raise ConfigError(f"config key '{key}' ({source}): {value!r} is not one of {', '.join(CHOICES[key])}")
+    setattr(sub, name, value)
+
+
+def _flatten(obj, prefix, path, out):
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: '{prefix or 'the top level'}' must be a mapping of keys, got "
+                          f"{type(obj).__name__}")
+    for k, v in obj.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            _flatten(v, key, path, out)
+        else:
+            out[key] = v
+    return out
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Config from a YAML file (optional) and ``--section.key value`` / ``--section.key=value`` overrides."""
+    cfg = Config()
+    if path:
+        import yaml
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        for key, value in _flatten(data, "", str(p), {}).items():
+            _set(cfg, key, value, str(p))
+    args = list(overrides or [])
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("--"):
+            raise ConfigError(f"unexpected argument {a!r}: overrides look like --section.key value")
+        if "=" in a:
+            key, value = a[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ConfigError(f"config key '{a[2:]}' (command line): no value given")
+            key, value = a[2:], args[i + 1]
+            i += 2
+        _set(cfg, key, value, "command line")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config):
+    def need(cond, key, msg):
+        if not cond:
+            raise ConfigError(f"config key '{key}': {msg}")
+    need(cfg.data.dataset != "", "data.dataset", "a dataset root is required")
+    for key in ("data.batch_size", "data.chunk", "train.steps", "train.grad_accum", "model.d_model",
+                "model.layers", "model.heads", "model.patch", "packing.max_tokens", "data.loader_threads"):
+        s, n = key.split(".")
+        need(getattr(getattr(cfg, s), n) >= 1, key, "must be >= 1")
+    need(cfg.model.d_model % cfg.model.heads == 0, "model.heads", "must divide model.d_model")
+    need(0.0 <= cfg.model.camera_dropout < 1.0, "model.camera_dropout", "must be in [0, 1)")
+    need(cfg.checkpoint.every >= 0, "checkpoint.every", "must be >= 0")
+    need(cfg.packing.window >= 0, "packing.window", "must be >= 0")
