@@ -28,9 +28,11 @@ Measurements:
   dataset_py vlafeed.LeRobotDataset(root[, skip_file_checks=True])
   info       vlafeed info --json [flags found in `vlafeed info --help` that skip file checks]
   plan       vlafeed plan --json --world-size W --workers K
-  loader:<mode>:<keys>
+  loader:<mode>:<keys>[@W]
              vlafeed.Loader(root, mode=<mode>, rank=0, world_size=W, num_consumers=1,
                             keys=None (all) | tabular, output="numpy"), then the first batch
+A suffix @W runs a measurement at world size W instead of --world-size
+(e.g. plan@8, loader:stream:all@1), to see how a rank's cost falls with W.
 Optional keyword arguments that today's API may not accept (skip_file_checks,
 or any given with --py-kwarg) are passed when the call accepts them: a
 TypeError naming one drops it and the call is retried; the row says which
@@ -230,6 +232,10 @@ def problem_summary(doc):
 def measure(what, root, args, cli, flags, env, has_data):
     """One measurement -> result dict (status 'ok' | 'timeout' | 'error: ...')."""
     res = dict(measure=what)
+    world_size = args.world_size
+    if "@" in what:  # e.g. loader:stream:all@8: this measurement at another world size
+        what, _, ws = what.partition("@")
+        world_size = int(ws)
     optional = {"skip_file_checks": True}
     optional.update(args.py_kwarg)
     if what in ("import", "meta_py", "dataset_py") or what.startswith("loader:"):
@@ -237,7 +243,7 @@ def measure(what, root, args, cli, flags, env, has_data):
         if what.startswith("loader:"):
             _, mode, keys = what.split(":")
             has_videos = (pathlib.Path(root) / "videos").is_dir()
-            spec.update(what="loader", mode=mode, world_size=args.world_size, batch_size=args.batch_size,
+            spec.update(what="loader", mode=mode, world_size=world_size, batch_size=args.batch_size,
                         keys=None if keys == "all" else TABULAR_KEYS,
                         first_batch=has_data and (keys != "all" or has_videos),
                         skip_reason="no data files" if not has_data else "no video files")
@@ -266,7 +272,7 @@ def measure(what, root, args, cli, flags, env, has_data):
     if what == "info":
         cmd = [cli, "info", "--json", "--compact", *flags, str(root)]
     elif what == "plan":
-        cmd = [cli, "plan", "--json", "--world-size", str(args.world_size), "--workers", str(args.workers), str(root)]
+        cmd = [cli, "plan", "--json", "--world-size", str(world_size), "--workers", str(args.workers), str(root)]
     else:
         return dict(res, status=f"error: unknown measurement {what}")
     res["command"] = " ".join(cmd[:-1]) + " ROOT"
@@ -361,6 +367,9 @@ def main(argv=None):
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     measures = [m.strip() for m in (args.measure or ",".join(DEFAULT_MEASURES)).split(",") if m.strip()]
     for m in measures:
+        if "@" in m and not m.partition("@")[2].isdigit():
+            ap.error(f"bad measurement {m!r}: the world size after @ must be a number")
+        m = m.partition("@")[0]
         if m.startswith("loader:") and (len(m.split(":")) != 3 or m.split(":")[2] not in ("all", "tabular")):
             ap.error(f"bad measurement {m!r}: use loader:MODE:all or loader:MODE:tabular")
     cli = find_cli(args.cli)
@@ -383,7 +392,7 @@ def main(argv=None):
             print(f"[{size}/{variant}] dataset ready in {time.perf_counter() - t0:.1f} s: {root}", file=log)
             has_data = bool(stamp["params"]["with_data"])
             for m in measures:
-                if m.endswith(":tabular") and not has_data:
+                if m.partition("@")[0].endswith(":tabular") and not has_data:
                     continue  # tabular loaders only say something where rows exist
                 r = measure(m, root, args, cli, flags, env, has_data)
                 r.update(dataset=f"{size}/{variant}", root=str(root), episodes_total=stamp["params"]["episodes"],
