@@ -10,8 +10,9 @@ Datasets come from bench/scale_meta.py (cached under --cache, default
   data      + data parquet files, one row group per data file (converter layout)
   data-ep   10-row meta row groups + data files with one row group per episode
             (the recorder's layout)
+  (size "sample", variant "real": a small `vlafeed make-sample` dataset with MP4s)
 
-No MP4 files exist, so anything that opens videos reports an error; the
+The synthetic sets have no MP4 files, so anything that opens videos reports an error; the
 loaders' first batch is taken with the tabular keys (observation.state,
 action) where data files exist.
 
@@ -68,7 +69,7 @@ VARIANTS = {
     "data-ep": dict(with_data=True, data_row_groups="episode", meta_row_group=10),
 }
 DEFAULT_VARIANTS = {"10k": list(VARIANTS), "100k": list(VARIANTS), "1m": ["meta", "meta-rg10"],
-                    "droid": ["meta"]}
+                    "droid": ["meta"], "sample": ["real"]}
 DEFAULT_MEASURES = ["meta_py", "info", "plan", "loader:stream:all", "loader:map:all",
                     "loader:stream:tabular", "loader:map:tabular"]
 RESULT_PREFIX = "VFBENCH_RESULT "
@@ -296,6 +297,25 @@ def measure(what, root, args, cli, flags, env, has_data):
     return res
 
 
+SAMPLE_ARGS = ["--episodes", "20", "--cameras", "3", "--codec", "h264", "--size", "160x120", "--quiet"]
+
+
+def ensure_sample(cache, cli):
+    """A small real dataset (MP4s included) from `vlafeed make-sample`, for the
+    first batch with every key. Returns (root, stamp-like dict)."""
+    root = pathlib.Path(cache) / "sample-real"
+    info = root / "meta" / "info.json"
+    if not info.exists():
+        if root.exists():
+            shutil.rmtree(root)  # an interrupted make-sample of ours
+        root.parent.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([cli, "make-sample", str(root), *SAMPLE_ARGS], capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"scale_bench: vlafeed make-sample failed:\n{r.stderr}")
+    doc = json.loads(info.read_text())
+    return root, dict(params=dict(episodes=doc["total_episodes"], with_data=True), total_frames=doc["total_frames"])
+
+
 def ensure_dataset(size, variant, cache):
     """Generates (or finds cached) size/variant in a child process, so that
     this process stays small. Returns the root."""
@@ -342,7 +362,10 @@ def parse_kwarg(text):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="10k,100k", help="comma list of 10k,100k,1m,droid (default 10k,100k)")
+    ap.add_argument("--sizes", default="10k,100k",
+                    help="comma list of 10k,100k,1m,droid,sample (default 10k,100k); sample: a 20-episode "
+                         "`vlafeed make-sample` dataset with MP4s (3 cameras, h264 160x120), for first batches "
+                         "with every key")
     ap.add_argument("--variants", help=f"comma list of {','.join(VARIANTS)} (default: all, 1m and droid: meta,meta-rg10)")
     ap.add_argument("--measure", help="comma list of import,meta_py,dataset_py,info,plan,loader:MODE:KEYS "
                                       f"(KEYS all|tabular; default {','.join(DEFAULT_MEASURES)})")
@@ -384,11 +407,14 @@ def main(argv=None):
     for size in sizes:
         variants = args.variants.split(",") if args.variants else DEFAULT_VARIANTS.get(size, ["meta"])
         for variant in variants:
-            if variant not in VARIANTS:
-                ap.error(f"unknown variant {variant!r}")
+            if (variant not in VARIANTS or size == "sample") and not (size == "sample" and variant == "real"):
+                ap.error(f"unknown variant {size}/{variant!r}")
             t0 = time.perf_counter()
-            root = ensure_dataset(size, variant, args.cache)
-            stamp = scale_meta.read_stamp(root)
+            if size == "sample":
+                root, stamp = ensure_sample(args.cache, cli)
+            else:
+                root = ensure_dataset(size, variant, args.cache)
+                stamp = scale_meta.read_stamp(root)
             print(f"[{size}/{variant}] dataset ready in {time.perf_counter() - t0:.1f} s: {root}", file=log)
             has_data = bool(stamp["params"]["with_data"])
             for m in measures:

@@ -38,6 +38,7 @@ returns the stamp dict; ``ensure(shape, root=None, **overrides)`` picks the
 default folder /tmp/vf-scale/<name>. CLI: see --help.
 """
 import argparse
+import fcntl
 import json
 import os
 import pathlib
@@ -51,6 +52,7 @@ import pyarrow.parquet as pq
 
 GENERATOR_VERSION = 1
 STAMP = ".vf-scale-stamp.json"
+PARTIAL = ".vf-scale-partial"  # present while writing: an interrupted folder is ours to replace
 DEFAULT_CACHE = "/tmp/vf-scale"
 CAMERAS = ("observation.images.a", "observation.images.b", "observation.images.c")
 
@@ -447,17 +449,27 @@ def generate(root, force=False, quiet=True, jobs=None, **params):
     if p["episodes"] < 1 or p["min_length"] < 1 or p["max_length"] < p["min_length"]:
         raise ValueError("need episodes >= 1 and 1 <= min_length <= max_length")
     root = pathlib.Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Several benches may ask for the same cached folder at once: one writes,
+    # the others wait for it and then find its stamp.
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _generate_locked(root, force, quiet, jobs, p)
+
+
+def _generate_locked(root, force, quiet, jobs, p):
     want = {"generator_version": GENERATOR_VERSION, "params": normalized(p)}
     old = read_stamp(root)
     if not force and old and {k: old.get(k) for k in want} == want:
         return old
     if root.exists():
-        if old is None and any(root.iterdir()):
+        if old is None and any(root.iterdir()) and not (root / PARTIAL).exists():
             raise FileExistsError(f"{root}: not empty and not written by scale_meta.py (no {STAMP}); "
                                   "choose another folder")
         shutil.rmtree(root)
     t0 = time.perf_counter()
     root.mkdir(parents=True)
+    (root / PARTIAL).write_text("scale_meta.py is writing (or was interrupted writing) this folder\n")
     L = layout(p)
     task_strings = pa.array([task_string(i) for i in range(p["num_tasks"])])
     (root / "meta").mkdir()
@@ -487,6 +499,7 @@ def generate(root, force=False, quiet=True, jobs=None, **params):
                  distinct_video_files=sum(video_files), first_rollover_per_camera=first_rollover,
                  seconds=round(time.perf_counter() - t0, 3))
     (root / STAMP).write_text(json.dumps(stamp, indent=2))
+    (root / PARTIAL).unlink()
     if not quiet:
         print(f"wrote {root}: {n} episodes, {total} frames, {meta_files} meta/episodes files, "
               f"{data_files} data files, {sum(video_files)} MP4s referenced ({stamp['seconds']} s)", file=sys.stderr)

@@ -174,6 +174,11 @@ def test_stamp_caches_and_refuses_foreign_folders(tmp_path):
     second = scale_meta.generate(root, **dict(params, episodes=40))
     assert second["params"]["episodes"] == 40
     assert json.loads((root / "meta/info.json").read_text())["total_episodes"] == 40
+    # An interrupted generation (no stamp, the partial marker) is replaced.
+    (root / scale_meta.STAMP).unlink()
+    (root / scale_meta.PARTIAL).write_text("")
+    assert scale_meta.generate(root, **params)["params"]["episodes"] == 30
+    assert not (root / scale_meta.PARTIAL).exists()
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("not ours")
