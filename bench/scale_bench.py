@@ -121,7 +121,8 @@ try:
             kwargs["keys"] = spec["keys"]
         t0 = time.perf_counter()
         loader, used = call(vlafeed.Loader, [spec["root"]], kwargs, spec["optional"])
-        out.update(op_s=time.perf_counter() - t0, used=used, rank_samples=len(loader))
+        out.update(op_s=time.perf_counter() - t0, used=used, rank_batches=len(loader),
+                   rank_samples=getattr(loader, "num_samples", None))
         if spec["first_batch"]:
             t0 = time.perf_counter()
             try:
@@ -262,7 +263,7 @@ def measure(what, root, args, cli, flags, env, has_data):
             res["status"] = f"error: exit {r['rc']}: " + first_line(r["stderr"])
         else:
             res["status"] = "ok"
-        for k in ("op_s", "first_batch_s", "used", "rank_samples", "episodes"):
+        for k in ("op_s", "first_batch_s", "used", "rank_samples", "rank_batches", "episodes"):
             if k in child:
                 res[k] = child[k]
         if "first_batch_error" in child:
@@ -341,8 +342,9 @@ def markdown(rows):
         notes = r.get("notes", "")
         if r.get("used"):
             notes = (notes + "; " if notes else "") + "kwargs: " + ",".join(r["used"])
-        if r.get("rank_samples") is not None:
-            notes = (notes + "; " if notes else "") + f"rank samples {r['rank_samples']}"
+        if r.get("rank_samples") is not None or r.get("rank_batches") is not None:
+            notes = (notes + "; " if notes else "") + \
+                f"rank 0: {r.get('rank_samples')} samples, {r.get('rank_batches')} batches"
         status = r["status"].replace("|", "/")
         out.append(f"| {r['dataset']} | {r.get('episodes_total', '')} | {r.get('frames_total', '')} | "
                    f"{r['measure']} | {fmt(r.get('wall_s'))} | {fmt(r.get('op_s'))} | {fb} | "
