@@ -286,6 +286,11 @@ def measure(what, root, args, cli, flags, env, has_data):
         doc = json.loads(r["stdout"])
     except ValueError:
         return dict(res, status=f"error: exit {r['rc']}: " + first_line(r["stderr"] or r["stdout"]))
+    if what == "plan" and r["rc"] != 0 or not isinstance(doc, dict) or \
+            what == "info" and not doc.get("total_episodes"):
+        # info exits 1 for any error found, so it is judged by whether it described the dataset.
+        first = ((doc.get("problems") or [{}])[0].get("message") if isinstance(doc, dict) else None)
+        return dict(res, status=f"error: exit {r['rc']}: " + (first or first_line(r["stderr"] or r["stdout"])))
     res["status"] = "ok"
     if what == "info":
         # Exit 1 is expected: no MP4s (and no data files for the meta variants).
