@@ -38,6 +38,7 @@ returns the stamp dict; ``ensure(shape, root=None, **overrides)`` picks the
 default folder /tmp/vf-scale/<name>. CLI: see --help.
 """
 import argparse
+import fcntl
 import json
 import os
 import pathlib
@@ -51,6 +52,7 @@ import pyarrow.parquet as pq
 
 GENERATOR_VERSION = 1
 STAMP = ".vf-scale-stamp.json"
+PARTIAL = ".vf-scale-partial"  # present while writing: an interrupted folder is ours to replace
 DEFAULT_CACHE = "/tmp/vf-scale"
 CAMERAS = ("observation.images.a", "observation.images.b", "observation.images.c")
 
@@ -239,12 +241,20 @@ def layout(p):
                 data_file=data_file, cams=cams)
 
 
-def episode_stats_columns(p, L, lo, hi):
-    """stats/<feature>/{min,max,mean,std,count} for episodes [lo, hi)."""
+def slice_layout(L, lo, hi):
+    """The layout arrays of episodes [lo, hi) (views)."""
+    out = {k: L[k][lo:hi] for k in ("lengths", "from_index", "to_index", "task_index", "data_file")}
+    out["cams"] = [tuple(a[lo:hi] for a in cam) for cam in L["cams"]]
+    return out
+
+
+def episode_stats_columns(p, S, lo):
+    """stats/<feature>/{min,max,mean,std,count} for the episodes of the slice
+    S, which starts at episode lo."""
     cols = {}
-    n = hi - lo
-    lengths = L["lengths"][lo:hi]
-    ep = np.arange(lo, hi, dtype=np.int64)
+    lengths = S["lengths"]
+    n = len(lengths)
+    ep = np.arange(lo, lo + n, dtype=np.int64)
     rng = np.random.default_rng(p["seed"] * 7919 + lo)
     for name, dim in (("observation.state", p["state_dim"]), ("action", p["action_dim"])):
         mean = rng.normal(0, 1, (n, dim))
@@ -263,14 +273,13 @@ def episode_stats_columns(p, L, lo, hi):
         cols[f"stats/{cam}/std"] = image_stat(np.full((n, c), 0.25))
         cols[f"stats/{cam}/count"] = list_of(np.minimum(lengths, 100), 1, pa.int64())
     last = (lengths - 1).astype(np.float64)
+    ti = S["task_index"]
     scalars = {
         "timestamp": (np.zeros(n), last / p["fps"], last / p["fps"] / 2, pa.float64()),
         "frame_index": (np.zeros(n, np.int64), lengths - 1, last / 2, pa.int64()),
         "episode_index": (ep, ep, ep.astype(np.float64), pa.int64()),
-        "index": (L["from_index"][lo:hi], L["to_index"][lo:hi] - 1,
-                  (L["from_index"][lo:hi] + L["to_index"][lo:hi] - 1) / 2.0, pa.int64()),
-        "task_index": (L["task_index"][lo:hi], L["task_index"][lo:hi], L["task_index"][lo:hi].astype(np.float64),
-                       pa.int64()),
+        "index": (S["from_index"], S["to_index"] - 1, (S["from_index"] + S["to_index"] - 1) / 2.0, pa.int64()),
+        "task_index": (ti, ti, ti.astype(np.float64), pa.int64()),
     }
     for name, (mn, mx, mean, mtype) in scalars.items():
         cols[f"stats/{name}/min"] = list_of(mn, 1, mtype)
@@ -283,41 +292,59 @@ def episode_stats_columns(p, L, lo, hi):
     return cols
 
 
-def write_episodes_meta(root, p, L, task_strings):
+def write_meta_file(root, p, S, lo, mchunk, mfile, task_strings):
+    """meta/episodes/chunk-<mchunk>/file-<mfile>.parquet for the slice S
+    (episodes lo, lo+1, ...)."""
+    if not isinstance(task_strings, pa.Array):
+        task_strings = pa.array(task_strings, pa.string())
+    rows = len(S["lengths"])
+    dchunk, dfile = chunk_file(S["data_file"], p["chunks_size"])
+    cols = {
+        "episode_index": pa.array(np.arange(lo, lo + rows, dtype=np.int64)),
+        "tasks": pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32)),
+                                          task_strings.take(pa.array(S["task_index"]))),
+        "length": pa.array(S["lengths"]),
+        "data/chunk_index": pa.array(dchunk),
+        "data/file_index": pa.array(dfile),
+        "dataset_from_index": pa.array(S["from_index"]),
+        "dataset_to_index": pa.array(S["to_index"]),
+    }
+    for c, cam in enumerate(CAMERAS[:p["cameras"]]):
+        files, from_ts, to_ts = S["cams"][c]
+        vchunk, vfile = chunk_file(files, p["chunks_size"])
+        cols[f"videos/{cam}/chunk_index"] = pa.array(vchunk)
+        cols[f"videos/{cam}/file_index"] = pa.array(vfile)
+        cols[f"videos/{cam}/from_timestamp"] = pa.array(from_ts)
+        cols[f"videos/{cam}/to_timestamp"] = pa.array(to_ts)
+    if p["episode_stats"]:
+        cols.update(episode_stats_columns(p, S, lo))
+    cols["meta/episodes/chunk_index"] = pa.array(np.full(rows, mchunk, dtype=np.int64))
+    cols["meta/episodes/file_index"] = pa.array(np.full(rows, mfile, dtype=np.int64))
+    path = pathlib.Path(root) / f"meta/episodes/chunk-{mchunk:03d}/file-{mfile:03d}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), path, compression="snappy", row_group_size=p["meta_row_group"] or rows)
+
+
+def write_episodes_meta(root, p, L, task_strings, jobs=1):
+    """Writes the meta/episodes files; in `jobs` processes when that pays
+    (many episodes), since small row groups make pyarrow's writer slow."""
     n = p["episodes"]
     per = p["episodes_per_meta_file"]
     nfiles = (n + per - 1) // per
     mchunk, mfile = chunk_file(np.arange(nfiles), p["chunks_size"])
-    dchunk, dfile = chunk_file(L["data_file"], p["chunks_size"])
-    for f in range(nfiles):
-        lo, hi = f * per, min(n, (f + 1) * per)
-        rows = hi - lo
-        ti = L["task_index"][lo:hi]
-        cols = {
-            "episode_index": pa.array(np.arange(lo, hi, dtype=np.int64)),
-            "tasks": pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32)),
-                                              task_strings.take(pa.array(ti))),
-            "length": pa.array(L["lengths"][lo:hi]),
-            "data/chunk_index": pa.array(dchunk[lo:hi]),
-            "data/file_index": pa.array(dfile[lo:hi]),
-            "dataset_from_index": pa.array(L["from_index"][lo:hi]),
-            "dataset_to_index": pa.array(L["to_index"][lo:hi]),
-        }
-        for c, cam in enumerate(CAMERAS[:p["cameras"]]):
-            files, from_ts, to_ts = L["cams"][c]
-            vchunk, vfile = chunk_file(files[lo:hi], p["chunks_size"])
-            cols[f"videos/{cam}/chunk_index"] = pa.array(vchunk)
-            cols[f"videos/{cam}/file_index"] = pa.array(vfile)
-            cols[f"videos/{cam}/from_timestamp"] = pa.array(from_ts[lo:hi])
-            cols[f"videos/{cam}/to_timestamp"] = pa.array(to_ts[lo:hi])
-        if p["episode_stats"]:
-            cols.update(episode_stats_columns(p, L, lo, hi))
-        cols["meta/episodes/chunk_index"] = pa.array(np.full(rows, mchunk[f], dtype=np.int64))
-        cols["meta/episodes/file_index"] = pa.array(np.full(rows, mfile[f], dtype=np.int64))
-        path = root / f"meta/episodes/chunk-{mchunk[f]:03d}/file-{mfile[f]:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rg = p["meta_row_group"] or rows
-        pq.write_table(pa.table(cols), path, compression="snappy", row_group_size=rg)
+    work = [(str(root), p, slice_layout(L, f * per, min(n, (f + 1) * per)), f * per, int(mchunk[f]), int(mfile[f]))
+            for f in range(nfiles)]
+    if jobs > 1 and nfiles > 1 and n >= 200_000:
+        import concurrent.futures
+        import multiprocessing
+        strings = task_strings.to_pylist()
+        with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, nfiles),
+                                                    mp_context=multiprocessing.get_context("spawn")) as pool:
+            for fut in [pool.submit(write_meta_file, *w, strings) for w in work]:
+                fut.result()
+    else:
+        for w in work:
+            write_meta_file(*w, task_strings)
     return nfiles
 
 
@@ -401,11 +428,13 @@ def normalized(params):
     return json.loads(json.dumps(params))
 
 
-def generate(root, force=False, quiet=True, **params):
+def generate(root, force=False, quiet=True, jobs=None, **params):
     """Writes the dataset under root unless root's stamp already records the
     same parameters (and generator version). Unknown parameter names raise
     TypeError; missing ones take DEFAULTS. Returns the stamp dict: the
-    parameters plus totals (frames, files per kind) and seconds taken."""
+    parameters plus totals (frames, files per kind) and seconds taken.
+    jobs: processes for the meta/episodes files of large datasets (default
+    min(4, CPUs)); it does not change the output."""
     for k in params:
         if k not in DEFAULTS:
             raise TypeError(f"unknown parameter {k!r}")
@@ -420,21 +449,32 @@ def generate(root, force=False, quiet=True, **params):
     if p["episodes"] < 1 or p["min_length"] < 1 or p["max_length"] < p["min_length"]:
         raise ValueError("need episodes >= 1 and 1 <= min_length <= max_length")
     root = pathlib.Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Several benches may ask for the same cached folder at once: one writes,
+    # the others wait for it and then find its stamp.
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _generate_locked(root, force, quiet, jobs, p)
+
+
+def _generate_locked(root, force, quiet, jobs, p):
     want = {"generator_version": GENERATOR_VERSION, "params": normalized(p)}
     old = read_stamp(root)
     if not force and old and {k: old.get(k) for k in want} == want:
         return old
     if root.exists():
-        if old is None and any(root.iterdir()):
+        if old is None and any(root.iterdir()) and not (root / PARTIAL).exists():
             raise FileExistsError(f"{root}: not empty and not written by scale_meta.py (no {STAMP}); "
                                   "choose another folder")
         shutil.rmtree(root)
     t0 = time.perf_counter()
     root.mkdir(parents=True)
+    (root / PARTIAL).write_text("scale_meta.py is writing (or was interrupted writing) this folder\n")
     L = layout(p)
     task_strings = pa.array([task_string(i) for i in range(p["num_tasks"])])
     (root / "meta").mkdir()
-    meta_files = write_episodes_meta(root, p, L, task_strings)
+    jobs = min(4, os.cpu_count() or 1) if jobs is None else jobs
+    meta_files = write_episodes_meta(root, p, L, task_strings, jobs)
     pq.write_table(pa.table({"task_index": pa.array(np.arange(p["num_tasks"], dtype=np.int64)),
                              "task": task_strings}), root / "meta/tasks.parquet", compression="snappy")
     write_stats_json(root, p, L)
@@ -459,6 +499,7 @@ def generate(root, force=False, quiet=True, **params):
                  distinct_video_files=sum(video_files), first_rollover_per_camera=first_rollover,
                  seconds=round(time.perf_counter() - t0, 3))
     (root / STAMP).write_text(json.dumps(stamp, indent=2))
+    (root / PARTIAL).unlink()
     if not quiet:
         print(f"wrote {root}: {n} episodes, {total} frames, {meta_files} meta/episodes files, "
               f"{data_files} data files, {sum(video_files)} MP4s referenced ({stamp['seconds']} s)", file=sys.stderr)
@@ -480,6 +521,7 @@ def main(argv=None):
                     help="data files: one row group per file (converter) or per episode (recorder)")
     ap.add_argument("--video-files-size-in-mb", type=int)
     ap.add_argument("--force", action="store_true", help="regenerate even if the stamp matches")
+    ap.add_argument("--jobs", type=int, help="processes writing meta/episodes files (default min(4, CPUs))")
     ap.add_argument("--print-root", action="store_true", help="print only the dataset folder on stdout")
     args = ap.parse_args(argv)
     overrides = {k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
@@ -493,7 +535,7 @@ def main(argv=None):
         overrides["with_data"] = True
     params = shape_params(args.shape, **overrides)
     root = pathlib.Path(args.out) if args.out else pathlib.Path(DEFAULT_CACHE) / variant_name(args.shape, params)
-    stamp = generate(root, force=args.force, quiet=args.print_root, **params)
+    stamp = generate(root, force=args.force, quiet=args.print_root, jobs=args.jobs, **params)
     if args.print_root:
         print(root)
     else:
