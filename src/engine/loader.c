@@ -1289,7 +1289,12 @@ static int64_t frame_bytes(const vf_dataset *d)
 
 typedef struct task_walk {
     const vf_dataset *d;
-    const vf_plan_task *tasks;
+    vf_loader_settings s;      /* checked */
+    vf_plan_task *tasks;       /* the partition (owned) */
+    size_t num_tasks;
+    int64_t *ranges;           /* a resolved resume state's remaining ranges (owned) */
+    size_t num_ranges;
+    vf_plan_epoch_settings ps;
     int64_t *ep_start;         /* [episodes + 1] first position of each selected episode */
     size_t num_episodes;
     int64_t frame_bytes;
@@ -1297,8 +1302,7 @@ typedef struct task_walk {
     vf_task_info *out;
     size_t count;
     /* count_opens */
-    size_t *files;             /* scratch: camera-major file keys of one consumer */
-    size_t files_cap;
+    size_t out_cap;
     size_t *file_base;         /* [cameras]: key offset of each camera's files */
     size_t lru_cap;            /* the decoder cache's capacity (entries) */
     size_t lru_key[128];
@@ -1333,13 +1337,13 @@ static void fill_info(const task_walk *w, size_t id, int64_t first, int64_t rows
 static int collect_pieces(void *ctx, int rank, int consumer, const vf_plan_piece *p, size_t n)
 {
     task_walk *w = ctx;
-    if (w->count + n > w->files_cap) {
-        size_t cap = VF_MAX(w->files_cap * 2, w->count + n + 16);
+    if (w->count + n > w->out_cap) {
+        size_t cap = VF_MAX(w->out_cap * 2, w->count + n + 16);
         vf_task_info *nv = vf_realloc(w->out, cap * sizeof *nv);
         if (!nv)
             return VF_ENOMEM;
         w->out = nv;
-        w->files_cap = cap;
+        w->out_cap = cap;
     }
     for (size_t i = 0; i < n; i++) {
         vf_task_info *t = &w->out[w->count++];
@@ -1395,18 +1399,22 @@ static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan
     return 0;
 }
 
+static void walk_free(task_walk *w)
+{
+    free(w->tasks);
+    free(w->ranges);
+    free(w->ep_start);
+    free(w->file_base);
+}
+
 /* The walk over a dataset's consumers for these settings: checked
  * settings, tasks, plan settings (with the remaining ranges of a resolved
  * resume state of that epoch). */
-static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, vf_loader_settings *s,
-                      vf_plan_task **tasks, size_t *nt, int64_t **ranges, size_t *nr, vf_plan_epoch_settings *ps,
-                      task_walk *w)
+static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, task_walk *w)
 {
-    *tasks = NULL;
-    *ranges = NULL;
-    *nr = 0;
     memset(w, 0, sizeof *w);
-    *s = *settings;
+    w->s = *settings;
+    vf_loader_settings *s = &w->s;
     const vf_loader_state *resume = s->resume;
     s->resume = NULL;
     int r = check_settings(s);
@@ -1414,16 +1422,13 @@ static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, i
         r = vf_error(VF_EINVAL, "plan: map mode has no tasks (its samples are random positions); use mode "
                                 "'stream' or 'pool'");
     if (r == 0)
-        r = make_tasks(d, s->mode, s->partition, (size_t)s->world_size * (size_t)s->num_consumers, tasks, nt);
+        r = make_tasks(d, s->mode, s->partition, (size_t)s->world_size * (size_t)s->num_consumers, &w->tasks,
+                       &w->num_tasks);
     int64_t n = total_positions(d), k = 0;
     if (r == 0 && resume && resume->epoch == epoch)
-        r = resolve_state(s, d, n, selection_hash(d), *tasks, *nt, resume, ranges, nr, &k);
-    if (r < 0) {
-        free(*tasks);
-        *tasks = NULL;
-        return r;
-    }
-    *ps = (vf_plan_epoch_settings){
+        r = resolve_state(s, d, n, selection_hash(d), w->tasks, w->num_tasks, resume, &w->ranges, &w->num_ranges,
+                          &k);
+    w->ps = (vf_plan_epoch_settings){
         .seed = s->seed,
         .epoch = epoch,
         .shuffle = s->shuffle,
@@ -1435,27 +1440,24 @@ static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, i
         .drop_last = s->drop_last,
         .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
         .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
-        .ranges = *ranges,
-        .num_ranges = *nr,
+        .ranges = w->ranges,
+        .num_ranges = w->num_ranges,
     };
     w->d = d;
-    w->tasks = *tasks;
     w->num_episodes = vf_dataset_num_episodes(d);
     w->frame_bytes = frame_bytes(d);
-    if (!(w->ep_start = vf_malloc_array(w->num_episodes + 1, sizeof *w->ep_start))) {
-        free(*tasks);
-        free(*ranges);
-        *tasks = NULL;
-        *ranges = NULL;
-        return VF_ENOMEM;
-    }
+    if (r == 0 && !(w->ep_start = vf_malloc_array(w->num_episodes + 1, sizeof *w->ep_start)))
+        r = VF_ENOMEM;
     int64_t pos = 0;
-    for (size_t e = 0; e < w->num_episodes; e++) {
+    for (size_t e = 0; r == 0 && e < w->num_episodes; e++) {
         w->ep_start[e] = pos;
         pos += vf_dataset_episode(d, e)->length;
     }
-    w->ep_start[w->num_episodes] = pos;
-    return 0;
+    if (r == 0)
+        w->ep_start[w->num_episodes] = pos;
+    if (r < 0)
+        walk_free(w);
+    return r;
 }
 
 int vf_plan_consumer_tasks(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int rank,
@@ -1463,25 +1465,18 @@ int vf_plan_consumer_tasks(const vf_dataset *d, const vf_loader_settings *settin
 {
     *out = NULL;
     *count = 0;
-    vf_loader_settings s;
-    vf_plan_task *tasks;
-    size_t nt, nr;
-    int64_t *ranges;
-    vf_plan_epoch_settings ps;
     task_walk w;
-    int r = walk_setup(d, settings, epoch, &s, &tasks, &nt, &ranges, &nr, &ps, &w);
+    int r = walk_setup(d, settings, epoch, &w);
     if (r < 0)
         return r;
-    if (rank < -1 || rank >= s.world_size || consumer < -1 || consumer >= s.num_consumers)
+    if (rank < -1 || rank >= w.s.world_size || consumer < -1 || consumer >= w.s.num_consumers)
         r = vf_error(VF_EINVAL, "plan: rank %d, consumer %d is not in world_size %d x %d consumers", rank, consumer,
-                     s.world_size, s.num_consumers);
-    ps.rank = rank;
-    ps.consumer = consumer;
+                     w.s.world_size, w.s.num_consumers);
+    w.ps.rank = rank;
+    w.ps.consumer = consumer;
     if (r == 0)
-        r = vf_plan_each_consumer(&ps, w.ep_start[w.num_episodes], tasks, nt, collect_pieces, &w);
-    free(tasks);
-    free(ranges);
-    free(w.ep_start);
+        r = vf_plan_each_consumer(&w.ps, w.ep_start[w.num_episodes], w.tasks, w.num_tasks, collect_pieces, &w);
+    walk_free(&w);
     if (r < 0) {
         free(w.out);
         return r;
@@ -1494,13 +1489,8 @@ int vf_plan_consumer_tasks(const vf_dataset *d, const vf_loader_settings *settin
 int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, vf_plan_opens *out)
 {
     memset(out, 0, sizeof *out);
-    vf_loader_settings s;
-    vf_plan_task *tasks;
-    size_t nt, nr;
-    int64_t *ranges;
-    vf_plan_epoch_settings ps;
     task_walk w;
-    int r = walk_setup(d, settings, epoch, &s, &tasks, &nt, &ranges, &nr, &ps, &w);
+    int r = walk_setup(d, settings, epoch, &w);
     if (r < 0)
         return r;
     size_t nc = vf_dataset_num_cameras(d);
@@ -1510,9 +1500,9 @@ int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings,
         w.file_base[c] = out->distinct_files;
         out->distinct_files += vf_dataset_num_video_files(d, c);
     }
-    out->consumers = (size_t)s.world_size * (size_t)s.num_consumers;
+    out->consumers = (size_t)w.s.world_size * (size_t)w.s.num_consumers;
     /* One consumer per loader (a DataLoader worker), one engine thread. */
-    vf_loader_settings one = s;
+    vf_loader_settings one = w.s;
     one.consumer = 0;
     w.lru_cap = cache_entries(&one, nc, out->distinct_files, 1);
     w.lru_cap = w.lru_cap < 1 ? 1 : w.lru_cap > 128 ? 128 : w.lru_cap;
@@ -1521,20 +1511,17 @@ int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings,
         vf_plan_input in;
         r = vf_plan_input_from_dataset(d, &in);
         if (r == 0) {
-            out->task_opens = vf_plan_video_opens(&in, tasks, nt);
+            out->task_opens = vf_plan_video_opens(&in, w.tasks, w.num_tasks);
             vf_plan_input_free(&in);
         }
     }
     w.opens = out;
     if (r == 0)
-        r = vf_plan_each_consumer(&ps, w.ep_start[w.num_episodes], tasks, nt, count_consumer_opens, &w);
+        r = vf_plan_each_consumer(&w.ps, w.ep_start[w.num_episodes], w.tasks, w.num_tasks, count_consumer_opens,
+                                  &w);
     if (r == 0 && out->lower_bound < out->distinct_files)
         out->lower_bound = out->distinct_files;
-    free(tasks);
-    free(ranges);
-    free(w.ep_start);
-    free(w.files);
-    free(w.file_base);
+    walk_free(&w);
     return r;
 }
 
