@@ -170,8 +170,14 @@ vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
     vf_ds_episode *e = &d->episodes[d->num_all_episodes];
     memset(e, 0, sizeof *e);
     e->data_file_id = -1;
+    e->meta_file = -1;
     if (d->num_cameras) {
-        e->video = vf_ds_alloc(d, d->num_cameras, sizeof *e->video);
+        if (d->video_block_used < d->video_block_cap) {
+            e->video = d->video_block + d->video_block_used++ * d->num_cameras;
+            memset(e->video, 0, d->num_cameras * sizeof *e->video);
+        } else {
+            e->video = vf_ds_alloc(d, d->num_cameras, sizeof *e->video);
+        }
         if (!e->video)
             return NULL;
         for (size_t c = 0; c < d->num_cameras; c++)
@@ -179,6 +185,27 @@ vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
     }
     d->num_all_episodes++;
     return e;
+}
+
+int vf_ds_reserve_episodes(vf_dataset *d, size_t n)
+{
+    if (n > d->cap_episodes) {
+        vf_ds_episode *grown = vf_realloc(d->episodes, n * sizeof *grown);
+        if (!grown)
+            return VF_ENOMEM;
+        d->episodes = grown;
+        d->cap_episodes = n;
+    }
+    size_t more = n > d->num_all_episodes ? n - d->num_all_episodes : 0;
+    if (d->num_cameras && more > d->video_block_cap - d->video_block_used) {
+        vf_ds_video_loc *block = vf_ds_alloc(d, more, d->num_cameras * sizeof *block);
+        if (!block)
+            return VF_ENOMEM;
+        d->video_block = block;
+        d->video_block_used = 0;
+        d->video_block_cap = more;
+    }
+    return 0;
 }
 
 /* ---- path templates ------------------------------------------------------- */
@@ -375,6 +402,7 @@ void vf_ds_fs_local(vf_ds_fs *fs, const char *root)
     fs->open_source = local_open_source;
     fs->exists = local_exists;
     fs->list_dir = local_list_dir;
+    fs->thread_safe = 1;
 }
 
 /* ---- open ----------------------------------------------------------------- */

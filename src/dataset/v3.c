@@ -7,7 +7,11 @@
  *    NUMBERS in chunk-N/file-M (LeRobot's lexicographic glob breaks at
  *    chunk-1000); their rows are concatenated in that order.
  *  - Columns are found by name, and only the needed ones are read
- *    (projection): the stats/<feature>/<stat> columns are never decoded. Extra columns
+ *    (projection): the stats/<feature>/<stat> columns are never decoded,
+ *    and their footer entries are skipped without being materialised
+ *    (vf_pq_open_projected), which is what keeps a 1M-episode file set
+ *    with 10-row row groups cheap. Files are read in parallel on a local
+ *    file system and appended in file order. Extra columns
  *    (pandas __index_level_0__, meta/episodes/chunk_index ...) are ignored.
  *  - Integer columns may be any Parquet integer width; timestamps FLOAT or
  *    DOUBLE. A null in a needed column is fatal (the row cannot be used).
@@ -224,137 +228,280 @@ static int string_at(const vf_pq_array *a, int64_t i, const char **s, size_t *n)
     return 1;
 }
 
-/* The per-episode `tasks` list column (LIST<STRING>) into the episodes
- * [first, first+rows). Absent column: no tasks. */
-static int read_tasks_column(vf_dataset *d, vf_pq_file *f, const char *file, size_t first, int64_t rows)
-{
-    int idx = vf_pq_field_index(f, "tasks");
-    if (idx < 0)
-        return 0;
-    vf_pq_array a;
-    memset(&a, 0, sizeof a);
-    int r = vf_pq_read_field_all(f, idx, &a);
-    if (r < 0)
-        return vf_error_context(r, "%s: column 'tasks'", file);
-    if (a.type != VF_PQ_T_LIST || a.num_children != 1 ||
-        (a.children[0].type != VF_PQ_T_STRING && a.children[0].type != VF_PQ_T_BINARY) || a.length != rows) {
-        r = vf_error(VF_ECORRUPT, "%s: column 'tasks': expected %lld lists of strings", file, (long long)rows);
-        vf_pq_array_free(&a);
-        return r;
-    }
-    const vf_pq_array *items = &a.children[0];
-    for (int64_t i = 0; i < rows && r == 0; i++) {
-        vf_ds_episode *e = &d->episodes[first + (size_t)i];
-        if (a.valid && !a.valid[i])
-            continue;
-        int64_t lo = a.offsets[i], hi = a.offsets[i + 1];
-        if (lo < 0 || hi < lo || hi > items->length) {
-            r = vf_error(VF_ECORRUPT, "%s: column 'tasks': bad list offsets in row %lld", file, (long long)i);
-            break;
-        }
-        const char **tasks = vf_ds_alloc(d, (size_t)(hi - lo), sizeof *tasks);
-        if (!tasks) {
-            r = VF_ENOMEM;
-            break;
-        }
-        size_t n = 0;
-        for (int64_t k = lo; k < hi; k++) {
-            const char *s;
-            size_t len;
-            if (!string_at(items, k, &s, &len))
-                continue;
-            if (!(tasks[n++] = vf_ds_strndup(d, s, len))) {
-                r = VF_ENOMEM;
-                break;
-            }
-        }
-        e->pub.tasks = tasks;
-        e->pub.num_tasks = n;
-    }
-    vf_pq_array_free(&a);
-    return r;
-}
-
 /* ---- episodes ------------------------------------------------------------ */
 
-static int load_episodes_file(vf_dataset *d, const char *rel)
+/* The columns of one meta/episodes file, read without touching the
+ * dataset (so several files can be read at once), then appended to it in
+ * file order by add_episodes(). */
+enum { EP, LEN, DCHUNK, DFILE, FROM, TO, NFIXED };
+static const char *const fixed_columns[NFIXED] = {"episode_index", "length", "data/chunk_index", "data/file_index",
+                                                  "dataset_from_index", "dataset_to_index"};
+
+typedef struct episodes_cols {
+    const vf_dataset *d;
+    const char *rel;
+    char *file;                /* absolute, for messages */
+    int64_t rows;
+    int64_t *fixed[NFIXED];
+    int64_t **vchunk, **vfile; /* per camera */
+    double **vfrom, **vto;
+    vf_pq_array tasks;         /* LIST<STRING>, or zeroed when the column is absent */
+    int r;
+    char *error;               /* the message of a failure on a worker thread */
+} episodes_cols;
+
+static void free_episodes_cols(episodes_cols *c)
 {
-    const char *file = vf_ds_abs(d, rel);
-    if (!file)
+    for (int k = 0; k < NFIXED; k++)
+        free(c->fixed[k]);
+    for (size_t k = 0; k < c->d->num_cameras; k++) {
+        if (c->vchunk)
+            free(c->vchunk[k]);
+        if (c->vfile)
+            free(c->vfile[k]);
+        if (c->vfrom)
+            free(c->vfrom[k]);
+        if (c->vto)
+            free(c->vto[k]);
+    }
+    free(c->vchunk);
+    free(c->vfile);
+    free(c->vfrom);
+    free(c->vto);
+    vf_pq_array_free(&c->tasks);
+    free(c->file);
+    free(c->error);
+    const vf_dataset *d = c->d;
+    const char *rel = c->rel;
+    memset(c, 0, sizeof *c);
+    c->d = d;
+    c->rel = rel;
+}
+
+/* The columns the model needs; everything else (the stats columns, often
+ * most of the file) is skipped while the footer is decoded. */
+static char **needed_columns(const vf_dataset *d, int *count)
+{
+    size_t n = NFIXED + 1 + 4 * d->num_cameras;
+    char **names = vf_calloc(n, sizeof *names);
+    if (!names)
+        return NULL;
+    size_t k = 0;
+    int ok = 1;
+    for (int i = 0; i < NFIXED; i++)
+        ok &= (names[k++] = vf_strdup(fixed_columns[i])) != NULL;
+    ok &= (names[k++] = vf_strdup("tasks")) != NULL;
+    static const char *const vcols[4] = {"chunk_index", "file_index", "from_timestamp", "to_timestamp"};
+    for (size_t c = 0; c < d->num_cameras; c++)
+        for (int i = 0; i < 4; i++)
+            ok &= (names[k++] = vf_asprintf("videos/%s/%s", d->cameras[c].pub.key, vcols[i])) != NULL;
+    if (!ok) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return NULL;
+    }
+    *count = (int)n;
+    return names;
+}
+
+static int read_episodes_cols(episodes_cols *c, char *const *needed, int num_needed)
+{
+    const vf_dataset *d = c->d;
+    c->file = vf_path_join(d->root, c->rel);
+    if (!c->file)
         return VF_ENOMEM;
-    vf_pq_file *f;
-    int r = vf_ds_open_parquet(d, rel, &f);
+    const char *file = c->file;
+    vf_source *src;
+    int r = d->fs.open_source(d->fs.ctx, c->rel, &src);
     if (r < 0)
         return r;
-    int64_t rows = vf_pq_num_rows(f);
-    enum { EP, LEN, DCHUNK, DFILE, FROM, TO, NFIXED };
-    static const char *const fixed[NFIXED] = {"episode_index", "length", "data/chunk_index", "data/file_index",
-                                              "dataset_from_index", "dataset_to_index"};
-    int64_t *cols[NFIXED] = {0};
+    vf_pq_file *f;
+    r = vf_pq_open_projected(&f, src, (const char *const *)needed, num_needed);
+    vf_source_close(src);
+    if (r < 0)
+        return r;
+    if (d->fs.pq_max_entries || d->fs.pq_max_bytes)
+        vf_pq_set_limits(f, d->fs.pq_max_entries, d->fs.pq_max_bytes);
+    int64_t rows = c->rows = vf_pq_num_rows(f);
     size_t nc = d->num_cameras;
-    int64_t **vchunk = vf_calloc(nc ? nc : 1, sizeof *vchunk);
-    int64_t **vfile = vf_calloc(nc ? nc : 1, sizeof *vfile);
-    double **vfrom = vf_calloc(nc ? nc : 1, sizeof *vfrom);
-    double **vto = vf_calloc(nc ? nc : 1, sizeof *vto);
-    if (!vchunk || !vfile || !vfrom || !vto)
+    c->vchunk = vf_calloc(nc ? nc : 1, sizeof *c->vchunk);
+    c->vfile = vf_calloc(nc ? nc : 1, sizeof *c->vfile);
+    c->vfrom = vf_calloc(nc ? nc : 1, sizeof *c->vfrom);
+    c->vto = vf_calloc(nc ? nc : 1, sizeof *c->vto);
+    if (!c->vchunk || !c->vfile || !c->vfrom || !c->vto)
         r = VF_ENOMEM;
-    for (int c = 0; c < NFIXED && r == 0; c++) {
+    for (int k = 0; k < NFIXED && r == 0; k++) {
         int64_t len = 0;
-        r = read_i64_column(f, file, fixed[c], 1, &cols[c], &len);
+        r = read_i64_column(f, file, fixed_columns[k], 1, &c->fixed[k], &len);
         if (r == 0 && len != rows)
-            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, fixed[c],
+            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, fixed_columns[k],
                          (long long)len, (long long)rows);
     }
-    for (size_t c = 0; c < nc && r == 0; c++) {
-        const char *key = d->cameras[c].pub.key;
+    for (size_t k = 0; k < nc && r == 0; k++) {
+        const char *key = d->cameras[k].pub.key;
         char name[4][1024];
         snprintf(name[0], sizeof name[0], "videos/%s/chunk_index", key);
         snprintf(name[1], sizeof name[1], "videos/%s/file_index", key);
         snprintf(name[2], sizeof name[2], "videos/%s/from_timestamp", key);
         snprintf(name[3], sizeof name[3], "videos/%s/to_timestamp", key);
         int64_t l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-        if ((r = read_i64_column(f, file, name[0], 1, &vchunk[c], &l0)) == 0 &&
-            (r = read_i64_column(f, file, name[1], 1, &vfile[c], &l1)) == 0 &&
-            (r = read_f64_column(f, file, name[2], &vfrom[c], &l2)) == 0 &&
-            (r = read_f64_column(f, file, name[3], &vto[c], &l3)) == 0 &&
+        if ((r = read_i64_column(f, file, name[0], 1, &c->vchunk[k], &l0)) == 0 &&
+            (r = read_i64_column(f, file, name[1], 1, &c->vfile[k], &l1)) == 0 &&
+            (r = read_f64_column(f, file, name[2], &c->vfrom[k], &l2)) == 0 &&
+            (r = read_f64_column(f, file, name[3], &c->vto[k], &l3)) == 0 &&
             (l0 != rows || l1 != rows || l2 != rows || l3 != rows))
             r = vf_error(VF_ECORRUPT, "%s: columns videos/%s/* do not have %lld rows", file, key, (long long)rows);
     }
-    size_t first = d->num_all_episodes;
-    for (int64_t i = 0; i < rows && r == 0; i++) {
-        vf_ds_episode *e = vf_ds_add_episode(d);
-        if (!e) {
-            r = VF_ENOMEM;
-            break;
-        }
-        e->pub.episode_index = cols[EP][i];
-        e->pub.length = cols[LEN][i];
-        e->pub.from_index = cols[FROM][i];
-        e->pub.to_index = cols[TO][i];
-        e->data_chunk = cols[DCHUNK][i];
-        e->data_file = cols[DFILE][i];
-        for (size_t c = 0; c < nc; c++) {
-            e->video[c].chunk_index = vchunk[c][i];
-            e->video[c].file_index = vfile[c][i];
-            e->video[c].from_timestamp = vfrom[c][i];
-            e->video[c].to_timestamp = vto[c][i];
-        }
+    int idx = r == 0 ? vf_pq_field_index(f, "tasks") : -1;
+    if (idx >= 0) {
+        vf_pq_array *a = &c->tasks;
+        r = vf_pq_read_field_all(f, idx, a);
+        if (r < 0)
+            r = vf_error_context(r, "%s: column 'tasks'", file);
+        else if (a->type != VF_PQ_T_LIST || a->num_children != 1 ||
+                 (a->children[0].type != VF_PQ_T_STRING && a->children[0].type != VF_PQ_T_BINARY) ||
+                 a->length != rows)
+            r = vf_error(VF_ECORRUPT, "%s: column 'tasks': expected %lld lists of strings", file, (long long)rows);
     }
-    if (r == 0)
-        r = read_tasks_column(d, f, file, first, rows);
-    for (int c = 0; c < NFIXED; c++)
-        free(cols[c]);
-    for (size_t c = 0; c < nc && vchunk && vfile && vfrom && vto; c++) {
-        free(vchunk[c]);
-        free(vfile[c]);
-        free(vfrom[c]);
-        free(vto[c]);
-    }
-    free(vchunk);
-    free(vfile);
-    free(vfrom);
-    free(vto);
     vf_pq_close(f);
+    return r;
+}
+
+typedef struct episodes_job {
+    episodes_cols *cols;
+    char *const *needed;
+    int num_needed;
+} episodes_job;
+
+static void episodes_job_run(void *arg)
+{
+    episodes_job *j = arg;
+    j->cols->r = read_episodes_cols(j->cols, j->needed, j->num_needed);
+    if (j->cols->r < 0)
+        j->cols->error = vf_strdup(vf_last_error());
+}
+
+/* Appends the episodes of one file to the model; `prev` carries the last
+ * episode's task list so that runs of identical lists share one copy. */
+static int add_episodes(vf_dataset *d, episodes_cols *c, size_t file_id)
+{
+    const char *file = c->file;
+    size_t nc = d->num_cameras;
+    const vf_pq_array *a = c->tasks.type == VF_PQ_T_LIST ? &c->tasks : NULL;
+    const vf_pq_array *items = a ? &a->children[0] : NULL;
+    int r = 0;
+    for (int64_t i = 0; i < c->rows && r == 0; i++) {
+        vf_ds_episode *e = vf_ds_add_episode(d);
+        if (!e)
+            return VF_ENOMEM;
+        e->pub.episode_index = c->fixed[EP][i];
+        e->pub.length = c->fixed[LEN][i];
+        e->pub.from_index = c->fixed[FROM][i];
+        e->pub.to_index = c->fixed[TO][i];
+        e->data_chunk = c->fixed[DCHUNK][i];
+        e->data_file = c->fixed[DFILE][i];
+        e->meta_file = (int)file_id;
+        for (size_t k = 0; k < nc; k++) {
+            e->video[k].chunk_index = c->vchunk[k][i];
+            e->video[k].file_index = c->vfile[k][i];
+            e->video[k].from_timestamp = c->vfrom[k][i];
+            e->video[k].to_timestamp = c->vto[k][i];
+        }
+        if (!a || (a->valid && !a->valid[i]))
+            continue;
+        int64_t lo = a->offsets[i], hi = a->offsets[i + 1];
+        if (lo < 0 || hi < lo || hi > items->length)
+            return vf_error(VF_ECORRUPT, "%s: column 'tasks': bad list offsets in row %lld", file, (long long)i);
+        /* The same list as the episode before (the usual case): share it. */
+        const vf_ds_episode *p = d->num_all_episodes > 1 ? &d->episodes[d->num_all_episodes - 2] : NULL;
+        size_t n = 0;
+        int same = p != NULL;
+        for (int64_t k = lo; k < hi && same; k++) {
+            const char *s;
+            size_t len;
+            if (!string_at(items, k, &s, &len))
+                continue;
+            same = n < p->pub.num_tasks && strlen(p->pub.tasks[n]) == len && !memcmp(p->pub.tasks[n], s, len);
+            n++;
+        }
+        if (same && n == p->pub.num_tasks) {
+            e->pub.tasks = p->pub.tasks;
+            e->pub.num_tasks = p->pub.num_tasks;
+            continue;
+        }
+        const char **tasks = vf_ds_alloc(d, (size_t)(hi - lo), sizeof *tasks);
+        if (!tasks)
+            return VF_ENOMEM;
+        n = 0;
+        for (int64_t k = lo; k < hi; k++) {
+            const char *s;
+            size_t len;
+            if (!string_at(items, k, &s, &len))
+                continue;
+            if (!(tasks[n++] = vf_ds_strndup(d, s, len)))
+                return VF_ENOMEM;
+        }
+        e->pub.tasks = tasks;
+        e->pub.num_tasks = n;
+    }
+    return r;
+}
+
+/* Reads the episodes files, several at once on a local (thread-safe) file
+ * system: a window of files is read in parallel, then appended in order
+ * and freed, so at most a window's columns are held besides the model. */
+static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
+{
+    int num_needed = 0;
+    char **needed = needed_columns(d, &num_needed);
+    if (!needed)
+        return VF_ENOMEM;
+    d->meta_files = vf_ds_alloc(d, n, sizeof *d->meta_files);
+    int r = d->meta_files ? 0 : VF_ENOMEM;
+    for (size_t i = 0; i < n && r == 0; i++)
+        if (!(d->meta_files[i] = vf_ds_strdup(d, files[i].rel)))
+            r = VF_ENOMEM;
+    d->num_meta_files = n;
+    if (r == 0 && d->total_episodes > 0 && d->total_episodes < ((int64_t)1 << 31))
+        r = vf_ds_reserve_episodes(d, (size_t)d->total_episodes);
+    int threads = d->fs.thread_safe && n > 1 ? (int)VF_MIN((size_t)vf_cpu_count(), n) : 1;
+    if (threads > 8)
+        threads = 8;
+    vf_thread_pool *pool = NULL;
+    if (r == 0 && threads > 1 && vf_thread_pool_create(&pool, threads) < 0)
+        pool = NULL; /* read serially */
+    size_t window = pool ? (size_t)threads * 2 : 1;
+    episodes_cols *cols = vf_calloc(window, sizeof *cols);
+    episodes_job *jobs = vf_calloc(window, sizeof *jobs);
+    if (r == 0 && (!cols || !jobs))
+        r = VF_ENOMEM;
+    for (size_t start = 0; start < n && r == 0; start += window) {
+        size_t m = VF_MIN(window, n - start);
+        for (size_t k = 0; k < m; k++) {
+            cols[k].d = d;
+            cols[k].rel = files[start + k].rel;
+            jobs[k] = (episodes_job){.cols = &cols[k], .needed = needed, .num_needed = num_needed};
+            if (!pool || vf_thread_pool_submit(pool, episodes_job_run, &jobs[k]) < 0)
+                episodes_job_run(&jobs[k]);
+        }
+        if (pool)
+            vf_thread_pool_wait(pool);
+        for (size_t k = 0; k < m; k++) {
+            if (r == 0 && cols[k].r < 0)
+                r = cols[k].r == VF_ENOMEM ? VF_ENOMEM : vf_error(cols[k].r, "%s", cols[k].error ? cols[k].error : "?");
+            if (r == 0)
+                r = add_episodes(d, &cols[k], start + k);
+            free_episodes_cols(&cols[k]);
+        }
+    }
+    if (pool)
+        vf_thread_pool_destroy(pool);
+    free(cols);
+    free(jobs);
+    for (int i = 0; i < num_needed; i++)
+        free(needed[i]);
+    free(needed);
     return r;
 }
 
@@ -478,8 +625,7 @@ int vf_ds_load_v3(vf_dataset *d)
     int r = list_episodes_files(d, &files, &n);
     if (r < 0)
         return r;
-    for (size_t i = 0; i < n && r == 0; i++)
-        r = load_episodes_file(d, files[i].rel);
+    r = load_episodes(d, files, n);
     for (size_t i = 0; i < n; i++)
         free(files[i].rel);
     free(files);

@@ -1129,7 +1129,9 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
 {
     const vf_pq_node *leaf = f->leaves[leaf_index];
     const vf_pq_row_group_meta *rg = &f->row_groups[row_group];
-    const vf_pq_chunk_meta *m = &rg->columns[leaf_index];
+    const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, row_group, leaf_index);
+    if (!m)
+        return vf_error(VF_EINVAL, "%s: leaf %d was not loaded (projected open)", f->name, leaf_index);
     chunk_ctx *c = vf_calloc(1, sizeof *c);
     if (!c)
         return VF_ENOMEM;

@@ -140,6 +140,15 @@ typedef struct vf_pq_file vf_pq_file;
  * may run concurrently on several threads (the source is read
  * positionally; each read keeps its own buffers). */
 int vf_pq_open(vf_pq_file **out, vf_source *src);
+/* The same, keeping only the column-chunk metadata of the named top-level
+ * fields: the footer entries of every other column are skipped while it
+ * is decoded, so a wide file with many small row groups (LeRobot's
+ * meta/episodes with its stats columns) opens in time and memory
+ * proportional to the columns used. Schema, row counts and key-value
+ * metadata are complete; reads, statistics and chunk info of a field not
+ * named fail with VF_EINVAL naming it. Names that are not in the file are
+ * ignored. fields NULL: like vf_pq_open(). */
+int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fields, int num_fields);
 /* Convenience: opens a local path. */
 int vf_pq_open_path(vf_pq_file **out, const char *path);
 void vf_pq_close(vf_pq_file *f);

@@ -18,7 +18,9 @@
 
 static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-int vf_pq_open(vf_pq_file **out, vf_source *src)
+int vf_pq_open(vf_pq_file **out, vf_source *src) { return vf_pq_open_projected(out, src, NULL, 0); }
+
+int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fields, int num_fields)
 {
     *out = NULL;
     const char *name = vf_source_name(src);
@@ -58,7 +60,7 @@ int vf_pq_open(vf_pq_file **out, vf_source *src)
     f->size = size;
     f->max_entries = DEFAULT_MAX_ENTRIES;
     f->max_bytes = DEFAULT_MAX_BYTES;
-    r = vf_pq_parse_metadata(f, footer, footer_len);
+    r = vf_pq_parse_metadata(f, footer, footer_len, fields, fields ? num_fields : 0);
     free(footer);
     if (r < 0) {
         vf_pq_close(f);
@@ -158,7 +160,19 @@ static const vf_pq_chunk_meta *chunk(const vf_pq_file *f, int row_group, int lea
 {
     if (row_group < 0 || row_group >= f->num_row_groups || leaf_index < 0 || leaf_index >= f->num_leaves)
         return NULL;
-    return &f->row_groups[row_group].columns[leaf_index];
+    return vf_pq_chunk_at(f, row_group, leaf_index);
+}
+
+/* VF_EINVAL naming the field when a projected open skipped its chunks. */
+static int check_projected(const vf_pq_file *f, int leaf_index)
+{
+    if (!f->leaf_slot || leaf_index < 0 || leaf_index >= f->num_leaves || f->leaf_slot[leaf_index] >= 0)
+        return 0;
+    char *p = vf_pq_leaf_path_string(f->leaves[leaf_index]);
+    int r = vf_error(VF_EINVAL, "%s: column '%s' was not loaded (the file was opened with a projection)", f->name,
+                     p ? p : "?");
+    free(p);
+    return r;
 }
 
 vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_index)
@@ -170,6 +184,9 @@ vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_inde
 int vf_pq_column_chunk(const vf_pq_file *f, int row_group, int leaf_index, vf_pq_chunk_info *out)
 {
     memset(out, 0, sizeof *out);
+    int r = check_projected(f, leaf_index);
+    if (r < 0)
+        return r;
     const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
     if (!m)
         return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
@@ -213,6 +230,9 @@ static int stat_value(const vf_pq_file *f, const vf_pq_node *leaf, const uint8_t
 
 int vf_pq_stats_i64(const vf_pq_file *f, int row_group, int leaf_index, int64_t *min, int64_t *max)
 {
+    int pr = check_projected(f, leaf_index);
+    if (pr < 0)
+        return pr;
     const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
     if (!m)
         return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
@@ -241,6 +261,9 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
     if (!n->is_leaf || n->repetition == VF_PQ_REPEATED ||
         (n->physical != VF_PQ_INT32 && n->physical != VF_PQ_INT64))
         return vf_error(VF_EINVAL, "%s: column '%s' is not an integer scalar", f->name, name);
+    int pr = check_projected(f, n->leaf_index);
+    if (pr < 0)
+        return pr;
     int *out = vf_malloc_array(f->num_row_groups ? (size_t)f->num_row_groups : 1, sizeof *out);
     if (!out)
         return VF_ENOMEM;
@@ -267,6 +290,11 @@ static int read_field_groups(vf_pq_file *f, int field_index, int first_group, in
         return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index,
                         vf_pq_num_fields(f));
     const vf_pq_plan *plan = &f->fields[field_index];
+    for (int i = 0; i < plan->num_leaves; i++) {
+        int pr = check_projected(f, plan->first_leaf + i);
+        if (pr < 0)
+            return pr;
+    }
     vf_pq_column *cols = vf_calloc(plan->num_leaves ? (size_t)plan->num_leaves : 1, sizeof *cols);
     if (!cols)
         return VF_ENOMEM;
