@@ -816,6 +816,8 @@ void vf_pq_free_metadata(vf_pq_file *f)
     free(f->row_groups);
     free(f->leaf_slot);
     f->leaf_slot = NULL;
+    free(f->rg_first_row);
+    f->rg_first_row = NULL;
     f->nodes = NULL;
     f->child_slots = NULL;
     f->leaves = NULL;
@@ -940,6 +942,14 @@ static int build_everything(vf_pq_file *f, footer *m)
             free_path(cm);
         }
     }
+    f->rg_first_row = vf_malloc_array((size_t)f->num_row_groups + 1, sizeof *f->rg_first_row);
+    if (!f->rg_first_row) {
+        r = VF_ENOMEM;
+        goto fail_fields;
+    }
+    f->rg_first_row[0] = 0;
+    for (int g = 0; g < f->num_row_groups; g++)
+        f->rg_first_row[g + 1] = f->rg_first_row[g] + f->row_groups[g].num_rows;
     if (f->num_row_groups && total != f->num_rows) {
         r = vf_error(VF_ECORRUPT, "%s: num_rows %lld differs from the row groups' sum %lld", f->name,
                      (long long)f->num_rows, (long long)total);

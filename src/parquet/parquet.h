@@ -158,6 +158,10 @@ int64_t vf_pq_num_rows(const vf_pq_file *f);
 int vf_pq_num_row_groups(const vf_pq_file *f);
 int64_t vf_pq_row_group_rows(const vf_pq_file *f, int row_group);
 const char *vf_pq_created_by(const vf_pq_file *f); /* "" if absent */
+/* The row group holding file row `row` (0-based over the whole file), by
+ * binary search over the cumulative row counts; *first_row (may be NULL)
+ * gets that group's first file row. -1 when row is outside the file. */
+int vf_pq_row_group_of_row(const vf_pq_file *f, int64_t row, int64_t *first_row);
 
 /* Schema: the root group, its top-level fields, and the leaves in column
  * order. Nodes are owned by the file. Names are compared exactly (a name

@@ -137,6 +137,7 @@ struct vf_pq_file {
      * -1 for a leaf whose chunk metadata was skipped. NULL: every leaf
      * kept, columns indexed by leaf. */
     int *leaf_slot;
+    int64_t *rg_first_row;     /* num_row_groups + 1 cumulative row counts */
     int64_t max_entries;       /* per leaf per read (vf_pq_set_limits) */
     int64_t max_bytes;
 };

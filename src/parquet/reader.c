@@ -109,6 +109,25 @@ int64_t vf_pq_row_group_rows(const vf_pq_file *f, int row_group)
     return f->row_groups[row_group].num_rows;
 }
 
+int vf_pq_row_group_of_row(const vf_pq_file *f, int64_t row, int64_t *first_row)
+{
+    if (!f->rg_first_row || row < 0 || row >= f->rg_first_row[f->num_row_groups])
+        return -1;
+    /* The last row group starting at or before row (empty groups are
+     * skipped: the search lands on the non-empty one holding the row). */
+    int lo = 0, hi = f->num_row_groups - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (f->rg_first_row[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (first_row)
+        *first_row = f->rg_first_row[lo];
+    return lo;
+}
+
 const vf_pq_node *vf_pq_schema(const vf_pq_file *f) { return f->nodes; }
 int vf_pq_num_fields(const vf_pq_file *f) { return f->nodes ? f->nodes[0].num_children : 0; }
 
