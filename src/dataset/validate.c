@@ -39,8 +39,6 @@ static int check_metadata(vf_dataset *d)
     for (size_t i = 0; i < d->num_all_episodes && r == 0; i++) {
         const vf_ds_episode *e = &d->episodes[i];
         int64_t ep = e->pub.episode_index;
-        /* v3.0: name the episodes file the row came from. */
-        const char *erel = e->meta_file >= 0 && d->meta_files ? d->meta_files[e->meta_file] : episodes_rel(d);
         if (e->pub.length > 0 && sum <= INT64_MAX - e->pub.length)
             sum += e->pub.length;
         if (ep != (int64_t)i)
