@@ -186,6 +186,7 @@ struct vf_dataset {
     size_t num_missing, cap_missing;
 
     uint64_t fingerprint;
+    vf_file_checks file_checks;   /* what the open did (vf_dataset_file_checks) */
 };
 
 /* Arena allocation (zeroed; NULL with ENOMEM set on failure). */

@@ -410,7 +410,7 @@ void vf_ds_fs_local(vf_ds_fs *fs, const char *root)
 void vf_dataset_defaults(vf_dataset_settings *s)
 {
     memset(s, 0, sizeof *s);
-    s->check_files = 1;
+    s->check_files = VF_CHECK_FILES_AUTO;
     s->check_data_files = 0;
 }
 
@@ -776,8 +776,21 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         r = build_files(d, (int)c, &d->cameras[c].files, &d->cameras[c].num_files);
         d->cameras[c].pub.num_files = d->cameras[c].num_files;
     }
-    if (r == 0)
-        r = vf_ds_validate(d, settings);
+    /* File checks: deferred to first use above VF_LAZY_FILE_CHECKS files. */
+    vf_dataset_settings checks = *settings;
+    if (r == 0) {
+        size_t nfiles = d->num_data_files;
+        for (size_t c = 0; c < d->num_cameras; c++)
+            nfiles += d->cameras[c].num_files;
+        if (checks.check_files == VF_CHECK_FILES_AUTO && nfiles > VF_LAZY_FILE_CHECKS) {
+            checks.check_files = 0;
+            checks.check_data_files = 0;
+            d->file_checks = VF_FILES_DEFERRED;
+        } else {
+            d->file_checks = checks.check_files ? VF_FILES_CHECKED : VF_FILES_NOT_CHECKED;
+        }
+        r = vf_ds_validate(d, &checks);
+    }
     if (r < 0) {
         vf_dataset_close(d);
         return r;
@@ -839,6 +852,7 @@ int64_t vf_dataset_total_episodes(const vf_dataset *d) { return d->total_episode
 int64_t vf_dataset_total_frames(const vf_dataset *d) { return d->total_frames; }
 int64_t vf_dataset_total_tasks(const vf_dataset *d) { return d->total_tasks; }
 uint64_t vf_dataset_fingerprint(const vf_dataset *d) { return d->fingerprint; }
+vf_file_checks vf_dataset_file_checks(const vf_dataset *d) { return d->file_checks; }
 
 size_t vf_dataset_num_features(const vf_dataset *d) { return d->num_features; }
 const vf_feature *vf_dataset_feature(const vf_dataset *d, size_t i)
