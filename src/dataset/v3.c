@@ -618,42 +618,33 @@ static int load_stats(vf_dataset *d)
     return r;
 }
 
-/* Episodes files must partition the episodes in order: within a file,
- * episode_index and the global index range ascend without overlap; each
- * file starts after the previous one ends. Anything else means a row
- * position no longer identifies an episode (LeRobot indexes by it), so it
- * fails the open, naming the file, the episode and the other file. Gaps
- * and duplicates of other shapes are left to validation (problems). */
+/* Episodes files must list the episodes in ascending order, and each
+ * file must start after the previous one ends: otherwise a row position
+ * no longer identifies an episode (LeRobot indexes by it). Recorded as
+ * errors naming the episodes file and the episode (and the other file for
+ * an overlap), like every metadata inconsistency: the dataset still opens
+ * and `vlafeed info` lists them all. Global index ranges that overlap are
+ * reported by validation (not contiguous). */
 static int check_episodes_order(vf_dataset *d)
 {
-    const vf_ds_episode *prev = NULL;
-    for (size_t i = 0; i < d->num_all_episodes; i++) {
-        const vf_ds_episode *e = &d->episodes[i];
-        if (prev) {
-            const char *file = d->meta_files[e->meta_file], *pfile = d->meta_files[prev->meta_file];
-            int same = prev->meta_file == e->meta_file;
-            if (e->pub.episode_index <= prev->pub.episode_index && same)
-                return vf_error(VF_ECORRUPT,
-                                "%s/%s: episode %lld comes after episode %lld in the same file: rows out of order "
-                                "(an episodes file must list its episodes in ascending order)",
-                                d->root, file, (long long)e->pub.episode_index, (long long)prev->pub.episode_index);
-            if (e->pub.episode_index <= prev->pub.episode_index)
-                return vf_error(VF_ECORRUPT,
-                                "%s/%s: episode %lld overlaps the episodes of %s (which ends with episode %lld): "
-                                "episodes files must not overlap",
-                                d->root, file, (long long)e->pub.episode_index, pfile,
-                                (long long)prev->pub.episode_index);
-            if (e->pub.from_index < prev->pub.to_index)
-                return vf_error(VF_ECORRUPT,
-                                "%s/%s: episode %lld: dataset_from_index %lld is below dataset_to_index %lld of "
-                                "episode %lld%s%s: the global index ranges overlap",
-                                d->root, file, (long long)e->pub.episode_index, (long long)e->pub.from_index,
-                                (long long)prev->pub.to_index, (long long)prev->pub.episode_index,
-                                same ? "" : " in ", same ? "" : pfile);
-        }
-        prev = e;
+    int r = 0;
+    for (size_t i = 1; i < d->num_all_episodes && r == 0; i++) {
+        const vf_ds_episode *e = &d->episodes[i], *prev = &d->episodes[i - 1];
+        if (e->pub.episode_index > prev->pub.episode_index)
+            continue;
+        const char *file = d->meta_files[e->meta_file], *pfile = d->meta_files[prev->meta_file];
+        if (prev->meta_file == e->meta_file)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, file, e->pub.episode_index, "episode_index",
+                              "episode %lld comes after episode %lld in the same file: rows out of order (an "
+                              "episodes file must list its episodes in ascending order)",
+                              (long long)e->pub.episode_index, (long long)prev->pub.episode_index);
+        else
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, file, e->pub.episode_index, "episode_index",
+                              "episode %lld overlaps the episodes of %s (which ends with episode %lld): episodes "
+                              "files must not overlap",
+                              (long long)e->pub.episode_index, pfile, (long long)prev->pub.episode_index);
     }
-    return 0;
+    return r;
 }
 
 int vf_ds_load_v3(vf_dataset *d)
