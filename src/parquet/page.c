@@ -32,6 +32,7 @@
 #include "parquet/read_internal.h"
 
 #include <snappy-c.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,8 @@ typedef struct chunk_ctx {
     char *where;               /* "file: column 'x', row group g", formatted on first use (where()) */
     vf_pq_column dict;
     int has_dict;
+    int maxbuf_len;            /* leading bytes of maxbuf filled so far */
+    /* Scratch arrays (not zeroed: each chunk writes before it reads). */
     uint32_t idx[IDX_BATCH];
     uint8_t lv[LEVEL_BATCH];
     uint8_t maxbuf[LEVEL_BATCH]; /* LEVEL_BATCH copies of max_def */
@@ -870,6 +873,10 @@ static int decode_page_levels(chunk_ctx *c, int64_t n, const uint8_t *rep_p, siz
             if ((r = level_read(c, &lr, "definition", leaf->max_def, c->lv, k)) < 0)
                 return r;
             done += k;
+            if (!col->def && k > c->maxbuf_len) {
+                memset(c->maxbuf + c->maxbuf_len, leaf->max_def, (size_t)(k - c->maxbuf_len));
+                c->maxbuf_len = (int)k;
+            }
             if (!col->def && memcmp(c->lv, c->maxbuf, (size_t)k) == 0) {
                 present += k; /* all present: nothing to store */
                 continue;
@@ -1145,9 +1152,10 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, row_group, leaf_index);
     if (!m)
         return vf_error(VF_EINVAL, "%s: leaf %d was not loaded (projected open)", f->name, leaf_index);
-    chunk_ctx *c = vf_calloc(1, sizeof *c);
+    chunk_ctx *c = vf_malloc(sizeof *c); /* ~16 KiB of scratch arrays: only the header is zeroed */
     if (!c)
         return VF_ENOMEM;
+    memset(c, 0, offsetof(chunk_ctx, idx));
     c->f = f;
     c->leaf = leaf;
     c->meta = m;
@@ -1156,7 +1164,6 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     c->row_group = row_group;
     c->page = -1;
     c->entries_start = col->num_entries;
-    memset(c->maxbuf, leaf->max_def, sizeof c->maxbuf);
     int r = 0;
     int64_t rows_start = col->rows;
     if (leaf->type == VF_PQ_T_NULL) {
