@@ -133,6 +133,8 @@ static int list_episodes_files(vf_dataset *d, episodes_file **out, size_t *out_c
 
 /* Reads a whole integer column as int64. Absent: VF_ENOENT (message set
  * only when required). */
+static int convert_i64(vf_pq_array *array, const char *file, const char *name, int64_t **out, int64_t *len);
+
 static int read_i64_column(vf_pq_file *f, const char *file, const char *name, int required, int64_t **out, int64_t *len)
 {
     *out = NULL;
@@ -144,6 +146,15 @@ static int read_i64_column(vf_pq_file *f, const char *file, const char *name, in
     int r = vf_pq_read_field_all(f, idx, &a);
     if (r < 0)
         return vf_error_context(r, "%s: column '%s'", file, name);
+    return convert_i64(&a, file, name, out, len);
+}
+
+/* An integer column read as int64 (any width); frees the array. */
+static int convert_i64(vf_pq_array *array, const char *file, const char *name, int64_t **out, int64_t *len)
+{
+    vf_pq_array a = *array;
+    memset(array, 0, sizeof *array);
+    int r = 0;
     int64_t *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
     if (!vals) {
         vf_pq_array_free(&a);
@@ -178,17 +189,13 @@ static int read_i64_column(vf_pq_file *f, const char *file, const char *name, in
     return 0;
 }
 
-static int read_f64_column(vf_pq_file *f, const char *file, const char *name, double **out, int64_t *len)
+/* A FLOAT or DOUBLE column as double; frees the array. */
+static int convert_f64(vf_pq_array *array, const char *file, const char *name, double **out, int64_t *len)
 {
     *out = NULL;
-    int idx = vf_pq_field_index(f, name);
-    if (idx < 0)
-        return vf_error(VF_ENOENT, "%s: missing column '%s'", file, name);
-    vf_pq_array a;
-    memset(&a, 0, sizeof a);
-    int r = vf_pq_read_field_all(f, idx, &a);
-    if (r < 0)
-        return vf_error_context(r, "%s: column '%s'", file, name);
+    vf_pq_array a = *array;
+    memset(array, 0, sizeof *array);
+    int r = 0;
     double *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
     if (!vals) {
         vf_pq_array_free(&a);
@@ -329,41 +336,60 @@ static int read_episodes_cols(episodes_cols *c, char *const *needed, int num_nee
     c->vfile = vf_calloc(nc ? nc : 1, sizeof *c->vfile);
     c->vfrom = vf_calloc(nc ? nc : 1, sizeof *c->vfrom);
     c->vto = vf_calloc(nc ? nc : 1, sizeof *c->vto);
-    if (!c->vchunk || !c->vfile || !c->vfrom || !c->vto)
+    /* All needed columns in one pass over the row groups: needed[0..5]
+     * fixed, [6] tasks (optional), then 4 per camera. */
+    int *fields = vf_calloc((size_t)num_needed, sizeof *fields);
+    vf_pq_array *arrays = vf_calloc((size_t)num_needed, sizeof *arrays);
+    if (!c->vchunk || !c->vfile || !c->vfrom || !c->vto || !fields || !arrays)
         r = VF_ENOMEM;
-    for (int k = 0; k < NFIXED && r == 0; k++) {
+    int nf = 0, tasks_at = -1;
+    for (int k = 0; k < num_needed && r == 0; k++) {
+        int idx = vf_pq_field_index(f, needed[k]);
+        if (idx < 0 && k == NFIXED)
+            continue; /* no tasks column: episodes without tasks */
+        if (idx < 0) {
+            r = vf_error(VF_ENOENT, "%s: missing column '%s'", file, needed[k]);
+            break;
+        }
+        if (k == NFIXED)
+            tasks_at = nf;
+        fields[nf++] = idx;
+    }
+    if (r == 0 && (r = vf_pq_read_fields_all(f, fields, nf, arrays)) < 0)
+        r = vf_error_context(r, "%s", file);
+    for (int k = 0, at = 0; k < num_needed && r == 0; k++) {
+        if (k == NFIXED) {
+            if (tasks_at >= 0)
+                at++;
+            continue;
+        }
         int64_t len = 0;
-        r = read_i64_column(f, file, fixed_columns[k], 1, &c->fixed[k], &len);
+        int cam = k > NFIXED ? (k - NFIXED - 1) / 4 : -1, what = k > NFIXED ? (k - NFIXED - 1) % 4 : -1;
+        if (k < NFIXED)
+            r = convert_i64(&arrays[at], file, needed[k], &c->fixed[k], &len);
+        else if (what == 0)
+            r = convert_i64(&arrays[at], file, needed[k], &c->vchunk[cam], &len);
+        else if (what == 1)
+            r = convert_i64(&arrays[at], file, needed[k], &c->vfile[cam], &len);
+        else
+            r = convert_f64(&arrays[at], file, needed[k], what == 2 ? &c->vfrom[cam] : &c->vto[cam], &len);
+        at++;
         if (r == 0 && len != rows)
-            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, fixed_columns[k],
+            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, needed[k],
                          (long long)len, (long long)rows);
     }
-    for (size_t k = 0; k < nc && r == 0; k++) {
-        const char *key = d->cameras[k].pub.key;
-        char name[4][1024];
-        snprintf(name[0], sizeof name[0], "videos/%s/chunk_index", key);
-        snprintf(name[1], sizeof name[1], "videos/%s/file_index", key);
-        snprintf(name[2], sizeof name[2], "videos/%s/from_timestamp", key);
-        snprintf(name[3], sizeof name[3], "videos/%s/to_timestamp", key);
-        int64_t l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-        if ((r = read_i64_column(f, file, name[0], 1, &c->vchunk[k], &l0)) == 0 &&
-            (r = read_i64_column(f, file, name[1], 1, &c->vfile[k], &l1)) == 0 &&
-            (r = read_f64_column(f, file, name[2], &c->vfrom[k], &l2)) == 0 &&
-            (r = read_f64_column(f, file, name[3], &c->vto[k], &l3)) == 0 &&
-            (l0 != rows || l1 != rows || l2 != rows || l3 != rows))
-            r = vf_error(VF_ECORRUPT, "%s: columns videos/%s/* do not have %lld rows", file, key, (long long)rows);
-    }
-    int idx = r == 0 ? vf_pq_field_index(f, "tasks") : -1;
-    if (idx >= 0) {
-        vf_pq_array *a = &c->tasks;
-        r = vf_pq_read_field_all(f, idx, a);
-        if (r < 0)
-            r = vf_error_context(r, "%s: column 'tasks'", file);
-        else if (a->type != VF_PQ_T_LIST || a->num_children != 1 ||
-                 (a->children[0].type != VF_PQ_T_STRING && a->children[0].type != VF_PQ_T_BINARY) ||
-                 a->length != rows)
+    if (r == 0 && tasks_at >= 0) {
+        c->tasks = arrays[tasks_at];
+        memset(&arrays[tasks_at], 0, sizeof arrays[tasks_at]);
+        const vf_pq_array *a = &c->tasks;
+        if (a->type != VF_PQ_T_LIST || a->num_children != 1 ||
+            (a->children[0].type != VF_PQ_T_STRING && a->children[0].type != VF_PQ_T_BINARY) || a->length != rows)
             r = vf_error(VF_ECORRUPT, "%s: column 'tasks': expected %lld lists of strings", file, (long long)rows);
     }
+    for (int k = 0; arrays && k < num_needed; k++)
+        vf_pq_array_free(&arrays[k]);
+    free(arrays);
+    free(fields);
     vf_pq_close(f);
     return r;
 }

@@ -226,6 +226,12 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
 int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array *out);
 /* The same over every row group, concatenated. */
 int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out);
+/* Several fields over every row group (out[k] for field_index[k]), row
+ * group by row group: the wanted chunks of a row group are fetched with
+ * one read when they lie within a few MiB, which is what makes a wide
+ * file with many small row groups cheap to read. On failure every out[k]
+ * is left zeroed. */
+int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields, vf_pq_array *out);
 
 /* ---- writer ----------------------------------------------------------- */
 

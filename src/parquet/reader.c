@@ -351,3 +351,101 @@ int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out)
 {
     return read_field_groups(f, field_index, 0, f->num_row_groups, out);
 }
+
+/* Byte range of a leaf's chunk in a row group ([*lo, *hi)), 0 when it has
+ * no usable range (then the decoder reads and reports it itself). */
+static int chunk_range(const vf_pq_file *f, int g, int leaf, int64_t *lo, int64_t *hi)
+{
+    const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, g, leaf);
+    if (!m || !m->has_meta)
+        return 0;
+    int64_t start = m->data_page_offset;
+    if (m->dictionary_page_offset > 0 && m->dictionary_page_offset < start)
+        start = m->dictionary_page_offset;
+    int64_t len = m->total_compressed_size;
+    if (start < 4 || len <= 0 || (uint64_t)start > f->size || (uint64_t)len > f->size - (uint64_t)start)
+        return 0;
+    *lo = start;
+    *hi = start + len;
+    return 1;
+}
+
+#define PREFETCH_BYTES ((int64_t)4 << 20)
+
+int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields, vf_pq_array *out)
+{
+    for (int k = 0; k < num_fields; k++)
+        memset(&out[k], 0, sizeof out[k]);
+    int total_leaves = 0;
+    for (int k = 0; k < num_fields; k++) {
+        if (field_index[k] < 0 || field_index[k] >= vf_pq_num_fields(f))
+            return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index[k],
+                            vf_pq_num_fields(f));
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        for (int i = 0; i < plan->num_leaves; i++) {
+            int pr = check_projected(f, plan->first_leaf + i);
+            if (pr < 0)
+                return pr;
+        }
+        total_leaves += plan->num_leaves;
+    }
+    vf_pq_column *cols = vf_calloc(total_leaves ? (size_t)total_leaves : 1, sizeof *cols);
+    if (!cols)
+        return VF_ENOMEM;
+    for (int k = 0, at = 0; k < num_fields; k++) {
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        for (int i = 0; i < plan->num_leaves; i++)
+            vf_pq_column_init(&cols[at++], f->leaves[plan->first_leaf + i]);
+    }
+    vf_pq_scratch scratch;
+    memset(&scratch, 0, sizeof scratch);
+    int r = 0;
+    for (int g = 0; g < f->num_row_groups && r == 0; g++) {
+        /* One read for the row group's wanted chunks when they lie close
+         * together (a wide file's small row groups: one pread instead of
+         * one per column); the decoder finds them in the window. */
+        int64_t lo = INT64_MAX, hi = 0;
+        for (int k = 0; k < num_fields; k++) {
+            const vf_pq_plan *plan = &f->fields[field_index[k]];
+            for (int i = 0; i < plan->num_leaves; i++) {
+                int64_t a, b;
+                if (chunk_range(f, g, plan->first_leaf + i, &a, &b)) {
+                    lo = VF_MIN(lo, a);
+                    hi = VF_MAX(hi, b);
+                }
+            }
+        }
+        if (hi > lo && hi - lo <= PREFETCH_BYTES) {
+            size_t want = (size_t)(hi - lo);
+            if (want > scratch.window_cap) {
+                free(scratch.window);
+                scratch.window = vf_malloc(want);
+                scratch.window_cap = scratch.window ? want : 0;
+            }
+            scratch.window_len = 0;
+            if (scratch.window && vf_source_read_at(f->src, (uint64_t)lo, scratch.window, want) == 0) {
+                scratch.window_start = lo;
+                scratch.window_len = hi - lo;
+            }
+        }
+        for (int k = 0, at = 0; k < num_fields && r == 0; k++) {
+            const vf_pq_plan *plan = &f->fields[field_index[k]];
+            for (int i = 0; i < plan->num_leaves && r == 0; i++)
+                r = vf_pq_decode_chunk(f, g, plan->first_leaf + i, &cols[at + i], &scratch);
+            at += plan->num_leaves;
+        }
+    }
+    vf_pq_scratch_free(&scratch);
+    for (int k = 0, at = 0; k < num_fields && r == 0; k++) {
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        r = vf_pq_assemble(f, plan, cols + at, f->rg_first_row ? f->rg_first_row[f->num_row_groups] : 0, &out[k]);
+        at += plan->num_leaves;
+    }
+    if (r < 0)
+        for (int k = 0; k < num_fields; k++)
+            vf_pq_array_free(&out[k]);
+    for (int i = 0; i < total_leaves; i++)
+        vf_pq_column_free(&cols[i]);
+    free(cols);
+    return r;
+}
