@@ -108,6 +108,7 @@ void vf_pq_scratch_free(vf_pq_scratch *s)
     free(s->window);
     free(s->page);
     free(s->split);
+    free(s->chunk_ctx);
     memset(s, 0, sizeof *s);
 }
 
@@ -1152,9 +1153,12 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, row_group, leaf_index);
     if (!m)
         return vf_error(VF_EINVAL, "%s: leaf %d was not loaded (projected open)", f->name, leaf_index);
-    chunk_ctx *c = vf_malloc(sizeof *c); /* ~16 KiB of scratch arrays: only the header is zeroed */
-    if (!c)
+    /* ~16 KiB of scratch arrays, kept in s across chunks (a wide file with
+     * small row groups decodes millions of chunks); only the header is
+     * zeroed. */
+    if (!s->chunk_ctx && !(s->chunk_ctx = vf_malloc(sizeof(chunk_ctx))))
         return VF_ENOMEM;
+    chunk_ctx *c = s->chunk_ctx;
     memset(c, 0, offsetof(chunk_ctx, idx));
     c->f = f;
     c->leaf = leaf;
@@ -1269,6 +1273,6 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
 out:
     vf_pq_column_free(&c->dict);
     free(c->where);
-    free(c);
+    c->where = NULL; /* c stays in s for the next chunk */
     return r;
 }

@@ -231,6 +231,7 @@ typedef struct vf_pq_scratch {
     size_t split_cap;
     uint8_t *saved, *levels;   /* direct decompression (page.c) */
     size_t saved_cap, levels_cap;
+    void *chunk_ctx;           /* the decoder's per-chunk state, reused across chunks (page.c) */
 } vf_pq_scratch;
 
 void vf_pq_scratch_free(vf_pq_scratch *s);

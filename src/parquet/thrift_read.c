@@ -436,6 +436,45 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
             }
             skip_frame *f = &st[sp];
             if (f->kind == VF_TC_STRUCT) {
+                /* Fast path: scalar fields of the struct (the bulk of a
+                 * footer: integers, binaries, booleans) are skipped here
+                 * while at least 24 bytes remain, so that a varint (at
+                 * most 10 bytes) needs no bounds check per byte. */
+                while (end - p >= 24) {
+                    uint8_t h = *p;
+                    int ft = h & 0x0f;
+                    if (h == VF_TC_STOP || !(h >> 4) || ft > VF_TC_BINARY || ft == VF_TC_DOUBLE)
+                        break;
+                    p++;
+                    if (ft == VF_TC_TRUE || ft == VF_TC_FALSE)
+                        continue;
+                    if (ft == VF_TC_I8) {
+                        p++;
+                        continue;
+                    }
+                    /* I16/I32/I64 value or BINARY length: a varint */
+                    uint64_t v = 0;
+                    int k = 0;
+                    for (; k < 10; k++) {
+                        uint8_t b = p[k];
+                        v |= (uint64_t)(b & 0x7f) << (7 * k);
+                        if (!(b & 0x80))
+                            break;
+                    }
+                    if (k == 10) {
+                        p += 10;
+                        why = "varint longer than 10 bytes";
+                        goto fail;
+                    }
+                    p += k + 1;
+                    if (ft == VF_TC_BINARY) {
+                        if (v > (uint64_t)(end - p)) {
+                            why = "binary length past the end";
+                            goto fail;
+                        }
+                        p += v;
+                    }
+                }
                 if (p >= end)
                     goto truncated;
                 uint8_t h = *p++;
