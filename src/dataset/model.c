@@ -789,6 +789,8 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         } else {
             d->file_checks = checks.check_files ? VF_FILES_CHECKED : VF_FILES_NOT_CHECKED;
         }
+        if (!checks.check_files)
+            checks.check_data_files = 0; /* no per-file access at all */
         r = vf_ds_validate(d, &checks);
     }
     if (r < 0) {
