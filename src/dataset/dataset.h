@@ -199,9 +199,10 @@ char *vf_ds_printf(vf_dataset *d, const char *fmt, ...) VF_PRINTF(2, 3);
  * NULL with ENOMEM set on failure. The pointer is valid until the next
  * call. */
 vf_ds_episode *vf_ds_add_episode(vf_dataset *d);
-/* Reserves room for n episodes (the array and, in one block, their video
- * locations), so adding them neither reallocates nor allocates per
- * episode. A hint: more episodes may still be added. */
+/* Reserves room for n episodes in all (the array, grown geometrically,
+ * and one block for the video locations of those not yet added), so
+ * adding them neither reallocates nor allocates per episode. More
+ * episodes may still be added. n must come from data actually read. */
 int vf_ds_reserve_episodes(vf_dataset *d, size_t n);
 
 /* Records a problem (strings copied). Returns 0 or VF_ENOMEM. */

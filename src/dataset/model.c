@@ -190,11 +190,12 @@ vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
 int vf_ds_reserve_episodes(vf_dataset *d, size_t n)
 {
     if (n > d->cap_episodes) {
-        vf_ds_episode *grown = vf_realloc(d->episodes, n * sizeof *grown);
+        size_t cap = VF_MAX(n, d->cap_episodes + d->cap_episodes / 2); /* geometric: called once per window */
+        vf_ds_episode *grown = vf_realloc(d->episodes, cap * sizeof *grown);
         if (!grown)
             return VF_ENOMEM;
         d->episodes = grown;
-        d->cap_episodes = n;
+        d->cap_episodes = cap;
     }
     size_t more = n > d->num_all_episodes ? n - d->num_all_episodes : 0;
     if (d->num_cameras && more > d->video_block_cap - d->video_block_used) {

@@ -489,8 +489,6 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
         if (!(d->meta_files[i] = vf_ds_strdup(d, files[i].rel)))
             r = VF_ENOMEM;
     d->num_meta_files = n;
-    if (r == 0 && d->total_episodes > 0 && d->total_episodes < ((int64_t)1 << 31))
-        r = vf_ds_reserve_episodes(d, (size_t)d->total_episodes);
     int threads = d->fs.thread_safe && n > 1 ? (int)VF_MIN((size_t)vf_cpu_count(), n) : 1;
     if (threads > 8)
         threads = 8;
@@ -513,6 +511,14 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
         }
         if (pool)
             vf_thread_pool_wait(pool);
+        /* Room for the window's episodes, from the rows actually read
+         * (info.json's total_episodes is not trusted for allocation). */
+        size_t rows = 0;
+        for (size_t k = 0; k < m; k++)
+            if (cols[k].r == 0)
+                rows += (size_t)cols[k].rows;
+        if (r == 0)
+            r = vf_ds_reserve_episodes(d, d->num_all_episodes + rows);
         for (size_t k = 0; k < m; k++) {
             if (r == 0 && cols[k].r < 0)
                 r = cols[k].r == VF_ENOMEM ? VF_ENOMEM : vf_error(cols[k].r, "%s", cols[k].error ? cols[k].error : "?");
