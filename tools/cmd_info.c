@@ -22,6 +22,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: vlafeed info PATH [--json] [--compact] [--episodes LIST] [--no-data-check]\n"
+            "                         [--no-file-checks | --check-files]\n"
             "\n"
             "Describes the LeRobot dataset (v3.0, v2.1 or v2.0) in the folder PATH: format,\n"
             "fps, totals, features, cameras, tasks, normalization statistics, and every\n"
@@ -33,6 +34,9 @@ static void usage(FILE *out)
             "  --episodes LIST    select episodes, e.g. 1,2,4 or 0-9,12; files are checked\n"
             "                     for the selected episodes only (metadata for all)\n"
             "  --no-data-check    do not open the data Parquet footers (existence only)\n"
+            "  --no-file-checks   do not check that data and video files exist\n"
+            "  --check-files      check every file at open even above 10,000 files (by\n"
+            "                     default larger datasets are checked when files are opened)\n"
             "  -h, --help         this text\n"
             "\n"
             "exit status: 0 no errors (warnings allowed), 1 errors found or unreadable\n"
@@ -117,6 +121,15 @@ static void print_human(const vf_dataset *d)
     }
     if (np > HUMAN_PROBLEMS)
         printf("  ... %zu more (--json lists all)\n", np - HUMAN_PROBLEMS);
+    size_t nfiles = vf_dataset_num_data_files(d);
+    for (size_t i = 0; i < vf_dataset_num_cameras(d); i++)
+        nfiles += vf_dataset_num_video_files(d, i);
+    if (vf_dataset_file_checks(d) == VF_FILES_DEFERRED)
+        printf("files      %zu data and video files not checked at open (more than %d: each is checked when "
+               "first opened; --check-files checks them now)\n",
+               nfiles, VF_LAZY_FILE_CHECKS);
+    else if (vf_dataset_file_checks(d) == VF_FILES_NOT_CHECKED)
+        printf("files      %zu data and video files not checked (--no-file-checks)\n", nfiles);
     if (vf_dataset_num_missing_files(d))
         printf("missing    %zu file%s\n", vf_dataset_num_missing_files(d),
                vf_dataset_num_missing_files(d) == 1 ? "" : "s");
@@ -125,7 +138,7 @@ static void print_human(const vf_dataset *d)
 int vf_cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
-    int json = 0, compact = 0, data_check = 1;
+    int json = 0, compact = 0, data_check = 1, file_checks = VF_CHECK_FILES_AUTO;
     int64_t *episodes = NULL;
     size_t num_episodes = 0;
     for (int i = 1; i < argc; i++) {
@@ -140,6 +153,10 @@ int vf_cmd_info(int argc, char **argv)
             compact = 1;
         } else if (!strcmp(a, "--no-data-check")) {
             data_check = 0;
+        } else if (!strcmp(a, "--no-file-checks")) {
+            file_checks = VF_CHECK_FILES_OFF;
+        } else if (!strcmp(a, "--check-files")) {
+            file_checks = VF_CHECK_FILES_ALL;
         } else if (!strcmp(a, "--episodes") || !strncmp(a, "--episodes=", 11)) {
             const char *list = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
             free(episodes);
@@ -169,6 +186,7 @@ int vf_cmd_info(int argc, char **argv)
     s.episodes = episodes;
     s.num_episodes = num_episodes;
     s.check_data_files = data_check;
+    s.check_files = file_checks;
     vf_dataset *d;
     int r = vf_dataset_open(&d, path, &s);
     free(episodes);

@@ -46,17 +46,38 @@ typedef struct vf_dataset_settings {
      * index that is not in the dataset fails the open with VF_ENOENT. */
     const int64_t *episodes;
     size_t num_episodes;
-    /* 1 (default): check that every data and video file of the selected
-     * episodes exists. 0: skip (e.g. for remote data). */
+    /* Existence checks of the data and video files of the selected
+     * episodes (one stat, or one HEAD for a remote root, per file):
+     *  VF_CHECK_FILES_AUTO (1, default): at open, unless the selected
+     *    episodes use more than VF_LAZY_FILE_CHECKS files; then nothing is
+     *    checked at open (nor check_data_files) and a missing file is
+     *    reported when it is first opened (the error names it), so opening
+     *    a 1M-episode dataset costs no stat per file.
+     *    vf_dataset_file_checks() says which happened.
+     *  VF_CHECK_FILES_ALL (2): at open, whatever the number of files.
+     *  VF_CHECK_FILES_OFF (0): never at open (e.g. for remote data). */
     int check_files;
     /* 1: also open the footer of each selected episode's data Parquet
      * file and check its row count, its columns against info.json and
      * that the episode's rows are where the metadata says. Default 0
-     * (vlafeed info turns it on). */
+     * (vlafeed info turns it on). Only when the existence checks ran. */
     int check_data_files;
 } vf_dataset_settings;
 
-/* Fills s with the defaults (all episodes, check_files 1). */
+enum { VF_CHECK_FILES_OFF = 0, VF_CHECK_FILES_AUTO = 1, VF_CHECK_FILES_ALL = 2 };
+/* Above this many data + video files (of the selected episodes),
+ * VF_CHECK_FILES_AUTO defers the existence checks to first use. */
+#define VF_LAZY_FILE_CHECKS 10000
+
+/* What the open did about file existence. */
+typedef enum vf_file_checks {
+    VF_FILES_NOT_CHECKED = 0, /* check_files was VF_CHECK_FILES_OFF */
+    VF_FILES_CHECKED = 1,     /* every file was checked at open (missing ones are problems) */
+    VF_FILES_DEFERRED = 2,    /* more than VF_LAZY_FILE_CHECKS files: checked when first opened */
+} vf_file_checks;
+vf_file_checks vf_dataset_file_checks(const vf_dataset *d);
+
+/* Fills s with the defaults (all episodes, check_files VF_CHECK_FILES_AUTO). */
 void vf_dataset_defaults(vf_dataset_settings *s);
 
 /* Opens the dataset at root: a local folder holding meta/info.json, or a

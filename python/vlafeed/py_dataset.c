@@ -1,7 +1,7 @@
 /*
  * py_dataset.c: Python functions of the dataset area.
  *
- *   vlafeed._native.dataset_info(path, episodes=None, check_data=True) -> dict
+ *   vlafeed._native.dataset_info(path, episodes=None, check_data=True, check_files=None) -> dict
  *
  * returns the `vlafeed info --json` document (docs/info-json.md), parsed
  * with Python's json module so both always carry the same content. A
@@ -29,12 +29,23 @@
 static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *keywords[] = {"path", "episodes", "check_data", NULL};
-    PyObject *path_obj, *episodes_obj = Py_None;
+    static char *keywords[] = {"path", "episodes", "check_data", "check_files", NULL};
+    PyObject *path_obj, *episodes_obj = Py_None, *check_files_obj = Py_None;
     int check_data = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Op:dataset_info", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj, &check_data))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|OpO:dataset_info", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &check_data, &check_files_obj))
         return NULL;
+    /* None: at open up to VF_LAZY_FILE_CHECKS files, deferred above;
+     * True: always at open; False: never. */
+    int check_files = VF_CHECK_FILES_AUTO;
+    if (check_files_obj != Py_None) {
+        int truth = PyObject_IsTrue(check_files_obj);
+        if (truth < 0) {
+            Py_DECREF(path_obj);
+            return NULL;
+        }
+        check_files = truth ? VF_CHECK_FILES_ALL : VF_CHECK_FILES_OFF;
+    }
     int64_t *episodes = NULL;
     size_t num_episodes = 0;
     if (episodes_obj != Py_None &&
@@ -47,6 +58,7 @@ static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwarg
     s.episodes = episodes_obj != Py_None ? episodes : NULL;
     s.num_episodes = num_episodes;
     s.check_data_files = check_data;
+    s.check_files = check_files;
     vf_dataset *d = NULL;
     char *text = NULL;
     int r;
@@ -169,10 +181,12 @@ done:
 
 static PyMethodDef dataset_methods[] = {
     {"dataset_info", (PyCFunction)(void (*)(void))py_dataset_info, METH_VARARGS | METH_KEYWORDS,
-     "dataset_info(path, episodes=None, check_data=True) -> dict\n\n"
+     "dataset_info(path, episodes=None, check_data=True, check_files=None) -> dict\n\n"
      "Opens the LeRobot dataset at path and returns the `vlafeed info --json`\n"
      "report (docs/info-json.md) as a dict. episodes selects episode indices;\n"
-     "check_data=False skips opening the data Parquet footers."},
+     "check_data=False skips opening the data Parquet footers. check_files: None\n"
+     "(default) checks that data and video files exist at open up to 10,000 files and\n"
+     "defers the checks to first use above; True always checks at open; False never."},
     {"dataset_read_table", (PyCFunction)(void (*)(void))py_dataset_read_table, METH_VARARGS | METH_KEYWORDS,
      "dataset_read_table(path, columns, episodes=None) -> (episode_start, {column: (data, dtype, width)})\n\n"
      "Test hook: reads the named columns of the selected episodes through the\n"

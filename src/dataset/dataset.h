@@ -51,6 +51,9 @@ typedef struct vf_ds_fs {
      * (vf_pq_set_limits; 0 keeps the reader's defaults). The fuzzer lowers
      * them so hostile files cannot ask for gigabytes. */
     int64_t pq_max_entries, pq_max_bytes;
+    /* 1: the hooks may be called from several threads at once (local and
+     * remote fs); the v3.0 backend then reads episodes files in parallel. */
+    int thread_safe;
     /* Frees ctx (NULL: ctx is borrowed). vf_ds_open_fs takes ownership of
      * a ctx with a destroy hook, on failure too; vf_dataset_close frees it. */
     void (*destroy)(void *ctx);
@@ -119,7 +122,8 @@ typedef struct vf_ds_episode {
     int64_t data_file;     /* data/file_index (v2.x: episode_index) */
     int64_t row_offset;
     int data_file_id;      /* id in d->data_files, -1 when not selected */
-    vf_ds_video_loc *video; /* one per camera */
+    int meta_file;         /* v3.0: index into d->meta_files (the episodes file of its row); -1 for v2.x */
+    vf_ds_video_loc *video; /* one per camera (a slice of one block when reserved) */
 } vf_ds_episode;
 
 typedef struct vf_ds_file {
@@ -160,6 +164,10 @@ struct vf_dataset {
 
     vf_ds_episode *episodes;      /* every episode of the metadata (malloc'd) */
     size_t num_all_episodes, cap_episodes;
+    vf_ds_video_loc *video_block; /* vf_ds_reserve_episodes: cameras x reserved episodes */
+    size_t video_block_used, video_block_cap; /* in episodes */
+    const char **meta_files;      /* v3.0: meta/episodes files (relative), in read order */
+    size_t num_meta_files;
     size_t *selected;             /* positions into episodes */
     size_t num_selected;
 
@@ -178,6 +186,7 @@ struct vf_dataset {
     size_t num_missing, cap_missing;
 
     uint64_t fingerprint;
+    vf_file_checks file_checks;   /* what the open did (vf_dataset_file_checks) */
 };
 
 /* Arena allocation (zeroed; NULL with ENOMEM set on failure). */
@@ -190,6 +199,11 @@ char *vf_ds_printf(vf_dataset *d, const char *fmt, ...) VF_PRINTF(2, 3);
  * NULL with ENOMEM set on failure. The pointer is valid until the next
  * call. */
 vf_ds_episode *vf_ds_add_episode(vf_dataset *d);
+/* Reserves room for n episodes in all (the array, grown geometrically,
+ * and one block for the video locations of those not yet added), so
+ * adding them neither reallocates nor allocates per episode. More
+ * episodes may still be added. n must come from data actually read. */
+int vf_ds_reserve_episodes(vf_dataset *d, size_t n);
 
 /* Records a problem (strings copied). Returns 0 or VF_ENOMEM. */
 int vf_ds_problem(vf_dataset *d, vf_severity severity, const char *file, int64_t episode, const char *column,

@@ -170,8 +170,14 @@ vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
     vf_ds_episode *e = &d->episodes[d->num_all_episodes];
     memset(e, 0, sizeof *e);
     e->data_file_id = -1;
+    e->meta_file = -1;
     if (d->num_cameras) {
-        e->video = vf_ds_alloc(d, d->num_cameras, sizeof *e->video);
+        if (d->video_block_used < d->video_block_cap) {
+            e->video = d->video_block + d->video_block_used++ * d->num_cameras;
+            memset(e->video, 0, d->num_cameras * sizeof *e->video);
+        } else {
+            e->video = vf_ds_alloc(d, d->num_cameras, sizeof *e->video);
+        }
         if (!e->video)
             return NULL;
         for (size_t c = 0; c < d->num_cameras; c++)
@@ -179,6 +185,28 @@ vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
     }
     d->num_all_episodes++;
     return e;
+}
+
+int vf_ds_reserve_episodes(vf_dataset *d, size_t n)
+{
+    if (n > d->cap_episodes) {
+        size_t cap = VF_MAX(n, d->cap_episodes + d->cap_episodes / 2); /* geometric: called once per window */
+        vf_ds_episode *grown = vf_realloc(d->episodes, cap * sizeof *grown);
+        if (!grown)
+            return VF_ENOMEM;
+        d->episodes = grown;
+        d->cap_episodes = cap;
+    }
+    size_t more = n > d->num_all_episodes ? n - d->num_all_episodes : 0;
+    if (d->num_cameras && more > d->video_block_cap - d->video_block_used) {
+        vf_ds_video_loc *block = vf_ds_alloc(d, more, d->num_cameras * sizeof *block);
+        if (!block)
+            return VF_ENOMEM;
+        d->video_block = block;
+        d->video_block_used = 0;
+        d->video_block_cap = more;
+    }
+    return 0;
 }
 
 /* ---- path templates ------------------------------------------------------- */
@@ -375,6 +403,7 @@ void vf_ds_fs_local(vf_ds_fs *fs, const char *root)
     fs->open_source = local_open_source;
     fs->exists = local_exists;
     fs->list_dir = local_list_dir;
+    fs->thread_safe = 1;
 }
 
 /* ---- open ----------------------------------------------------------------- */
@@ -382,7 +411,7 @@ void vf_ds_fs_local(vf_ds_fs *fs, const char *root)
 void vf_dataset_defaults(vf_dataset_settings *s)
 {
     memset(s, 0, sizeof *s);
-    s->check_files = 1;
+    s->check_files = VF_CHECK_FILES_AUTO;
     s->check_data_files = 0;
 }
 
@@ -427,7 +456,11 @@ static int build_selection(vf_dataset *d, const vf_dataset_settings *s)
         /* Keep ascending episode_index order even if the metadata is not
          * (a problem reported by validation); duplicates stay in
          * metadata order. */
-        qsort_r(d->selected, d->num_selected, sizeof *d->selected, cmp_size_by_episode, d);
+        int sorted = 1;
+        for (size_t i = 1; i < d->num_selected && sorted; i++)
+            sorted = d->episodes[i - 1].pub.episode_index < d->episodes[i].pub.episode_index;
+        if (!sorted)
+            qsort_r(d->selected, d->num_selected, sizeof *d->selected, cmp_size_by_episode, d);
         return 0;
     }
     int64_t *want = vf_malloc_array(s->num_episodes ? s->num_episodes : 1, sizeof *want);
@@ -488,28 +521,64 @@ static long find_file(const vf_ds_file *files, size_t n, int64_t chunk, int64_t 
     return -1;
 }
 
+typedef struct file_key {
+    int64_t chunk_index, file_index;
+} file_key;
+
+static int cmp_file_key(const void *a, const void *b)
+{
+    const file_key *x = a, *y = b;
+    if (x->chunk_index != y->chunk_index)
+        return x->chunk_index < y->chunk_index ? -1 : 1;
+    return (x->file_index > y->file_index) - (x->file_index < y->file_index);
+}
+
+/* find_file() that first tries the id found last (consecutive episodes
+ * mostly share a file, so this skips the search at 1M episodes). */
+static long find_file_near(const vf_ds_file *files, size_t n, int64_t chunk, int64_t file, long *last)
+{
+    if (*last >= 0 && (size_t)*last < n && files[*last].chunk_index == chunk && files[*last].file_index == file)
+        return *last;
+    long id = find_file(files, n, chunk, file);
+    *last = id;
+    return id;
+}
+
 /* Collects the distinct (chunk, file) pairs of the selected episodes into
  * a sorted list with formatted paths. camera < 0: data files. */
 static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_count)
 {
-    vf_ds_file *tmp = vf_malloc_array(d->num_selected ? d->num_selected : 1, sizeof *tmp);
+    file_key *tmp = vf_malloc_array(d->num_selected ? d->num_selected : 1, sizeof *tmp);
     if (!tmp)
         return VF_ENOMEM;
+    /* Distinct keys in selection order; usually already ascending (files
+     * fill up in episode order), then no sort is needed. */
+    size_t n = 0;
+    int sorted = 1;
     for (size_t i = 0; i < d->num_selected; i++) {
         const vf_ds_episode *e = &d->episodes[d->selected[i]];
-        memset(&tmp[i], 0, sizeof tmp[i]);
-        tmp[i].chunk_index = camera < 0 ? e->data_chunk : e->video[camera].chunk_index;
-        tmp[i].file_index = camera < 0 ? e->data_file : e->video[camera].file_index;
+        file_key k = {camera < 0 ? e->data_chunk : e->video[camera].chunk_index,
+                      camera < 0 ? e->data_file : e->video[camera].file_index};
+        int c = n ? cmp_file_key(&tmp[n - 1], &k) : -1;
+        if (c == 0)
+            continue;
+        if (c > 0)
+            sorted = 0;
+        tmp[n++] = k;
     }
-    qsort(tmp, d->num_selected, sizeof *tmp, cmp_file);
-    size_t n = 0;
-    for (size_t i = 0; i < d->num_selected; i++)
-        if (n == 0 || cmp_file(&tmp[n - 1], &tmp[i]) != 0)
-            tmp[n++] = tmp[i];
+    if (!sorted) {
+        qsort(tmp, n, sizeof *tmp, cmp_file_key);
+        size_t u = 0;
+        for (size_t i = 0; i < n; i++)
+            if (u == 0 || cmp_file_key(&tmp[u - 1], &tmp[i]) != 0)
+                tmp[u++] = tmp[i];
+        n = u;
+    }
     vf_ds_file *files = vf_ds_alloc(d, n, sizeof *files);
     int r = files ? 0 : VF_ENOMEM;
     for (size_t i = 0; i < n && r == 0; i++) {
-        files[i] = tmp[i];
+        files[i].chunk_index = tmp[i].chunk_index;
+        files[i].file_index = tmp[i].file_index;
         files[i].exists = -1;
         /* v2.x stores (episode_chunk, episode_index) as (chunk, file),
          * so both spellings of the placeholders resolve the same way. */
@@ -535,10 +604,12 @@ static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_
     free(tmp);
     if (r < 0)
         return r;
+    long last = -1;
     for (size_t i = 0; i < d->num_selected; i++) {
         vf_ds_episode *e = &d->episodes[d->selected[i]];
-        long id = camera < 0 ? find_file(files, n, e->data_chunk, e->data_file)
-                             : find_file(files, n, e->video[camera].chunk_index, e->video[camera].file_index);
+        long id = camera < 0 ? find_file_near(files, n, e->data_chunk, e->data_file, &last)
+                             : find_file_near(files, n, e->video[camera].chunk_index, e->video[camera].file_index,
+                                              &last);
         if (camera < 0)
             e->data_file_id = (int)id;
         else
@@ -558,9 +629,10 @@ static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_
         f->episodes[f->num_episodes++] = i;
     }
     /* Data files: rows the file must hold = lengths of ALL its episodes. */
+    last = -1;
     for (size_t i = 0; camera < 0 && i < d->num_all_episodes; i++) {
         const vf_ds_episode *e = &d->episodes[i];
-        long id = find_file(files, n, e->data_chunk, e->data_file);
+        long id = find_file_near(files, n, e->data_chunk, e->data_file, &last);
         if (id >= 0 && e->pub.length > 0 && files[id].expected_rows <= INT64_MAX - e->pub.length)
             files[id].expected_rows += e->pub.length;
     }
@@ -591,9 +663,14 @@ static int compute_row_offsets(vf_dataset *d)
     size_t *order = vf_malloc_array(n, sizeof *order);
     if (!order)
         return VF_ENOMEM;
-    for (size_t i = 0; i < n; i++)
+    int sorted = 1;
+    for (size_t i = 0; i < n; i++) {
         order[i] = i;
-    qsort_r(order, n, sizeof *order, cmp_by_data_file, d);
+        if (i && sorted && cmp_by_data_file(&order[i - 1], &order[i], d) > 0)
+            sorted = 0;
+    }
+    if (!sorted)
+        qsort_r(order, n, sizeof *order, cmp_by_data_file, d);
     size_t start = 0;
     for (size_t i = 1; i <= n; i++) {
         if (i < n) {
@@ -700,8 +777,23 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         r = build_files(d, (int)c, &d->cameras[c].files, &d->cameras[c].num_files);
         d->cameras[c].pub.num_files = d->cameras[c].num_files;
     }
-    if (r == 0)
-        r = vf_ds_validate(d, settings);
+    /* File checks: deferred to first use above VF_LAZY_FILE_CHECKS files. */
+    vf_dataset_settings checks = *settings;
+    if (r == 0) {
+        size_t nfiles = d->num_data_files;
+        for (size_t c = 0; c < d->num_cameras; c++)
+            nfiles += d->cameras[c].num_files;
+        if (checks.check_files == VF_CHECK_FILES_AUTO && nfiles > VF_LAZY_FILE_CHECKS) {
+            checks.check_files = 0;
+            checks.check_data_files = 0;
+            d->file_checks = VF_FILES_DEFERRED;
+        } else {
+            d->file_checks = checks.check_files ? VF_FILES_CHECKED : VF_FILES_NOT_CHECKED;
+        }
+        if (!checks.check_files)
+            checks.check_data_files = 0; /* no per-file access at all */
+        r = vf_ds_validate(d, &checks);
+    }
     if (r < 0) {
         vf_dataset_close(d);
         return r;
@@ -763,6 +855,7 @@ int64_t vf_dataset_total_episodes(const vf_dataset *d) { return d->total_episode
 int64_t vf_dataset_total_frames(const vf_dataset *d) { return d->total_frames; }
 int64_t vf_dataset_total_tasks(const vf_dataset *d) { return d->total_tasks; }
 uint64_t vf_dataset_fingerprint(const vf_dataset *d) { return d->fingerprint; }
+vf_file_checks vf_dataset_file_checks(const vf_dataset *d) { return d->file_checks; }
 
 size_t vf_dataset_num_features(const vf_dataset *d) { return d->num_features; }
 const vf_feature *vf_dataset_feature(const vf_dataset *d, size_t i)

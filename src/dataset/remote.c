@@ -357,6 +357,7 @@ int vf_ds_fs_remote(vf_ds_fs *out, const char *root, const vf_http_settings *set
     out->exists = remote_exists;
     out->list_dir = remote_list_dir;
     out->destroy = remote_destroy;
+    out->thread_safe = 1; /* every hook takes fs->lock around shared state */
     return 0;
 }
 

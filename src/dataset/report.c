@@ -208,7 +208,10 @@ int vf_dataset_info_json(const vf_dataset *d, int flags, char **out)
         (r = put(root, "total_frames", json_integer((json_int_t)d->total_frames))) < 0 ||
         (r = put(root, "total_tasks", json_integer((json_int_t)d->total_tasks))) < 0 ||
         (r = add_features(d, root)) < 0 || (r = add_cameras(d, root)) < 0 ||
-        (r = put(root, "data_files", json_integer((json_int_t)d->num_data_files))) < 0)
+        (r = put(root, "data_files", json_integer((json_int_t)d->num_data_files))) < 0 ||
+        (r = put(root, "file_checks", str(d->file_checks == VF_FILES_CHECKED    ? "at_open"
+                                          : d->file_checks == VF_FILES_DEFERRED ? "deferred"
+                                                                                : "skipped"))) < 0)
         goto done;
     json_t *tasks = json_array();
     if ((r = put(root, "tasks", tasks)) < 0)

@@ -4,8 +4,9 @@
  *
  * Locating an episode (lerobot-format.md §3.3): its rows are
  * [row_offset, row_offset + length) of its data file. Row groups are found
- * from their num_rows; the `index` (else `episode_index`) column statistics
- * confirm the choice through vf_pq_select_row_groups(), so a file whose
+ * by binary search over their cumulative num_rows; the `index` (else
+ * `episode_index`) column statistics of each found group confirm the
+ * choice, so a file whose
  * rows are not where the metadata says is reported instead of silently
  * read. Recorder-written files have one row group per episode; converted
  * files have one big row group in which an episode starts mid-group; both
@@ -26,14 +27,6 @@
 
 /* ---- locator -------------------------------------------------------------- */
 
-static int contains(const int *list, int n, int v)
-{
-    for (int i = 0; i < n; i++)
-        if (list[i] == v)
-            return 1;
-    return 0;
-}
-
 int vf_ds_locate_row_groups(const vf_dataset *d, size_t pos, const vf_pq_file *f, vf_ds_rg_span **spans, int *count)
 {
     *spans = NULL;
@@ -47,13 +40,21 @@ int vf_ds_locate_row_groups(const vf_dataset *d, size_t pos, const vf_pq_file *f
     if (start < 0 || e->pub.length <= 0 || end > vf_pq_num_rows(f))
         return vf_error(VF_ECORRUPT, "%s: episode %lld: rows [%lld, %lld) are outside the file's %lld rows", name,
                         (long long)ep, (long long)start, (long long)end, (long long)vf_pq_num_rows(f));
-    int ngroups = vf_pq_num_row_groups(f);
-    vf_ds_rg_span *out = vf_malloc_array(ngroups > 0 ? (size_t)ngroups : 1, sizeof *out);
+    /* First and last row groups by binary search over the cumulative row
+     * counts: O(log G) per episode, not O(G) (one row group per episode
+     * made whole-file reads quadratic). */
+    int64_t group_start = 0, last_start = 0;
+    int g0 = vf_pq_row_group_of_row(f, start, &group_start);
+    int g1 = vf_pq_row_group_of_row(f, end - 1, &last_start);
+    if (g0 < 0 || g1 < g0)
+        return vf_error(VF_ECORRUPT, "%s: episode %lld: rows [%lld, %lld) not found in the row groups", name,
+                        (long long)ep, (long long)start, (long long)end);
+    vf_ds_rg_span *out = vf_malloc_array((size_t)(g1 - g0 + 1), sizeof *out);
     if (!out)
         return VF_ENOMEM;
     int n = 0;
-    int64_t group_start = 0;
-    for (int g = 0; g < ngroups && group_start < end; g++) {
+    int64_t covered = 0;
+    for (int g = g0; g <= g1; g++) {
         int64_t rows = vf_pq_row_group_rows(f, g);
         int64_t lo = VF_MAX(start, group_start), hi = VF_MIN(end, group_start + rows);
         if (hi > lo) {
@@ -61,45 +62,48 @@ int vf_ds_locate_row_groups(const vf_dataset *d, size_t pos, const vf_pq_file *f
             out[n].first_row = lo - group_start;
             out[n].count = hi - lo;
             out[n].episode_row = lo - start;
+            covered += hi - lo;
             n++;
         }
         group_start += rows;
     }
-    int64_t covered = 0;
-    for (int i = 0; i < n; i++)
-        covered += out[i].count;
     if (covered != e->pub.length) {
         free(out);
         return vf_error(VF_ECORRUPT, "%s: episode %lld: row groups cover %lld of its %lld rows", name, (long long)ep,
                         (long long)covered, (long long)e->pub.length);
     }
-    /* Cross-check with the footer statistics. */
+    /* Cross-check each of these row groups with its footer statistics of
+     * `index` (else `episode_index`): they must overlap the episode's
+     * values. A group without usable statistics (absent, or not an
+     * integer column) is taken on its row count alone. */
     const char *col = "index";
     int64_t lo = e->pub.from_index, hi = e->pub.to_index - 1;
-    if (vf_pq_field_index(f, col) < 0) {
+    int field = vf_pq_field_index(f, col);
+    if (field < 0) {
         col = "episode_index";
         lo = hi = ep;
+        field = vf_pq_field_index(f, col);
     }
-    if (vf_pq_field_index(f, col) >= 0) {
-        int *groups = NULL, ng = 0;
-        int r = vf_pq_select_row_groups(f, col, lo, hi, &groups, &ng);
-        if (r == VF_ENOMEM) {
-            free(out);
-            return r;
-        }
-        for (int i = 0; r == 0 && i < n; i++)
-            if (!contains(groups, ng, out[i].row_group)) {
-                r = vf_error(VF_ECORRUPT,
-                             "%s: episode %lld: row group %d should hold its rows (%s %lld..%lld) but the "
-                             "column statistics say otherwise; the metadata and the data file disagree",
-                             name, (long long)ep, out[i].row_group, col, (long long)lo, (long long)hi);
-                free(groups);
+    const vf_pq_node *node = field >= 0 ? vf_pq_field(f, field) : NULL;
+    if (node && node->is_leaf && node->repetition != VF_PQ_REPEATED &&
+        (node->physical == VF_PQ_INT32 || node->physical == VF_PQ_INT64)) {
+        for (int i = 0; i < n; i++) {
+            int64_t mn, mx;
+            int r = vf_pq_stats_i64(f, out[i].row_group, node->leaf_index, &mn, &mx);
+            if (r == VF_ENOMEM) {
                 free(out);
                 return r;
             }
-        free(groups);
-        /* r < 0 other than ENOMEM: the column has no usable statistics
-         * (e.g. not an integer column); the row counts stand alone. */
+            if (r == 0 && (mx < lo || mn > hi)) {
+                r = vf_error(VF_ECORRUPT,
+                             "%s: episode %lld: row group %d should hold its rows (%s %lld..%lld) but the "
+                             "column statistics say %lld..%lld; the metadata and the data file disagree",
+                             name, (long long)ep, out[i].row_group, col, (long long)lo, (long long)hi,
+                             (long long)mn, (long long)mx);
+                free(out);
+                return r;
+            }
+        }
     }
     *spans = out;
     *count = n;

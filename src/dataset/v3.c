@@ -7,7 +7,11 @@
  *    NUMBERS in chunk-N/file-M (LeRobot's lexicographic glob breaks at
  *    chunk-1000); their rows are concatenated in that order.
  *  - Columns are found by name, and only the needed ones are read
- *    (projection): the stats/<feature>/<stat> columns are never decoded. Extra columns
+ *    (projection): the stats/<feature>/<stat> columns are never decoded,
+ *    and their footer entries are skipped without being materialised
+ *    (vf_pq_open_projected), which is what keeps a 1M-episode file set
+ *    with 10-row row groups cheap. Files are read in parallel on a local
+ *    file system and appended in file order. Extra columns
  *    (pandas __index_level_0__, meta/episodes/chunk_index ...) are ignored.
  *  - Integer columns may be any Parquet integer width; timestamps FLOAT or
  *    DOUBLE. A null in a needed column is fatal (the row cannot be used).
@@ -129,6 +133,8 @@ static int list_episodes_files(vf_dataset *d, episodes_file **out, size_t *out_c
 
 /* Reads a whole integer column as int64. Absent: VF_ENOENT (message set
  * only when required). */
+static int convert_i64(vf_pq_array *array, const char *file, const char *name, int64_t **out, int64_t *len);
+
 static int read_i64_column(vf_pq_file *f, const char *file, const char *name, int required, int64_t **out, int64_t *len)
 {
     *out = NULL;
@@ -140,6 +146,15 @@ static int read_i64_column(vf_pq_file *f, const char *file, const char *name, in
     int r = vf_pq_read_field_all(f, idx, &a);
     if (r < 0)
         return vf_error_context(r, "%s: column '%s'", file, name);
+    return convert_i64(&a, file, name, out, len);
+}
+
+/* An integer column read as int64 (any width); frees the array. */
+static int convert_i64(vf_pq_array *array, const char *file, const char *name, int64_t **out, int64_t *len)
+{
+    vf_pq_array a = *array;
+    memset(array, 0, sizeof *array);
+    int r = 0;
     int64_t *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
     if (!vals) {
         vf_pq_array_free(&a);
@@ -174,17 +189,13 @@ static int read_i64_column(vf_pq_file *f, const char *file, const char *name, in
     return 0;
 }
 
-static int read_f64_column(vf_pq_file *f, const char *file, const char *name, double **out, int64_t *len)
+/* A FLOAT or DOUBLE column as double; frees the array. */
+static int convert_f64(vf_pq_array *array, const char *file, const char *name, double **out, int64_t *len)
 {
     *out = NULL;
-    int idx = vf_pq_field_index(f, name);
-    if (idx < 0)
-        return vf_error(VF_ENOENT, "%s: missing column '%s'", file, name);
-    vf_pq_array a;
-    memset(&a, 0, sizeof a);
-    int r = vf_pq_read_field_all(f, idx, &a);
-    if (r < 0)
-        return vf_error_context(r, "%s: column '%s'", file, name);
+    vf_pq_array a = *array;
+    memset(array, 0, sizeof *array);
+    int r = 0;
     double *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
     if (!vals) {
         vf_pq_array_free(&a);
@@ -224,137 +235,305 @@ static int string_at(const vf_pq_array *a, int64_t i, const char **s, size_t *n)
     return 1;
 }
 
-/* The per-episode `tasks` list column (LIST<STRING>) into the episodes
- * [first, first+rows). Absent column: no tasks. */
-static int read_tasks_column(vf_dataset *d, vf_pq_file *f, const char *file, size_t first, int64_t rows)
+/* ---- episodes ------------------------------------------------------------ */
+
+/* The columns of one meta/episodes file, read without touching the
+ * dataset (so several files can be read at once), then appended to it in
+ * file order by add_episodes(). */
+enum { EP, LEN, DCHUNK, DFILE, FROM, TO, NFIXED };
+static const char *const fixed_columns[NFIXED] = {"episode_index", "length", "data/chunk_index", "data/file_index",
+                                                  "dataset_from_index", "dataset_to_index"};
+
+typedef struct episodes_cols {
+    const vf_dataset *d;
+    const char *rel;
+    char *file;                /* absolute, for messages */
+    int64_t rows;
+    int64_t *fixed[NFIXED];
+    int64_t **vchunk, **vfile; /* per camera */
+    double **vfrom, **vto;
+    vf_pq_array tasks;         /* LIST<STRING>, or zeroed when the column is absent */
+    int r;
+    char *error;               /* the message of a failure on a worker thread */
+} episodes_cols;
+
+static void free_episodes_cols(episodes_cols *c)
 {
-    int idx = vf_pq_field_index(f, "tasks");
-    if (idx < 0)
-        return 0;
-    vf_pq_array a;
-    memset(&a, 0, sizeof a);
-    int r = vf_pq_read_field_all(f, idx, &a);
-    if (r < 0)
-        return vf_error_context(r, "%s: column 'tasks'", file);
-    if (a.type != VF_PQ_T_LIST || a.num_children != 1 ||
-        (a.children[0].type != VF_PQ_T_STRING && a.children[0].type != VF_PQ_T_BINARY) || a.length != rows) {
-        r = vf_error(VF_ECORRUPT, "%s: column 'tasks': expected %lld lists of strings", file, (long long)rows);
-        vf_pq_array_free(&a);
-        return r;
+    for (int k = 0; k < NFIXED; k++)
+        free(c->fixed[k]);
+    for (size_t k = 0; k < c->d->num_cameras; k++) {
+        if (c->vchunk)
+            free(c->vchunk[k]);
+        if (c->vfile)
+            free(c->vfile[k]);
+        if (c->vfrom)
+            free(c->vfrom[k]);
+        if (c->vto)
+            free(c->vto[k]);
     }
-    const vf_pq_array *items = &a.children[0];
-    for (int64_t i = 0; i < rows && r == 0; i++) {
-        vf_ds_episode *e = &d->episodes[first + (size_t)i];
-        if (a.valid && !a.valid[i])
-            continue;
-        int64_t lo = a.offsets[i], hi = a.offsets[i + 1];
-        if (lo < 0 || hi < lo || hi > items->length) {
-            r = vf_error(VF_ECORRUPT, "%s: column 'tasks': bad list offsets in row %lld", file, (long long)i);
+    free(c->vchunk);
+    free(c->vfile);
+    free(c->vfrom);
+    free(c->vto);
+    vf_pq_array_free(&c->tasks);
+    free(c->file);
+    free(c->error);
+    const vf_dataset *d = c->d;
+    const char *rel = c->rel;
+    memset(c, 0, sizeof *c);
+    c->d = d;
+    c->rel = rel;
+}
+
+/* The columns the model needs; everything else (the stats columns, often
+ * most of the file) is skipped while the footer is decoded. */
+static char **needed_columns(const vf_dataset *d, int *count)
+{
+    size_t n = NFIXED + 1 + 4 * d->num_cameras;
+    char **names = vf_calloc(n, sizeof *names);
+    if (!names)
+        return NULL;
+    size_t k = 0;
+    int ok = 1;
+    for (int i = 0; i < NFIXED; i++)
+        ok &= (names[k++] = vf_strdup(fixed_columns[i])) != NULL;
+    ok &= (names[k++] = vf_strdup("tasks")) != NULL;
+    static const char *const vcols[4] = {"chunk_index", "file_index", "from_timestamp", "to_timestamp"};
+    for (size_t c = 0; c < d->num_cameras; c++)
+        for (int i = 0; i < 4; i++)
+            ok &= (names[k++] = vf_asprintf("videos/%s/%s", d->cameras[c].pub.key, vcols[i])) != NULL;
+    if (!ok) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return NULL;
+    }
+    *count = (int)n;
+    return names;
+}
+
+static int read_episodes_cols(episodes_cols *c, char *const *needed, int num_needed)
+{
+    const vf_dataset *d = c->d;
+    c->file = vf_path_join(d->root, c->rel);
+    if (!c->file)
+        return VF_ENOMEM;
+    const char *file = c->file;
+    vf_source *src;
+    int r = d->fs.open_source(d->fs.ctx, c->rel, &src);
+    if (r < 0)
+        return r;
+    vf_pq_file *f;
+    r = vf_pq_open_projected(&f, src, (const char *const *)needed, num_needed);
+    vf_source_close(src);
+    if (r < 0)
+        return r;
+    if (d->fs.pq_max_entries || d->fs.pq_max_bytes)
+        vf_pq_set_limits(f, d->fs.pq_max_entries, d->fs.pq_max_bytes);
+    int64_t rows = c->rows = vf_pq_num_rows(f);
+    size_t nc = d->num_cameras;
+    c->vchunk = vf_calloc(nc ? nc : 1, sizeof *c->vchunk);
+    c->vfile = vf_calloc(nc ? nc : 1, sizeof *c->vfile);
+    c->vfrom = vf_calloc(nc ? nc : 1, sizeof *c->vfrom);
+    c->vto = vf_calloc(nc ? nc : 1, sizeof *c->vto);
+    /* All needed columns in one pass over the row groups: needed[0..5]
+     * fixed, [6] tasks (optional), then 4 per camera. */
+    int *fields = vf_calloc((size_t)num_needed, sizeof *fields);
+    vf_pq_array *arrays = vf_calloc((size_t)num_needed, sizeof *arrays);
+    if (!c->vchunk || !c->vfile || !c->vfrom || !c->vto || !fields || !arrays)
+        r = VF_ENOMEM;
+    int nf = 0, tasks_at = -1;
+    for (int k = 0; k < num_needed && r == 0; k++) {
+        int idx = vf_pq_field_index(f, needed[k]);
+        if (idx < 0 && k == NFIXED)
+            continue; /* no tasks column: episodes without tasks */
+        if (idx < 0) {
+            r = vf_error(VF_ENOENT, "%s: missing column '%s'", file, needed[k]);
             break;
+        }
+        if (k == NFIXED)
+            tasks_at = nf;
+        fields[nf++] = idx;
+    }
+    if (r == 0 && (r = vf_pq_read_fields_all(f, fields, nf, arrays)) < 0)
+        r = vf_error_context(r, "%s", file);
+    for (int k = 0, at = 0; k < num_needed && r == 0; k++) {
+        if (k == NFIXED) {
+            if (tasks_at >= 0)
+                at++;
+            continue;
+        }
+        int64_t len = 0;
+        int cam = k > NFIXED ? (k - NFIXED - 1) / 4 : -1, what = k > NFIXED ? (k - NFIXED - 1) % 4 : -1;
+        if (k < NFIXED)
+            r = convert_i64(&arrays[at], file, needed[k], &c->fixed[k], &len);
+        else if (what == 0)
+            r = convert_i64(&arrays[at], file, needed[k], &c->vchunk[cam], &len);
+        else if (what == 1)
+            r = convert_i64(&arrays[at], file, needed[k], &c->vfile[cam], &len);
+        else
+            r = convert_f64(&arrays[at], file, needed[k], what == 2 ? &c->vfrom[cam] : &c->vto[cam], &len);
+        at++;
+        if (r == 0 && len != rows)
+            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, needed[k],
+                         (long long)len, (long long)rows);
+    }
+    if (r == 0 && tasks_at >= 0) {
+        c->tasks = arrays[tasks_at];
+        memset(&arrays[tasks_at], 0, sizeof arrays[tasks_at]);
+        const vf_pq_array *a = &c->tasks;
+        if (a->type != VF_PQ_T_LIST || a->num_children != 1 ||
+            (a->children[0].type != VF_PQ_T_STRING && a->children[0].type != VF_PQ_T_BINARY) || a->length != rows)
+            r = vf_error(VF_ECORRUPT, "%s: column 'tasks': expected %lld lists of strings", file, (long long)rows);
+    }
+    for (int k = 0; arrays && k < num_needed; k++)
+        vf_pq_array_free(&arrays[k]);
+    free(arrays);
+    free(fields);
+    vf_pq_close(f);
+    return r;
+}
+
+typedef struct episodes_job {
+    episodes_cols *cols;
+    char *const *needed;
+    int num_needed;
+} episodes_job;
+
+static void episodes_job_run(void *arg)
+{
+    episodes_job *j = arg;
+    j->cols->r = read_episodes_cols(j->cols, j->needed, j->num_needed);
+    if (j->cols->r < 0)
+        j->cols->error = vf_strdup(vf_last_error());
+}
+
+/* Appends the episodes of one file to the model; `prev` carries the last
+ * episode's task list so that runs of identical lists share one copy. */
+static int add_episodes(vf_dataset *d, episodes_cols *c, size_t file_id)
+{
+    const char *file = c->file;
+    size_t nc = d->num_cameras;
+    const vf_pq_array *a = c->tasks.type == VF_PQ_T_LIST ? &c->tasks : NULL;
+    const vf_pq_array *items = a ? &a->children[0] : NULL;
+    int r = 0;
+    for (int64_t i = 0; i < c->rows && r == 0; i++) {
+        vf_ds_episode *e = vf_ds_add_episode(d);
+        if (!e)
+            return VF_ENOMEM;
+        e->pub.episode_index = c->fixed[EP][i];
+        e->pub.length = c->fixed[LEN][i];
+        e->pub.from_index = c->fixed[FROM][i];
+        e->pub.to_index = c->fixed[TO][i];
+        e->data_chunk = c->fixed[DCHUNK][i];
+        e->data_file = c->fixed[DFILE][i];
+        e->meta_file = (int)file_id;
+        for (size_t k = 0; k < nc; k++) {
+            e->video[k].chunk_index = c->vchunk[k][i];
+            e->video[k].file_index = c->vfile[k][i];
+            e->video[k].from_timestamp = c->vfrom[k][i];
+            e->video[k].to_timestamp = c->vto[k][i];
+        }
+        if (!a || (a->valid && !a->valid[i]))
+            continue;
+        int64_t lo = a->offsets[i], hi = a->offsets[i + 1];
+        if (lo < 0 || hi < lo || hi > items->length)
+            return vf_error(VF_ECORRUPT, "%s: column 'tasks': bad list offsets in row %lld", file, (long long)i);
+        /* The same list as the episode before (the usual case): share it. */
+        const vf_ds_episode *p = d->num_all_episodes > 1 ? &d->episodes[d->num_all_episodes - 2] : NULL;
+        size_t n = 0;
+        int same = p != NULL;
+        for (int64_t k = lo; k < hi && same; k++) {
+            const char *s;
+            size_t len;
+            if (!string_at(items, k, &s, &len))
+                continue;
+            same = n < p->pub.num_tasks && strlen(p->pub.tasks[n]) == len && !memcmp(p->pub.tasks[n], s, len);
+            n++;
+        }
+        if (same && n == p->pub.num_tasks) {
+            e->pub.tasks = p->pub.tasks;
+            e->pub.num_tasks = p->pub.num_tasks;
+            continue;
         }
         const char **tasks = vf_ds_alloc(d, (size_t)(hi - lo), sizeof *tasks);
-        if (!tasks) {
-            r = VF_ENOMEM;
-            break;
-        }
-        size_t n = 0;
+        if (!tasks)
+            return VF_ENOMEM;
+        n = 0;
         for (int64_t k = lo; k < hi; k++) {
             const char *s;
             size_t len;
             if (!string_at(items, k, &s, &len))
                 continue;
-            if (!(tasks[n++] = vf_ds_strndup(d, s, len))) {
-                r = VF_ENOMEM;
-                break;
-            }
+            if (!(tasks[n++] = vf_ds_strndup(d, s, len)))
+                return VF_ENOMEM;
         }
         e->pub.tasks = tasks;
         e->pub.num_tasks = n;
     }
-    vf_pq_array_free(&a);
     return r;
 }
 
-/* ---- episodes ------------------------------------------------------------ */
-
-static int load_episodes_file(vf_dataset *d, const char *rel)
+/* Reads the episodes files, several at once on a local (thread-safe) file
+ * system: a window of files is read in parallel, then appended in order
+ * and freed, so at most a window's columns are held besides the model. */
+static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
 {
-    const char *file = vf_ds_abs(d, rel);
-    if (!file)
+    int num_needed = 0;
+    char **needed = needed_columns(d, &num_needed);
+    if (!needed)
         return VF_ENOMEM;
-    vf_pq_file *f;
-    int r = vf_ds_open_parquet(d, rel, &f);
-    if (r < 0)
-        return r;
-    int64_t rows = vf_pq_num_rows(f);
-    enum { EP, LEN, DCHUNK, DFILE, FROM, TO, NFIXED };
-    static const char *const fixed[NFIXED] = {"episode_index", "length", "data/chunk_index", "data/file_index",
-                                              "dataset_from_index", "dataset_to_index"};
-    int64_t *cols[NFIXED] = {0};
-    size_t nc = d->num_cameras;
-    int64_t **vchunk = vf_calloc(nc ? nc : 1, sizeof *vchunk);
-    int64_t **vfile = vf_calloc(nc ? nc : 1, sizeof *vfile);
-    double **vfrom = vf_calloc(nc ? nc : 1, sizeof *vfrom);
-    double **vto = vf_calloc(nc ? nc : 1, sizeof *vto);
-    if (!vchunk || !vfile || !vfrom || !vto)
-        r = VF_ENOMEM;
-    for (int c = 0; c < NFIXED && r == 0; c++) {
-        int64_t len = 0;
-        r = read_i64_column(f, file, fixed[c], 1, &cols[c], &len);
-        if (r == 0 && len != rows)
-            r = vf_error(VF_ECORRUPT, "%s: column '%s' has %lld rows, the file %lld", file, fixed[c],
-                         (long long)len, (long long)rows);
-    }
-    for (size_t c = 0; c < nc && r == 0; c++) {
-        const char *key = d->cameras[c].pub.key;
-        char name[4][1024];
-        snprintf(name[0], sizeof name[0], "videos/%s/chunk_index", key);
-        snprintf(name[1], sizeof name[1], "videos/%s/file_index", key);
-        snprintf(name[2], sizeof name[2], "videos/%s/from_timestamp", key);
-        snprintf(name[3], sizeof name[3], "videos/%s/to_timestamp", key);
-        int64_t l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-        if ((r = read_i64_column(f, file, name[0], 1, &vchunk[c], &l0)) == 0 &&
-            (r = read_i64_column(f, file, name[1], 1, &vfile[c], &l1)) == 0 &&
-            (r = read_f64_column(f, file, name[2], &vfrom[c], &l2)) == 0 &&
-            (r = read_f64_column(f, file, name[3], &vto[c], &l3)) == 0 &&
-            (l0 != rows || l1 != rows || l2 != rows || l3 != rows))
-            r = vf_error(VF_ECORRUPT, "%s: columns videos/%s/* do not have %lld rows", file, key, (long long)rows);
-    }
-    size_t first = d->num_all_episodes;
-    for (int64_t i = 0; i < rows && r == 0; i++) {
-        vf_ds_episode *e = vf_ds_add_episode(d);
-        if (!e) {
+    d->meta_files = vf_ds_alloc(d, n, sizeof *d->meta_files);
+    int r = d->meta_files ? 0 : VF_ENOMEM;
+    for (size_t i = 0; i < n && r == 0; i++)
+        if (!(d->meta_files[i] = vf_ds_strdup(d, files[i].rel)))
             r = VF_ENOMEM;
-            break;
+    d->num_meta_files = n;
+    int threads = d->fs.thread_safe && n > 1 ? (int)VF_MIN((size_t)vf_cpu_count(), n) : 1;
+    if (threads > 8)
+        threads = 8;
+    vf_thread_pool *pool = NULL;
+    if (r == 0 && threads > 1 && vf_thread_pool_create(&pool, threads) < 0)
+        pool = NULL; /* read serially */
+    size_t window = pool ? (size_t)threads * 2 : 1;
+    episodes_cols *cols = vf_calloc(window, sizeof *cols);
+    episodes_job *jobs = vf_calloc(window, sizeof *jobs);
+    if (r == 0 && (!cols || !jobs))
+        r = VF_ENOMEM;
+    for (size_t start = 0; start < n && r == 0; start += window) {
+        size_t m = VF_MIN(window, n - start);
+        for (size_t k = 0; k < m; k++) {
+            cols[k].d = d;
+            cols[k].rel = files[start + k].rel;
+            jobs[k] = (episodes_job){.cols = &cols[k], .needed = needed, .num_needed = num_needed};
+            if (!pool || vf_thread_pool_submit(pool, episodes_job_run, &jobs[k]) < 0)
+                episodes_job_run(&jobs[k]);
         }
-        e->pub.episode_index = cols[EP][i];
-        e->pub.length = cols[LEN][i];
-        e->pub.from_index = cols[FROM][i];
-        e->pub.to_index = cols[TO][i];
-        e->data_chunk = cols[DCHUNK][i];
-        e->data_file = cols[DFILE][i];
-        for (size_t c = 0; c < nc; c++) {
-            e->video[c].chunk_index = vchunk[c][i];
-            e->video[c].file_index = vfile[c][i];
-            e->video[c].from_timestamp = vfrom[c][i];
-            e->video[c].to_timestamp = vto[c][i];
+        if (pool)
+            vf_thread_pool_wait(pool);
+        /* Room for the window's episodes, from the rows actually read
+         * (info.json's total_episodes is not trusted for allocation). */
+        size_t rows = 0;
+        for (size_t k = 0; k < m; k++)
+            if (cols[k].r == 0)
+                rows += (size_t)cols[k].rows;
+        if (r == 0)
+            r = vf_ds_reserve_episodes(d, d->num_all_episodes + rows);
+        for (size_t k = 0; k < m; k++) {
+            if (r == 0 && cols[k].r < 0)
+                r = cols[k].r == VF_ENOMEM ? VF_ENOMEM : vf_error(cols[k].r, "%s", cols[k].error ? cols[k].error : "?");
+            if (r == 0)
+                r = add_episodes(d, &cols[k], start + k);
+            free_episodes_cols(&cols[k]);
         }
     }
-    if (r == 0)
-        r = read_tasks_column(d, f, file, first, rows);
-    for (int c = 0; c < NFIXED; c++)
-        free(cols[c]);
-    for (size_t c = 0; c < nc && vchunk && vfile && vfrom && vto; c++) {
-        free(vchunk[c]);
-        free(vfile[c]);
-        free(vfrom[c]);
-        free(vto[c]);
-    }
-    free(vchunk);
-    free(vfile);
-    free(vfrom);
-    free(vto);
-    vf_pq_close(f);
+    if (pool)
+        vf_thread_pool_destroy(pool);
+    free(cols);
+    free(jobs);
+    for (int i = 0; i < num_needed; i++)
+        free(needed[i]);
+    free(needed);
     return r;
 }
 
@@ -471,6 +650,35 @@ static int load_stats(vf_dataset *d)
     return r;
 }
 
+/* Episodes files must list the episodes in ascending order, and each
+ * file must start after the previous one ends: otherwise a row position
+ * no longer identifies an episode (LeRobot indexes by it). Recorded as
+ * errors naming the episodes file and the episode (and the other file for
+ * an overlap), like every metadata inconsistency: the dataset still opens
+ * and `vlafeed info` lists them all. Global index ranges that overlap are
+ * reported by validation (not contiguous). */
+static int check_episodes_order(vf_dataset *d)
+{
+    int r = 0;
+    for (size_t i = 1; i < d->num_all_episodes && r == 0; i++) {
+        const vf_ds_episode *e = &d->episodes[i], *prev = &d->episodes[i - 1];
+        if (e->pub.episode_index > prev->pub.episode_index)
+            continue;
+        const char *file = d->meta_files[e->meta_file], *pfile = d->meta_files[prev->meta_file];
+        if (prev->meta_file == e->meta_file)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, file, e->pub.episode_index, "episode_index",
+                              "episode %lld comes after episode %lld in the same file: rows out of order (an "
+                              "episodes file must list its episodes in ascending order)",
+                              (long long)e->pub.episode_index, (long long)prev->pub.episode_index);
+        else
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, file, e->pub.episode_index, "episode_index",
+                              "episode %lld overlaps the episodes of %s (which ends with episode %lld): episodes "
+                              "files must not overlap",
+                              (long long)e->pub.episode_index, pfile, (long long)prev->pub.episode_index);
+    }
+    return r;
+}
+
 int vf_ds_load_v3(vf_dataset *d)
 {
     episodes_file *files;
@@ -478,8 +686,9 @@ int vf_ds_load_v3(vf_dataset *d)
     int r = list_episodes_files(d, &files, &n);
     if (r < 0)
         return r;
-    for (size_t i = 0; i < n && r == 0; i++)
-        r = load_episodes_file(d, files[i].rel);
+    r = load_episodes(d, files, n);
+    if (r == 0)
+        r = check_episodes_order(d);
     for (size_t i = 0; i < n; i++)
         free(files[i].rel);
     free(files);

@@ -65,6 +65,11 @@ typedef struct footer {
     char **kv_keys, **kv_values;
     uint32_t num_row_groups;
     vf_pq_row_group_meta *row_groups;
+    /* projection (vf_pq_open_projected) */
+    const char *const *proj;
+    int num_proj;
+    int *leaf_slot;            /* set once the schema is read, if the row groups come after it */
+    int num_flat_leaves, num_slots;
 } footer;
 
 #define WANT(type_, expected) ((type_) == (expected) ? 1 : (vf_pq_tr_skip(t, (type_)), 0))
@@ -292,37 +297,87 @@ static void free_row_group(vf_pq_row_group_meta *rg)
     rg->num_columns = 0;
 }
 
-static void parse_row_group(vf_pq_tr *t, vf_pq_row_group_meta *rg)
+/* Projection: which flattened leaves belong to the requested top-level
+ * fields, from the schema elements (pre-order, num_children). A schema
+ * the tree builder will refuse may map oddly here; the open fails then. */
+static void compute_projection(vf_pq_tr *t, footer *m)
+{
+    uint32_t n = m->num_elems;
+    int *slot = vf_malloc_array(n ? n : 1, sizeof *slot);
+    if (!slot) {
+        t->err = VF_ENOMEM;
+        t->p = t->end;
+        return;
+    }
+    int leaves = 0, kept = 0;
+    uint32_t i = 1;
+    int32_t top = n ? m->elems[0].num_children : 0;
+    for (int32_t k = 0; k < top && i < n; k++) {
+        const char *name = m->elems[i].name;
+        int want = 0;
+        for (int j = 0; j < m->num_proj && !want; j++)
+            want = name && m->proj[j] && !strcmp(name, m->proj[j]);
+        int64_t pending = 1;
+        while (pending > 0 && i < n) {
+            const schema_elem *e = &m->elems[i++];
+            pending--;
+            if (e->num_children > 0)
+                pending += e->num_children;
+            else
+                slot[leaves++] = want ? kept++ : -1;
+        }
+    }
+    m->leaf_slot = slot;
+    m->num_flat_leaves = leaves;
+    m->num_slots = kept;
+}
+
+static void parse_row_group(vf_pq_tr *t, vf_pq_row_group_meta *rg, const footer *m)
 {
     int16_t last = 0, id;
-    int type, ok;
+    int type, ok, seen_columns = 0;
     rg->num_rows = -1;
     vf_pq_tr_struct_begin(t);
     while (vf_pq_tr_field(t, &last, &id, &type)) {
         if (id == 1 && type == VF_TC_LIST) {
             int elem;
             uint32_t n = vf_pq_tr_list_begin(t, &elem);
-            if (rg->columns) {
+            if (seen_columns) {
                 vf_pq_tr_fail(t, "row group has two column lists");
                 break;
             }
+            seen_columns = 1;
             if (n && elem != VF_TC_STRUCT) {
                 vf_pq_tr_fail(t, "row group columns are not structs");
                 break;
             }
-            if (!n)
-                continue;
-            rg->columns = vf_calloc(n, sizeof *rg->columns);
-            if (!rg->columns) {
-                t->err = VF_ENOMEM;
-                t->p = t->end;
+            if (n > INT32_MAX) {
+                vf_pq_tr_fail(t, "too many column chunks");
                 break;
             }
+            rg->num_chunks = (int)n;
+            uint32_t kept = m->leaf_slot ? (uint32_t)m->num_slots : n;
+            if (kept) {
+                rg->columns = vf_calloc(kept, sizeof *rg->columns);
+                if (!rg->columns) {
+                    t->err = VF_ENOMEM;
+                    t->p = t->end;
+                    break;
+                }
+                rg->num_columns = (int)kept;
+                for (uint32_t i = 0; i < kept; i++) {
+                    rg->columns[i].dictionary_page_offset = -1;
+                    rg->columns[i].null_count = -1;
+                }
+            }
             for (uint32_t i = 0; i < n && !t->err; i++) {
-                rg->columns[i].dictionary_page_offset = -1;
-                rg->columns[i].null_count = -1;
-                rg->num_columns = (int)i + 1;
-                parse_column_chunk(t, &rg->columns[i]);
+                int s = (int)i;
+                if (m->leaf_slot)
+                    s = (int)i < m->num_flat_leaves ? m->leaf_slot[i] : -1;
+                if (s >= 0)
+                    parse_column_chunk(t, &rg->columns[s]);
+                else
+                    vf_pq_tr_skip(t, VF_TC_STRUCT); /* not projected: never materialised */
             }
         } else if (id == 3) {
             rg->num_rows = vf_pq_tr_int_field(t, type, &ok);
@@ -388,6 +443,8 @@ static void parse_file_metadata(vf_pq_tr *t, footer *m)
                 parse_schema_element(t, &m->elems[i]);
             }
             m->has_schema = 1;
+            if (m->proj && !m->row_groups && !t->err)
+                compute_projection(t, m);
             break;
         case 3:
             m->num_rows = vf_pq_tr_int_field(t, type, &ok);
@@ -408,7 +465,7 @@ static void parse_file_metadata(vf_pq_tr *t, footer *m)
             m->row_groups = list_alloc(t, n, sizeof *m->row_groups);
             for (uint32_t i = 0; m->row_groups && i < n && !t->err; i++) {
                 m->num_row_groups = i + 1;
-                parse_row_group(t, &m->row_groups[i]);
+                parse_row_group(t, &m->row_groups[i], m);
             }
             m->has_row_groups = 1;
             break;
@@ -459,6 +516,7 @@ static void free_footer(footer *m)
         free_row_group(&m->row_groups[i]);
     free(m->row_groups);
     free(m->created_by);
+    free(m->leaf_slot);
     memset(m, 0, sizeof *m);
 }
 
@@ -756,6 +814,10 @@ void vf_pq_free_metadata(vf_pq_file *f)
     for (int i = 0; i < f->num_row_groups; i++)
         free_row_group(&f->row_groups[i]);
     free(f->row_groups);
+    free(f->leaf_slot);
+    f->leaf_slot = NULL;
+    free(f->rg_first_row);
+    f->rg_first_row = NULL;
     f->nodes = NULL;
     f->child_slots = NULL;
     f->leaves = NULL;
@@ -843,6 +905,15 @@ static int build_everything(vf_pq_file *f, footer *m)
     f->row_groups = m->row_groups;
     m->row_groups = NULL;
     m->num_row_groups = 0;
+    if (m->leaf_slot) {
+        if (m->num_flat_leaves != f->num_leaves) {
+            r = vf_error(VF_ECORRUPT, "%s: schema leaves do not add up (%d, %d)", f->name, m->num_flat_leaves,
+                         f->num_leaves);
+            goto fail_fields;
+        }
+        f->leaf_slot = m->leaf_slot;
+        m->leaf_slot = NULL;
+    }
     int64_t total = 0;
     for (int g = 0; g < f->num_row_groups; g++) {
         vf_pq_row_group_meta *rg = &f->row_groups[g];
@@ -850,9 +921,9 @@ static int build_everything(vf_pq_file *f, footer *m)
             r = vf_error(VF_ECORRUPT, "%s: row group %d has no valid num_rows", f->name, g);
             goto fail_fields;
         }
-        if (rg->num_columns != f->num_leaves) {
+        if (rg->num_chunks != f->num_leaves) {
             r = vf_error(VF_ECORRUPT, "%s: row group %d has %d column chunks for %d leaves", f->name, g,
-                         rg->num_columns, f->num_leaves);
+                         rg->num_chunks, f->num_leaves);
             goto fail_fields;
         }
         if (rg->num_rows > INT64_MAX - total) {
@@ -860,8 +931,10 @@ static int build_everything(vf_pq_file *f, footer *m)
             goto fail_fields;
         }
         total += rg->num_rows;
-        for (int k = 0; k < rg->num_columns; k++) {
-            vf_pq_chunk_meta *cm = &rg->columns[k];
+        for (int k = 0; k < f->num_leaves; k++) {
+            vf_pq_chunk_meta *cm = (vf_pq_chunk_meta *)vf_pq_chunk_at(f, g, k);
+            if (!cm)
+                continue;
             if (cm->has_meta && cm->path_len && (r = check_path(f, f->leaves[k], cm)) < 0) {
                 vf_error_context(r, "row group %d", g);
                 goto fail_fields;
@@ -869,6 +942,14 @@ static int build_everything(vf_pq_file *f, footer *m)
             free_path(cm);
         }
     }
+    f->rg_first_row = vf_malloc_array((size_t)f->num_row_groups + 1, sizeof *f->rg_first_row);
+    if (!f->rg_first_row) {
+        r = VF_ENOMEM;
+        goto fail_fields;
+    }
+    f->rg_first_row[0] = 0;
+    for (int g = 0; g < f->num_row_groups; g++)
+        f->rg_first_row[g + 1] = f->rg_first_row[g] + f->row_groups[g].num_rows;
     if (f->num_row_groups && total != f->num_rows) {
         r = vf_error(VF_ECORRUPT, "%s: num_rows %lld differs from the row groups' sum %lld", f->name,
                      (long long)f->num_rows, (long long)total);
@@ -884,10 +965,13 @@ out:
     return r;
 }
 
-int vf_pq_parse_metadata(vf_pq_file *f, const uint8_t *data, size_t len)
+int vf_pq_parse_metadata(vf_pq_file *f, const uint8_t *data, size_t len, const char *const *fields,
+                         int num_fields)
 {
     footer m;
     memset(&m, 0, sizeof m);
+    m.proj = num_fields > 0 ? fields : NULL;
+    m.num_proj = num_fields;
     char *what = vf_asprintf("%s: footer", f->name);
     if (!what)
         return VF_ENOMEM;

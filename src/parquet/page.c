@@ -32,6 +32,7 @@
 #include "parquet/read_internal.h"
 
 #include <snappy-c.h>
+#include <stddef.h>
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +54,11 @@ typedef struct chunk_ctx {
     int page;
     int64_t entries_start;     /* col->num_entries when this chunk began */
     int64_t chunk_end;         /* file offset one past the chunk */
-    char *where;               /* "file: column 'x', row group g" */
+    char *where;               /* "file: column 'x', row group g", formatted on first use (where()) */
     vf_pq_column dict;
     int has_dict;
+    int maxbuf_len;            /* leading bytes of maxbuf filled so far */
+    /* Scratch arrays (not zeroed: each chunk writes before it reads). */
     uint32_t idx[IDX_BATCH];
     uint8_t lv[LEVEL_BATCH];
     uint8_t maxbuf[LEVEL_BATCH]; /* LEVEL_BATCH copies of max_def */
@@ -72,6 +75,19 @@ typedef struct page_header {
     int is_compressed;
 } page_header;
 
+/* The chunk's name for messages: formatted only when a message needs it
+ * (a wide file with small row groups decodes hundreds of thousands of
+ * chunks; formatting eagerly was a tenth of the time). */
+static const char *where(chunk_ctx *c)
+{
+    if (!c->where) {
+        char *path = vf_pq_leaf_path_string(c->leaf);
+        c->where = vf_asprintf("%s: column '%s', row group %d", c->f->name, path ? path : "?", c->row_group);
+        free(path);
+    }
+    return c->where ? c->where : c->f->name;
+}
+
 static int fail(chunk_ctx *c, int code, const char *fmt, ...) VF_PRINTF(3, 4);
 static int fail(chunk_ctx *c, int code, const char *fmt, ...)
 {
@@ -80,7 +96,7 @@ static int fail(chunk_ctx *c, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return vf_error(code, "%s, page %d: %s", c->where, c->page, msg);
+    return vf_error(code, "%s, page %d: %s", where(c), c->page, msg);
 }
 
 /* ---- buffers ---------------------------------------------------------------- */
@@ -92,6 +108,7 @@ void vf_pq_scratch_free(vf_pq_scratch *s)
     free(s->window);
     free(s->page);
     free(s->split);
+    free(s->chunk_ctx);
     memset(s, 0, sizeof *s);
 }
 
@@ -250,7 +267,7 @@ static int fetch(chunk_ctx *c, int64_t off, int64_t len, const uint8_t **p, int6
         int r = vf_source_read_at(c->f->src, (uint64_t)off, s->window, (size_t)want);
         if (r < 0) {
             s->window_len = 0;
-            return vf_error_context(r, "%s", c->where);
+            return vf_error_context(r, "%s", where(c));
         }
         s->window_start = off;
         s->window_len = want;
@@ -857,6 +874,10 @@ static int decode_page_levels(chunk_ctx *c, int64_t n, const uint8_t *rep_p, siz
             if ((r = level_read(c, &lr, "definition", leaf->max_def, c->lv, k)) < 0)
                 return r;
             done += k;
+            if (!col->def && k > c->maxbuf_len) {
+                memset(c->maxbuf + c->maxbuf_len, leaf->max_def, (size_t)(k - c->maxbuf_len));
+                c->maxbuf_len = (int)k;
+            }
             if (!col->def && memcmp(c->lv, c->maxbuf, (size_t)k) == 0) {
                 present += k; /* all present: nothing to store */
                 continue;
@@ -1116,7 +1137,7 @@ static int read_page_header(chunk_ctx *c, int64_t off, page_header *h, int64_t *
         /* Maybe only the window ended: retry with more bytes (headers with
          * large statistics), up to the chunk end. */
         if (off + avail >= c->chunk_end || t.err != VF_ECORRUPT)
-            return vf_error_context(t.err, "page %d", c->page);
+            return vf_error_context(vf_error_context(t.err, "page %d", c->page), "%s", where(c));
         int64_t more = VF_MIN(c->chunk_end - off, avail * 4 + 4096);
         if ((r = fetch(c, off, more, &p, &avail)) < 0)
             return r;
@@ -1129,10 +1150,16 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
 {
     const vf_pq_node *leaf = f->leaves[leaf_index];
     const vf_pq_row_group_meta *rg = &f->row_groups[row_group];
-    const vf_pq_chunk_meta *m = &rg->columns[leaf_index];
-    chunk_ctx *c = vf_calloc(1, sizeof *c);
-    if (!c)
+    const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, row_group, leaf_index);
+    if (!m)
+        return vf_error(VF_EINVAL, "%s: leaf %d was not loaded (projected open)", f->name, leaf_index);
+    /* ~16 KiB of scratch arrays, kept in s across chunks (a wide file with
+     * small row groups decodes millions of chunks); only the header is
+     * zeroed. */
+    if (!s->chunk_ctx && !(s->chunk_ctx = vf_malloc(sizeof(chunk_ctx))))
         return VF_ENOMEM;
+    chunk_ctx *c = s->chunk_ctx;
+    memset(c, 0, offsetof(chunk_ctx, idx));
     c->f = f;
     c->leaf = leaf;
     c->meta = m;
@@ -1141,44 +1168,35 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     c->row_group = row_group;
     c->page = -1;
     c->entries_start = col->num_entries;
-    memset(c->maxbuf, leaf->max_def, sizeof c->maxbuf);
-    char *path = vf_pq_leaf_path_string(leaf);
-    c->where = vf_asprintf("%s: column '%s', row group %d", f->name, path ? path : "?", row_group);
-    free(path);
-    char *what = c->where ? vf_asprintf("%s: page header", c->where) : NULL;
     int r = 0;
     int64_t rows_start = col->rows;
-    if (!what) {
-        r = VF_ENOMEM;
-        goto out;
-    }
     if (leaf->type == VF_PQ_T_NULL) {
-        r = vf_error(VF_EUNSUPPORTED, "%s: physical type %s%s is not supported", c->where,
+        r = vf_error(VF_EUNSUPPORTED, "%s: physical type %s%s is not supported", where(c),
                      vf_pq_physical_name(leaf->physical),
                      leaf->physical == VF_PQ_FIXED_LEN_BYTE_ARRAY ? " with this type_length" : "");
         goto out;
     }
     if (!m->has_meta) {
-        r = vf_error(VF_ECORRUPT, "%s: column chunk has no meta_data", c->where);
+        r = vf_error(VF_ECORRUPT, "%s: column chunk has no meta_data", where(c));
         goto out;
     }
     if (m->external) {
-        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk stored in another file (file_path)", c->where);
+        r = vf_error(VF_EUNSUPPORTED, "%s: column chunk stored in another file (file_path)", where(c));
         goto out;
     }
     if (m->physical != (int)leaf->physical) {
-        r = vf_error(VF_ECORRUPT, "%s: chunk type %s differs from the schema's %s", c->where,
+        r = vf_error(VF_ECORRUPT, "%s: chunk type %s differs from the schema's %s", where(c),
                      vf_pq_physical_name(m->physical), vf_pq_physical_name(leaf->physical));
         goto out;
     }
     if (m->num_values < 0 || (leaf->max_rep == 0 && m->num_values != rg->num_rows)) {
-        r = vf_error(VF_ECORRUPT, "%s: %lld values for %lld rows", c->where, (long long)m->num_values,
+        r = vf_error(VF_ECORRUPT, "%s: %lld values for %lld rows", where(c), (long long)m->num_values,
                      (long long)rg->num_rows);
         goto out;
     }
     if (m->num_values == 0) {
         if (rg->num_rows != 0)
-            r = vf_error(VF_ECORRUPT, "%s: no values for %lld rows", c->where, (long long)rg->num_rows);
+            r = vf_error(VF_ECORRUPT, "%s: no values for %lld rows", where(c), (long long)rg->num_rows);
         goto out;
     }
     int64_t start = m->data_page_offset;
@@ -1186,7 +1204,7 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
         start = m->dictionary_page_offset;
     int64_t len = m->total_compressed_size;
     if (start < 4 || len <= 0 || (uint64_t)start > f->size || (uint64_t)len > f->size - (uint64_t)start) {
-        r = vf_error(VF_ECORRUPT, "%s: column chunk range [%lld, +%lld) is outside the file (%llu bytes)", c->where,
+        r = vf_error(VF_ECORRUPT, "%s: column chunk range [%lld, +%lld) is outside the file (%llu bytes)", where(c),
                      (long long)start, (long long)len, (unsigned long long)f->size);
         goto out;
     }
@@ -1207,7 +1225,7 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
         }
         page_header h;
         int64_t hlen = 0;
-        if ((r = read_page_header(c, pos, &h, &hlen, what)) < 0)
+        if ((r = read_page_header(c, pos, &h, &hlen, "page header")) < 0)
             break;
         pos += hlen;
         if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos) {
@@ -1250,12 +1268,11 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
         /* INDEX_PAGE and unknown page types are skipped. */
     }
     if (r == 0 && col->rows - rows_start != rg->num_rows)
-        r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", c->where,
+        r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", where(c),
                      (long long)(col->rows - rows_start), (long long)rg->num_rows);
 out:
     vf_pq_column_free(&c->dict);
-    free(what);
     free(c->where);
-    free(c);
+    c->where = NULL; /* c stays in s for the next chunk */
     return r;
 }

@@ -140,6 +140,15 @@ typedef struct vf_pq_file vf_pq_file;
  * may run concurrently on several threads (the source is read
  * positionally; each read keeps its own buffers). */
 int vf_pq_open(vf_pq_file **out, vf_source *src);
+/* The same, keeping only the column-chunk metadata of the named top-level
+ * fields: the footer entries of every other column are skipped while it
+ * is decoded, so a wide file with many small row groups (LeRobot's
+ * meta/episodes with its stats columns) opens in time and memory
+ * proportional to the columns used. Schema, row counts and key-value
+ * metadata are complete; reads, statistics and chunk info of a field not
+ * named fail with VF_EINVAL naming it. Names that are not in the file are
+ * ignored. fields NULL: like vf_pq_open(). */
+int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fields, int num_fields);
 /* Convenience: opens a local path. */
 int vf_pq_open_path(vf_pq_file **out, const char *path);
 void vf_pq_close(vf_pq_file *f);
@@ -149,6 +158,10 @@ int64_t vf_pq_num_rows(const vf_pq_file *f);
 int vf_pq_num_row_groups(const vf_pq_file *f);
 int64_t vf_pq_row_group_rows(const vf_pq_file *f, int row_group);
 const char *vf_pq_created_by(const vf_pq_file *f); /* "" if absent */
+/* The row group holding file row `row` (0-based over the whole file), by
+ * binary search over the cumulative row counts; *first_row (may be NULL)
+ * gets that group's first file row. -1 when row is outside the file. */
+int vf_pq_row_group_of_row(const vf_pq_file *f, int64_t row, int64_t *first_row);
 
 /* Schema: the root group, its top-level fields, and the leaves in column
  * order. Nodes are owned by the file. Names are compared exactly (a name
@@ -213,6 +226,12 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
 int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array *out);
 /* The same over every row group, concatenated. */
 int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out);
+/* Several fields over every row group (out[k] for field_index[k]), row
+ * group by row group: the wanted chunks of a row group are fetched with
+ * one read when they lie within a few MiB, which is what makes a wide
+ * file with many small row groups cheap to read. On failure every out[k]
+ * is left zeroed. */
+int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields, vf_pq_array *out);
 
 /* ---- writer ----------------------------------------------------------- */
 

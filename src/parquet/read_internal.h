@@ -96,7 +96,8 @@ typedef struct vf_pq_chunk_meta {
 
 typedef struct vf_pq_row_group_meta {
     int64_t num_rows;
-    int num_columns;
+    int num_chunks;            /* column chunks listed in the footer */
+    int num_columns;           /* chunks kept in `columns` (all, or the projected leaves') */
     vf_pq_chunk_meta *columns;
 } vf_pq_row_group_meta;
 
@@ -132,13 +133,30 @@ struct vf_pq_file {
     char **kv_keys, **kv_values;
     int num_row_groups;
     vf_pq_row_group_meta *row_groups;
+    /* Projected open: leaf index -> index into each row group's columns,
+     * -1 for a leaf whose chunk metadata was skipped. NULL: every leaf
+     * kept, columns indexed by leaf. */
+    int *leaf_slot;
+    int64_t *rg_first_row;     /* num_row_groups + 1 cumulative row counts */
     int64_t max_entries;       /* per leaf per read (vf_pq_set_limits) */
     int64_t max_bytes;
 };
 
 /* Decodes the footer (FileMetaData bytes) into f and builds the schema
- * tree, leaves and plans. Errors name f->name. */
-int vf_pq_parse_metadata(vf_pq_file *f, const uint8_t *data, size_t len);
+ * tree, leaves and plans. Errors name f->name. With fields (num_fields
+ * names of top-level fields), the column-chunk metadata of every other
+ * field is skipped on the wire, not materialised (f->leaf_slot); this
+ * needs the schema before the row groups in the footer, as every writer
+ * puts it; otherwise everything is kept. */
+int vf_pq_parse_metadata(vf_pq_file *f, const uint8_t *data, size_t len, const char *const *fields,
+                         int num_fields);
+/* The chunk metadata of a leaf in a row group; NULL when the leaf was not
+ * kept by a projected open. Bounds are the caller's. */
+static inline const vf_pq_chunk_meta *vf_pq_chunk_at(const vf_pq_file *f, int row_group, int leaf_index)
+{
+    int slot = f->leaf_slot ? f->leaf_slot[leaf_index] : leaf_index;
+    return slot < 0 ? NULL : &f->row_groups[row_group].columns[slot];
+}
 void vf_pq_free_metadata(vf_pq_file *f);
 /* "a.list.element" for messages (static per-thread-free: caller frees). */
 char *vf_pq_leaf_path_string(const vf_pq_node *leaf);
@@ -213,6 +231,7 @@ typedef struct vf_pq_scratch {
     size_t split_cap;
     uint8_t *saved, *levels;   /* direct decompression (page.c) */
     size_t saved_cap, levels_cap;
+    void *chunk_ctx;           /* the decoder's per-chunk state, reused across chunks (page.c) */
 } vf_pq_scratch;
 
 void vf_pq_scratch_free(vf_pq_scratch *s);

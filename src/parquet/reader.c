@@ -18,7 +18,9 @@
 
 static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-int vf_pq_open(vf_pq_file **out, vf_source *src)
+int vf_pq_open(vf_pq_file **out, vf_source *src) { return vf_pq_open_projected(out, src, NULL, 0); }
+
+int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fields, int num_fields)
 {
     *out = NULL;
     const char *name = vf_source_name(src);
@@ -58,7 +60,7 @@ int vf_pq_open(vf_pq_file **out, vf_source *src)
     f->size = size;
     f->max_entries = DEFAULT_MAX_ENTRIES;
     f->max_bytes = DEFAULT_MAX_BYTES;
-    r = vf_pq_parse_metadata(f, footer, footer_len);
+    r = vf_pq_parse_metadata(f, footer, footer_len, fields, fields ? num_fields : 0);
     free(footer);
     if (r < 0) {
         vf_pq_close(f);
@@ -105,6 +107,25 @@ int64_t vf_pq_row_group_rows(const vf_pq_file *f, int row_group)
     if (row_group < 0 || row_group >= f->num_row_groups)
         return 0;
     return f->row_groups[row_group].num_rows;
+}
+
+int vf_pq_row_group_of_row(const vf_pq_file *f, int64_t row, int64_t *first_row)
+{
+    if (!f->rg_first_row || row < 0 || row >= f->rg_first_row[f->num_row_groups])
+        return -1;
+    /* The last row group starting at or before row (empty groups are
+     * skipped: the search lands on the non-empty one holding the row). */
+    int lo = 0, hi = f->num_row_groups - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (f->rg_first_row[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (first_row)
+        *first_row = f->rg_first_row[lo];
+    return lo;
 }
 
 const vf_pq_node *vf_pq_schema(const vf_pq_file *f) { return f->nodes; }
@@ -158,7 +179,19 @@ static const vf_pq_chunk_meta *chunk(const vf_pq_file *f, int row_group, int lea
 {
     if (row_group < 0 || row_group >= f->num_row_groups || leaf_index < 0 || leaf_index >= f->num_leaves)
         return NULL;
-    return &f->row_groups[row_group].columns[leaf_index];
+    return vf_pq_chunk_at(f, row_group, leaf_index);
+}
+
+/* VF_EINVAL naming the field when a projected open skipped its chunks. */
+static int check_projected(const vf_pq_file *f, int leaf_index)
+{
+    if (!f->leaf_slot || leaf_index < 0 || leaf_index >= f->num_leaves || f->leaf_slot[leaf_index] >= 0)
+        return 0;
+    char *p = vf_pq_leaf_path_string(f->leaves[leaf_index]);
+    int r = vf_error(VF_EINVAL, "%s: column '%s' was not loaded (the file was opened with a projection)", f->name,
+                     p ? p : "?");
+    free(p);
+    return r;
 }
 
 vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_index)
@@ -170,6 +203,9 @@ vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_inde
 int vf_pq_column_chunk(const vf_pq_file *f, int row_group, int leaf_index, vf_pq_chunk_info *out)
 {
     memset(out, 0, sizeof *out);
+    int r = check_projected(f, leaf_index);
+    if (r < 0)
+        return r;
     const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
     if (!m)
         return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
@@ -213,6 +249,9 @@ static int stat_value(const vf_pq_file *f, const vf_pq_node *leaf, const uint8_t
 
 int vf_pq_stats_i64(const vf_pq_file *f, int row_group, int leaf_index, int64_t *min, int64_t *max)
 {
+    int pr = check_projected(f, leaf_index);
+    if (pr < 0)
+        return pr;
     const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
     if (!m)
         return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
@@ -241,6 +280,9 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
     if (!n->is_leaf || n->repetition == VF_PQ_REPEATED ||
         (n->physical != VF_PQ_INT32 && n->physical != VF_PQ_INT64))
         return vf_error(VF_EINVAL, "%s: column '%s' is not an integer scalar", f->name, name);
+    int pr = check_projected(f, n->leaf_index);
+    if (pr < 0)
+        return pr;
     int *out = vf_malloc_array(f->num_row_groups ? (size_t)f->num_row_groups : 1, sizeof *out);
     if (!out)
         return VF_ENOMEM;
@@ -267,6 +309,11 @@ static int read_field_groups(vf_pq_file *f, int field_index, int first_group, in
         return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index,
                         vf_pq_num_fields(f));
     const vf_pq_plan *plan = &f->fields[field_index];
+    for (int i = 0; i < plan->num_leaves; i++) {
+        int pr = check_projected(f, plan->first_leaf + i);
+        if (pr < 0)
+            return pr;
+    }
     vf_pq_column *cols = vf_calloc(plan->num_leaves ? (size_t)plan->num_leaves : 1, sizeof *cols);
     if (!cols)
         return VF_ENOMEM;
@@ -303,4 +350,102 @@ int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array 
 int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out)
 {
     return read_field_groups(f, field_index, 0, f->num_row_groups, out);
+}
+
+/* Byte range of a leaf's chunk in a row group ([*lo, *hi)), 0 when it has
+ * no usable range (then the decoder reads and reports it itself). */
+static int chunk_range(const vf_pq_file *f, int g, int leaf, int64_t *lo, int64_t *hi)
+{
+    const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, g, leaf);
+    if (!m || !m->has_meta)
+        return 0;
+    int64_t start = m->data_page_offset;
+    if (m->dictionary_page_offset > 0 && m->dictionary_page_offset < start)
+        start = m->dictionary_page_offset;
+    int64_t len = m->total_compressed_size;
+    if (start < 4 || len <= 0 || (uint64_t)start > f->size || (uint64_t)len > f->size - (uint64_t)start)
+        return 0;
+    *lo = start;
+    *hi = start + len;
+    return 1;
+}
+
+#define PREFETCH_BYTES ((int64_t)4 << 20)
+
+int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields, vf_pq_array *out)
+{
+    for (int k = 0; k < num_fields; k++)
+        memset(&out[k], 0, sizeof out[k]);
+    int total_leaves = 0;
+    for (int k = 0; k < num_fields; k++) {
+        if (field_index[k] < 0 || field_index[k] >= vf_pq_num_fields(f))
+            return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index[k],
+                            vf_pq_num_fields(f));
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        for (int i = 0; i < plan->num_leaves; i++) {
+            int pr = check_projected(f, plan->first_leaf + i);
+            if (pr < 0)
+                return pr;
+        }
+        total_leaves += plan->num_leaves;
+    }
+    vf_pq_column *cols = vf_calloc(total_leaves ? (size_t)total_leaves : 1, sizeof *cols);
+    if (!cols)
+        return VF_ENOMEM;
+    for (int k = 0, at = 0; k < num_fields; k++) {
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        for (int i = 0; i < plan->num_leaves; i++)
+            vf_pq_column_init(&cols[at++], f->leaves[plan->first_leaf + i]);
+    }
+    vf_pq_scratch scratch;
+    memset(&scratch, 0, sizeof scratch);
+    int r = 0;
+    for (int g = 0; g < f->num_row_groups && r == 0; g++) {
+        /* One read for the row group's wanted chunks when they lie close
+         * together (a wide file's small row groups: one pread instead of
+         * one per column); the decoder finds them in the window. */
+        int64_t lo = INT64_MAX, hi = 0;
+        for (int k = 0; k < num_fields; k++) {
+            const vf_pq_plan *plan = &f->fields[field_index[k]];
+            for (int i = 0; i < plan->num_leaves; i++) {
+                int64_t a, b;
+                if (chunk_range(f, g, plan->first_leaf + i, &a, &b)) {
+                    lo = VF_MIN(lo, a);
+                    hi = VF_MAX(hi, b);
+                }
+            }
+        }
+        if (hi > lo && hi - lo <= PREFETCH_BYTES) {
+            size_t want = (size_t)(hi - lo);
+            if (want > scratch.window_cap) {
+                free(scratch.window);
+                scratch.window = vf_malloc(want);
+                scratch.window_cap = scratch.window ? want : 0;
+            }
+            scratch.window_len = 0;
+            if (scratch.window && vf_source_read_at(f->src, (uint64_t)lo, scratch.window, want) == 0) {
+                scratch.window_start = lo;
+                scratch.window_len = hi - lo;
+            }
+        }
+        for (int k = 0, at = 0; k < num_fields && r == 0; k++) {
+            const vf_pq_plan *plan = &f->fields[field_index[k]];
+            for (int i = 0; i < plan->num_leaves && r == 0; i++)
+                r = vf_pq_decode_chunk(f, g, plan->first_leaf + i, &cols[at + i], &scratch);
+            at += plan->num_leaves;
+        }
+    }
+    vf_pq_scratch_free(&scratch);
+    for (int k = 0, at = 0; k < num_fields && r == 0; k++) {
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        r = vf_pq_assemble(f, plan, cols + at, f->rg_first_row ? f->rg_first_row[f->num_row_groups] : 0, &out[k]);
+        at += plan->num_leaves;
+    }
+    if (r < 0)
+        for (int k = 0; k < num_fields; k++)
+            vf_pq_array_free(&out[k]);
+    for (int i = 0; i < total_leaves; i++)
+        vf_pq_column_free(&cols[i]);
+    free(cols);
+    return r;
 }

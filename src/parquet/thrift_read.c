@@ -295,4 +295,225 @@ static void skip_value(vf_pq_tr *t, int type, int in_container)
     }
 }
 
-void vf_pq_tr_skip(vf_pq_tr *t, int type) { skip_value(t, type, 0); }
+/* The skipper used for whole unknown or unwanted values: the same checks
+ * as skip_value() (bounds, element types, varint length, depth), but
+ * iterative over an explicit stack and on local cursors, because a
+ * projected footer open skips almost all of a wide file's footer (tens
+ * of MB per LeRobot episodes file with small row groups). */
+typedef struct skip_frame {
+    uint8_t kind;              /* VF_TC_STRUCT, VF_TC_LIST or VF_TC_MAP */
+    uint8_t elem, val;         /* list element type; map key and value types */
+    uint64_t left;             /* list elements, or map keys + values, still to skip */
+} skip_frame;
+
+void vf_pq_tr_skip(vf_pq_tr *t, int type)
+{
+    if (t->err)
+        return;
+    skip_frame st[VF_PQ_THRIFT_MAX_DEPTH + 1];
+    int sp = -1;
+    int limit = VF_PQ_THRIFT_MAX_DEPTH - t->depth; /* frames allowed on top of the current depth */
+    const uint8_t *p = t->p, *end = t->end;
+    const char *why = NULL;
+    int cur = type, in_container = 0;
+    for (;;) {
+        /* Skip one value of type cur. */
+        switch (cur) {
+        case VF_TC_TRUE:
+        case VF_TC_FALSE:
+            if (in_container) {
+                if (p >= end)
+                    goto truncated;
+                p++;
+            }
+            break;
+        case VF_TC_I8:
+            if (p >= end)
+                goto truncated;
+            p++;
+            break;
+        case VF_TC_I16:
+        case VF_TC_I32:
+        case VF_TC_I64:
+            for (int k = 0;; k++) {
+                if (p >= end)
+                    goto truncated;
+                if (k == 10) {
+                    why = "varint longer than 10 bytes";
+                    goto fail;
+                }
+                if (!(*p++ & 0x80))
+                    break;
+            }
+            break;
+        case VF_TC_DOUBLE:
+            if (end - p < 8)
+                goto truncated;
+            p += 8;
+            break;
+        case VF_TC_BINARY:
+        case VF_TC_LIST:
+        case VF_TC_SET:
+        case VF_TC_MAP: {
+            uint64_t n = 0;
+            uint8_t h = 0;
+            if (cur == VF_TC_LIST || cur == VF_TC_SET) {
+                if (p >= end)
+                    goto truncated;
+                h = *p++;
+                n = h >> 4;
+            }
+            if ((cur != VF_TC_LIST && cur != VF_TC_SET) || n == 15) {
+                n = 0;
+                for (int shift = 0;; shift += 7) {
+                    if (p >= end)
+                        goto truncated;
+                    if (shift >= 64) {
+                        why = "varint longer than 10 bytes";
+                        goto fail;
+                    }
+                    uint8_t b = *p++;
+                    n |= (uint64_t)(b & 0x7f) << shift;
+                    if (!(b & 0x80))
+                        break;
+                }
+            }
+            if (n > (uint64_t)(end - p)) {
+                why = cur == VF_TC_BINARY ? "binary length past the end"
+                      : cur == VF_TC_MAP  ? "map size larger than the remaining data"
+                                          : "list size larger than the remaining data";
+                goto fail;
+            }
+            if (cur == VF_TC_BINARY) {
+                p += n;
+                break;
+            }
+            skip_frame f = {.kind = VF_TC_LIST, .left = n};
+            if (cur == VF_TC_MAP) {
+                if (n == 0)
+                    break;
+                if (p >= end)
+                    goto truncated;
+                uint8_t kv = *p++;
+                f.kind = VF_TC_MAP;
+                f.elem = kv >> 4;
+                f.val = kv & 0x0f;
+                f.left = 2 * n;
+                if (f.elem == VF_TC_STOP || f.elem > VF_TC_STRUCT || f.val == VF_TC_STOP || f.val > VF_TC_STRUCT) {
+                    why = "bad map element type";
+                    goto fail;
+                }
+            } else {
+                f.elem = h & 0x0f;
+                if (n && (f.elem == VF_TC_STOP || f.elem > VF_TC_STRUCT)) {
+                    why = "bad list element type";
+                    goto fail;
+                }
+            }
+            if (sp + 1 >= limit) {
+                why = "thrift structs nested too deeply";
+                goto fail;
+            }
+            st[++sp] = f;
+            break;
+        }
+        case VF_TC_STRUCT:
+            if (sp + 1 >= limit) {
+                why = "thrift structs nested too deeply";
+                goto fail;
+            }
+            st[++sp] = (skip_frame){.kind = VF_TC_STRUCT};
+            break;
+        default:
+            why = "unknown thrift type";
+            goto fail;
+        }
+        /* The next value to skip, from the innermost open container. */
+        for (;;) {
+            if (sp < 0) {
+                t->p = p;
+                return;
+            }
+            skip_frame *f = &st[sp];
+            if (f->kind == VF_TC_STRUCT) {
+                /* Fast path: scalar fields of the struct (the bulk of a
+                 * footer: integers, binaries, booleans) are skipped here
+                 * while at least 24 bytes remain, so that a varint (at
+                 * most 10 bytes) needs no bounds check per byte. */
+                while (end - p >= 24) {
+                    uint8_t h = *p;
+                    int ft = h & 0x0f;
+                    if (h == VF_TC_STOP || !(h >> 4) || ft > VF_TC_BINARY || ft == VF_TC_DOUBLE)
+                        break;
+                    p++;
+                    if (ft == VF_TC_TRUE || ft == VF_TC_FALSE)
+                        continue;
+                    if (ft == VF_TC_I8) {
+                        p++;
+                        continue;
+                    }
+                    /* I16/I32/I64 value or BINARY length: a varint */
+                    uint64_t v = 0;
+                    int k = 0;
+                    for (; k < 10; k++) {
+                        uint8_t b = p[k];
+                        v |= (uint64_t)(b & 0x7f) << (7 * k);
+                        if (!(b & 0x80))
+                            break;
+                    }
+                    if (k == 10) {
+                        p += 10;
+                        why = "varint longer than 10 bytes";
+                        goto fail;
+                    }
+                    p += k + 1;
+                    if (ft == VF_TC_BINARY) {
+                        if (v > (uint64_t)(end - p)) {
+                            why = "binary length past the end";
+                            goto fail;
+                        }
+                        p += v;
+                    }
+                }
+                if (p >= end)
+                    goto truncated;
+                uint8_t h = *p++;
+                if (h == VF_TC_STOP) {
+                    sp--;
+                    continue;
+                }
+                cur = h & 0x0f;
+                if (cur > VF_TC_STRUCT) {
+                    why = "unknown thrift field type";
+                    goto fail;
+                }
+                if (!(h >> 4)) /* long-form field id: a zigzag varint */
+                    for (int k = 0;; k++) {
+                        if (p >= end)
+                            goto truncated;
+                        if (k == 10) {
+                            why = "varint longer than 10 bytes";
+                            goto fail;
+                        }
+                        if (!(*p++ & 0x80))
+                            break;
+                    }
+                in_container = 0;
+                break;
+            }
+            if (f->left == 0) {
+                sp--;
+                continue;
+            }
+            f->left--;
+            cur = f->kind == VF_TC_MAP && (f->left & 1) == 0 ? f->val : f->elem;
+            in_container = 1;
+            break;
+        }
+    }
+truncated:
+    why = "truncated thrift data";
+fail:
+    t->p = p;
+    vf_pq_tr_fail(t, why);
+}
