@@ -89,11 +89,22 @@ static void Dataset_dealloc(DatasetObject *self)
 
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"root", "episodes", NULL};
-    PyObject *path_obj, *episodes_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|O:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj))
+    static char *keywords[] = {"root", "episodes", "check_files", NULL};
+    PyObject *path_obj, *episodes_obj = Py_None, *check_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|O$O:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &check_obj))
         return -1;
+    /* check_files: None (default: at open up to VF_LAZY_FILE_CHECKS files, else when first opened),
+     * True (always at open), False (never at open). */
+    int check_files = VF_CHECK_FILES_AUTO;
+    if (check_obj != Py_None) {
+        int truth = PyObject_IsTrue(check_obj);
+        if (truth < 0) {
+            Py_DECREF(path_obj);
+            return -1;
+        }
+        check_files = truth ? VF_CHECK_FILES_ALL : VF_CHECK_FILES_OFF;
+    }
     int64_t *episodes = NULL;
     size_t n = 0;
     if (episodes_obj != Py_None &&
@@ -105,6 +116,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     vf_dataset_defaults(&s);
     s.episodes = episodes_obj != Py_None ? episodes : NULL;
     s.num_episodes = n;
+    s.check_files = check_files;
     vf_dataset *d = NULL;
     int r;
     Py_BEGIN_ALLOW_THREADS
