@@ -596,10 +596,16 @@ static int build_part(const vf_plan_epoch_settings *s, const order *o, int rank,
     vf_plan_rank_slice(o->rn, rank, s->world_size, s->drop_last, &rank_start, &rank_count);
     part_slice(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &cs, &cl, &keep, &nb);
     size_t cap = cl > 0 ? (size_t)cl : 1;
+    /* Only the arrays this part needs: positions, and for a local reorder
+     * (pool draws, shuffle buffer) or a caller that wants them, the
+     * restricted indices and the reordered copy. The part is the rank's
+     * whole share at world size 1, so every extra array counts. */
+    int pool = s->pool_size > 0, buffer = o->tasks && s->shuffle_buffer > 1;
+    int need_idx = want_rindex || buffer;
     int64_t *mine = vf_malloc_array(cap, sizeof *mine);
-    int64_t *idx = vf_malloc_array(cap, sizeof *idx);
-    int64_t *ordered = vf_malloc_array(cap, sizeof *ordered);
-    if (!mine || !idx || !ordered) {
+    int64_t *idx = need_idx ? vf_malloc_array(cap, sizeof *idx) : NULL;
+    int64_t *ordered = pool || buffer ? vf_malloc_array(cap, sizeof *ordered) : NULL;
+    if (!mine || (need_idx && !idx) || ((pool || buffer) && !ordered)) {
         free(mine);
         free(idx);
         free(ordered);
@@ -607,18 +613,20 @@ static int build_part(const vf_plan_epoch_settings *s, const order *o, int rank,
     }
     int64_t rn = o->rn > 0 ? o->rn : 1;
     for (int64_t i = 0; i < cl; i++) {
-        idx[i] = (rank_start + cs + i) % rn;
-        mine[i] = order_at(o, order_global(o, idx[i]));
+        int64_t j = (rank_start + cs + i) % rn;
+        if (idx)
+            idx[i] = j;
+        mine[i] = order_at(o, order_global(o, j));
     }
     int r = 0;
     int reordered = 0;
-    if (s->pool_size > 0) {
+    if (pool) {
         vf_rng rng;
         vf_rng_init(&rng, vf_rng_derive(s->seed, VF_PLAN_RNG_POOL, (uint64_t)s->epoch, (uint64_t)rank, (uint64_t)c));
         r = vf_plan_pool_order(mine, cl, o->tasks, o->num_tasks, s->pool_size, s->shuffle ? &rng : NULL, c, ordered,
                                &p->segments, &p->num_segments);
         reordered = 1;
-    } else if (o->tasks && s->shuffle_buffer > 1) {
+    } else if (buffer) {
         /* The buffer shuffles local indices, so positions and restricted
          * indices follow the same order. */
         vf_rng rng;
@@ -833,8 +841,15 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
         const consumer_part *p = &parts[rr_part[b]];
         nsamples += VF_MIN((int64_t)s->batch_size, p->keep - rr_local[b] * (int64_t)s->batch_size);
     }
+    /* One part delivered whole (a one-consumer plan): its positions are the
+     * plan's, in order; take them instead of copying (the rank's whole
+     * share at world size 1). */
+    int steal = r == 0 && np == 1 && !redeal && sel_first == 0 && sel_step == 1;
     if (r == 0) {
-        out->positions = vf_malloc_array(nsamples > 0 ? (size_t)nsamples : 1, sizeof *out->positions);
+        out->positions = steal ? parts[0].positions
+                               : vf_malloc_array(nsamples > 0 ? (size_t)nsamples : 1, sizeof *out->positions);
+        if (steal)
+            parts[0].positions = NULL;
         out->batch_start = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_start);
         out->batch_consumer = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_consumer);
         if (!out->positions || !out->batch_start || !out->batch_consumer)
@@ -850,7 +865,8 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
             out->batch_start[i] = k;
             out->batch_consumer[i] = first + rr_part[b];
             p->batch_map[rr_local[b]] = i;
-            memcpy(out->positions + k, p->positions + lo, (size_t)(hi - lo) * sizeof *out->positions);
+            if (!steal)
+                memcpy(out->positions + k, p->positions + lo, (size_t)(hi - lo) * sizeof *out->positions);
             k += hi - lo;
         }
         out->batch_start[sel_count] = k;
