@@ -332,7 +332,7 @@ static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters
                 int64_t episode_index = vf_dataset_episode(s->dataset, ep)->episode_index;
                 for (size_t k = 0; k < steps; k++) {
                     frame_job *j = &jobs[nj++];
-                    j->file = slot->file;
+                    j->file = &s->files[c->camera][slot->file];
                     j->column = c;
                     j->episode_slot = slot->episode;
                     j->frame = rows[k] - first;

@@ -115,8 +115,9 @@ typedef struct vf_sample_video_file {
 
 /* Where a selected episode's frames of one camera are. */
 typedef struct vf_sample_video_slot {
-    vf_sample_video_file *file;
-    size_t episode;            /* index into file->episodes */
+    uint32_t file;             /* index into the camera's files (8 bytes a slot: one per episode and
+                                * camera, so it counts at a million episodes) */
+    uint32_t episode;          /* index into that file's episodes */
 } vf_sample_video_slot;
 
 /* One episode's rows of the spec's table columns, loaded on demand. */

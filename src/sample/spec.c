@@ -613,7 +613,7 @@ static int build_video(builder *b)
                              (long long)vf_dataset_episode(d, p)->episode_index);
                 break;
             }
-            s->slots[p * s->num_cameras + cam].file = &s->files[cam][span.file];
+            s->slots[p * s->num_cameras + cam].file = (uint32_t)span.file;
             s->slots[p * s->num_cameras + cam].episode = k_of[e];
         }
         free(keys);
