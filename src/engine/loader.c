@@ -468,7 +468,9 @@ static void mark_wanted(vf_loader *l)
         last = vf_sample_episode_of(sp, pos);
         l->wanted[last] = 1;
     }
-    sp->wanted = l->wanted;
+    /* Map mode draws random positions: reading ahead along a data file
+     * would read rows the next batches do not need. */
+    sp->wanted = l->settings.mode == VF_MODE_MAP ? NULL : l->wanted;
     pthread_mutex_unlock(&sp->rows_lock);
 }
 
