@@ -19,6 +19,7 @@ int vf_cmd_decode_check(int argc, char **argv);
 int vf_cmd_plan(int argc, char **argv);
 int vf_cmd_bench(int argc, char **argv);
 int vf_cmd_parquet(int argc, char **argv);
+int vf_cmd_quantize(int argc, char **argv);
 
 /* Prints "vlafeed <cmd>: <vf_last_error()>" to stderr and returns 1. */
 int vf_cli_fail(const char *cmd);
