@@ -78,7 +78,8 @@ class ToyReachEnv(gym.Env if gym else object):
     """A 2-D reaching task (a point end-effector moving to a target on a grid).
 
     Observation: (target - position) / size, 2 floats. Actions: 0 stay, 1 +x, 2 -x, 3 +y, 4 -y.
-    Reward: +1 on reaching the target (episode ends), -0.02 per step otherwise; at most `max_steps`.
+    Reward: 0.1 per grid step closer to the target (-0.1 per step away), -0.02 per step, +1 on reaching
+    it (the episode ends); at most `max_steps` steps.
     `step_delay_ms` sleeps in each step to stand in for a simulator's cost.
     `fail_every`: raise RuntimeError in the step after every N-th reset (fault tests)."""
 
@@ -92,14 +93,13 @@ class ToyReachEnv(gym.Env if gym else object):
             self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
             self.action_space = gym.spaces.Discrete(5)
         self.resets = 0
-        self.rng = np.random.default_rng(0)
 
     def _obs(self):
         return ((self.target - self.pos) / self.size).astype(np.float32)
 
     def reset(self, *, seed=None, options=None):
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
+        super().reset(seed=seed)  # gymnasium seeds self.np_random
+        self.rng = self.np_random
         self.resets += 1
         self.t = 0
         self.pos = self.rng.integers(0, self.size, 2)
@@ -114,10 +114,14 @@ class ToyReachEnv(gym.Env if gym else object):
         self.t += 1
         if self.fail_every and self.resets % self.fail_every == 0 and self.t == self.fail_at_step:
             raise RuntimeError(f"ToyReachEnv: simulated failure in episode {self.resets} step {self.t}")
+        if not 0 <= int(action) < 5:
+            raise ValueError(f"ToyReachEnv: action {action!r} outside Discrete(5)")
         move = [(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1)][int(action)]
+        before = np.abs(self.target - self.pos).sum()
         self.pos = np.clip(self.pos + np.array(move), 0, self.size - 1)
-        reached = bool((self.pos == self.target).all())
-        reward = 1.0 if reached else -0.02
+        after = np.abs(self.target - self.pos).sum()
+        reached = bool(after == 0)
+        reward = float(0.1 * (before - after) - 0.02 + (1.0 if reached else 0.0))
         return self._obs(), reward, reached, self.t >= self.max_steps, {}
 
 
@@ -243,7 +247,7 @@ class Learner:
                 acc = r[i] + cfg.gamma * acc
                 g[i] = acc
             rets.append(g)
-            weights.append(np.full(len(r), 1.0 / (len(r) * cfg.global_batch)))
+            weights.append(np.full(len(r), 1.0 / cfg.global_batch))
         ret = torch.as_tensor(np.concatenate(rets), dtype=torch.float32)
         w = torch.as_tensor(np.concatenate(weights), dtype=torch.float32)
         adv = ret - self.baseline
@@ -304,6 +308,7 @@ def _actors():
             self.arrived = None
             self.task = None
             self.batch_sizes: List[int] = []
+            self.stop = False  # the run's stop flag, read by the workers
             torch.set_num_threads(1)
 
         def set_weights(self, state: dict, version: int) -> int:
@@ -350,6 +355,12 @@ def _actors():
                     i += k
                 await asyncio.sleep(0)
 
+        def set_stop(self):
+            self.stop = True
+
+        def should_stop(self):
+            return self.stop
+
         def stats(self):
             b = self.batch_sizes
             return {"batches": len(b), "mean_batch": float(np.mean(b)) if b else 0.0, "max_batch": max(b, default=0),
@@ -357,8 +368,8 @@ def _actors():
 
     @ray.remote
     class RolloutWorker:
-        def __init__(self, worker_id: int, cfg: RLConfig, server, queue, control):
-            self.wid, self.cfg, self.server, self.queue, self.control = worker_id, cfg, server, queue, control
+        def __init__(self, worker_id: int, cfg: RLConfig, server, queue):
+            self.wid, self.cfg, self.server, self.queue = worker_id, cfg, server, queue
             import warnings
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -395,7 +406,7 @@ def _actors():
             self.envs[e] = make_env(self.cfg.env, self.cfg.env_kwargs)
 
         def _stop(self) -> bool:
-            return bool(ray.get(self.control.should_stop.remote()))
+            return bool(ray.get(self.server.should_stop.remote()))
 
         def _push(self, trajs):
             for t in trajs:
@@ -512,18 +523,7 @@ def _actors():
                     state[e] = (o2, tid, tr)
                     inflight[self.server.act.remote(o2[None])] = e
 
-    @ray.remote
-    class Control:
-        def __init__(self):
-            self.stop = False
-
-        def set_stop(self):
-            self.stop = True
-
-        def should_stop(self):
-            return self.stop
-
-    _ACTORS.update(PolicyServer=PolicyServer, RolloutWorker=RolloutWorker, Control=Control)
+    _ACTORS.update(PolicyServer=PolicyServer, RolloutWorker=RolloutWorker)
     return _ACTORS
 
 
@@ -628,11 +628,10 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     obs_dim, n_act = env_dims(cfg)
     learner = Learner(cfg, obs_dim, n_act)
     queue = Queue(maxsize=cfg.queue_size, actor_options={"num_cpus": 0})
-    control = A["Control"].options(num_cpus=0).remote()
-    server = A["PolicyServer"].options(num_cpus=0, max_concurrency=1000).remote(cfg, obs_dim, n_act,
+    server = control = A["PolicyServer"].options(num_cpus=0, max_concurrency=1000).remote(cfg, obs_dim, n_act,
                                                                                  learner.state())
     workers = [A["RolloutWorker"].options(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0)
-               .remote(i, cfg, server, queue, control) for i in range(cfg.num_workers)]
+               .remote(i, cfg, server, queue) for i in range(cfg.num_workers)]
     runs: Dict[Any, int] = {}
     results: List[dict] = []
     restarts = 0
@@ -643,7 +642,7 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     try:
         pids = ray.get([w.pid.remote() for w in workers], timeout=120)
     except Exception as e:
-        for a in workers + [server, control]:
+        for a in workers + [server]:
             ray.kill(a)
         raise RLError(f"rollout workers did not start: {e}") from None
     per_worker = [cfg.global_batch // cfg.num_workers + (1 if i < cfg.global_batch % cfg.num_workers else 0)
@@ -679,11 +678,18 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
             env_steps += res["env_steps"]
 
     def _alive(w):
-        try:
-            ray.get(w.pid.remote(), timeout=30)
-            return True
-        except Exception:
-            return False
+        """True once a restarted worker answers; False when Ray says it is dead for good."""
+        from ray.exceptions import ActorUnavailableError
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            try:
+                ray.get(w.pid.remote(), timeout=30)
+                return True
+            except ActorUnavailableError:  # restarting: ask again
+                time.sleep(0.2)
+            except Exception:
+                return False
+        return False
 
     def next_traj():
         waited = time.perf_counter()
@@ -763,7 +769,7 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
             server_stats = ray.get(server.stats.remote(), timeout=10)
         except Exception:
             server_stats = None
-        for a in workers + [server, control]:
+        for a in workers + [server]:
             try:
                 ray.kill(a)
             except Exception:
