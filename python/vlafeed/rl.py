@@ -638,13 +638,13 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     dropped_stale: List[str] = []
     unused: List[str] = []
     env_steps = 0
-    t0 = time.perf_counter()
-    try:
-        pids = ray.get([w.pid.remote() for w in workers], timeout=120)
+    try:  # the clock starts once every actor is up (process start and imports are not throughput)
+        pids = ray.get([w.pid.remote() for w in workers] + [server.stats.remote()], timeout=120)[:-1]
     except Exception as e:
         for a in workers + [server]:
             ray.kill(a)
         raise RLError(f"rollout workers did not start: {e}") from None
+    t0 = time.perf_counter()
     per_worker = [cfg.global_batch // cfg.num_workers + (1 if i < cfg.global_batch % cfg.num_workers else 0)
                   for i in range(cfg.num_workers)]
 
