@@ -786,3 +786,67 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         "first_env_error": errs[0]["first_error"] if errs else None, "dropped_env_ids": dropped_env,
         "dropped_stale_ids": dropped_stale, "unused_ids": unused, "pushed_ids": pushed,
         "worker_restarts": restarts, "server": server_stats, "worker_pids": pids})
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    import sys
+    p = argparse.ArgumentParser(prog="python3 -m vlafeed.rl",
+                                description="Asynchronous RL on Ray actors: train a policy on a Gymnasium env and "
+                                            "report throughput, version lag and what was dropped.")
+    p.add_argument("--env", default="toy-reach", help="'toy-reach' (built in) or a gymnasium id, e.g. CartPole-v1")
+    p.add_argument("--workers", type=int, default=2, help="rollout workers (Ray actors)")
+    p.add_argument("--envs-per-worker", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps")
+    p.add_argument("--global-batch", type=int, default=16, help="trajectories per optimizer step")
+    p.add_argument("--micro-batch", type=int, default=4, help="trajectories per forward/backward")
+    p.add_argument("--max-batch-size", type=int, default=8, help="policy server: largest inference batch")
+    p.add_argument("--max-wait-ms", type=float, default=2.0, help="policy server: longest wait to fill a batch")
+    p.add_argument("--max-lag", type=int, default=2, help="drop trajectories more than this many versions old")
+    p.add_argument("--queue-size", type=int, default=32, help="bounded trajectory queue")
+    p.add_argument("--no-train-async", action="store_true", help="rollouts pause while the learner trains")
+    p.add_argument("--no-rollout-async", action="store_true", help="a worker's envs step in lockstep")
+    p.add_argument("--no-streamer", action="store_true", help="train only once the whole global batch is in")
+    p.add_argument("--colocated", action="store_true", help="sync colocated baseline (one process, no Ray)")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-cpus", type=int, default=None, help="ray.init(num_cpus=...) (default: Ray's)")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    a = p.parse_args(argv)
+    cfg = RLConfig(env=a.env, num_workers=a.workers, envs_per_worker=a.envs_per_worker, steps=a.steps,
+                   global_batch=a.global_batch, micro_batch=a.micro_batch, max_batch_size=a.max_batch_size,
+                   max_wait_ms=a.max_wait_ms, max_lag=a.max_lag, queue_size=a.queue_size,
+                   train_async=not a.no_train_async, rollout_async=not a.no_rollout_async,
+                   streamer=not a.no_streamer, colocated=a.colocated, lr=a.lr, seed=a.seed)
+    try:
+        cfg.check()
+    except ValueError as e:
+        p.error(str(e))
+    if not cfg.colocated:
+        import ray
+        ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        rep = train(cfg)
+    except RLError as e:
+        print(f"vlafeed.rl: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("vlafeed.rl: interrupted; workers stopped", file=sys.stderr)
+        return 130
+    if a.json:
+        print(json.dumps({k: v for k, v in rep.items()}, indent=2, default=str))
+    else:
+        print(f"{rep['mode']}: {rep['optimizer_steps']} steps in {rep['seconds']:.1f} s; "
+              f"{rep['env_steps_per_s']:.0f} env steps/s, {rep['trained_samples_per_s']:.0f} trained samples/s; "
+              f"return {rep['first_return']:.3f} -> {rep['last_return']:.3f}; lag mean {rep['lag_mean']:.2f} "
+              f"max {rep['lag_max']}; dropped: {len(rep['dropped_stale_ids'])} stale, {rep['env_errors']} env "
+              f"errors, {len(rep['unused_ids'])} unused at shutdown; worker restarts {rep['worker_restarts']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

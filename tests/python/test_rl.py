@@ -119,6 +119,19 @@ def test_env_that_raises_is_counted_then_fatal(ray_session):
         rl.train(cfg)
 
 
+def test_interrupt_stops_every_actor(ray_session):
+    """Ctrl-C in the driver (KeyboardInterrupt) propagates, and no worker process is left behind."""
+    pids = []
+
+    def interrupt(info):
+        pids.extend(ray.get([w.pid.remote() for w in info["workers"]]))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        rl.train(RLConfig(steps=5, **FAST), on_step=interrupt)
+    assert len(pids) == 2 and gone(pids)
+
+
 def test_killed_worker_is_restarted_and_a_dead_one_is_an_error(ray_session):
     def kill_once(info, done=[]):
         if info["version"] == 2 and not done:
