@@ -630,7 +630,9 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     queue = Queue(maxsize=cfg.queue_size, actor_options={"num_cpus": 0})
     server = control = A["PolicyServer"].options(num_cpus=0, max_concurrency=1000).remote(cfg, obs_dim, n_act,
                                                                                  learner.state())
-    workers = [A["RolloutWorker"].options(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0)
+    # max_concurrency=2: pid() answers while run() is going (run is the one long call a worker has)
+    workers = [A["RolloutWorker"].options(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0,
+                                          max_concurrency=2)
                .remote(i, cfg, server, queue) for i in range(cfg.num_workers)]
     runs: Dict[Any, int] = {}
     results: List[dict] = []
@@ -744,7 +746,7 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
             ray.get(server.set_weights.remote(learner.state(), learner.version))
             collect_finished()
             if on_step:
-                on_step({"version": learner.version, "workers": workers, "server": server})
+                on_step({"version": learner.version, "workers": workers, "server": server, "worker_pids": pids})
     except BaseException:
         ray.get(control.set_stop.remote())
         raise

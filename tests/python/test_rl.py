@@ -124,7 +124,7 @@ def test_interrupt_stops_every_actor(ray_session):
     pids = []
 
     def interrupt(info):
-        pids.extend(ray.get([w.pid.remote() for w in info["workers"]]))
+        pids.extend(info["worker_pids"])
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
