@@ -1,7 +1,8 @@
 /*
- * cmd_quantize.c: `vlafeed quantize CHECKPOINT OUT ...`: block-wise FP8
- * post-training quantization. The work is PyTorch's, so this command runs
- * `python3 -m vlafeed.quant` with the same arguments (exec, so its exit
+ * cmd_quantize.c: `vlafeed quantize CHECKPOINT OUT ...` (block-wise FP8
+ * post-training quantization) and `vlafeed rl ...` (asynchronous RL on Ray).
+ * The work is PyTorch's and Ray's, so these commands run
+ * `python3 -m vlafeed.quant` / `python3 -m vlafeed.rl` with the same arguments (exec, so its exit
  * status and signals are the Python program's). The interpreter is $VF_PYTHON
  * or python3 on PATH; the source tree's python/ folder is appended to
  * PYTHONPATH so the command also works in a build tree without
@@ -58,6 +59,43 @@ static void usage(FILE *f)
             "Exit status: 0 ok, 1 bad input (file or layer named), 2 usage error.\n");
 }
 
+int vf_cli_exec_python(const char *cmd, const char *module, int argc, char **argv)
+{
+    const char *py = getenv("VF_PYTHON");
+    if (!py || !*py)
+        py = "python3";
+    if (VF_SOURCE_PYTHON_DIR[0] && access(VF_SOURCE_PYTHON_DIR "/vlafeed/__init__.py", R_OK) == 0) {
+        const char *old = getenv("PYTHONPATH");
+        size_t n = (old ? strlen(old) + 1 : 0) + sizeof VF_SOURCE_PYTHON_DIR;
+        char *val = malloc(n);
+        if (!val) {
+            fprintf(stderr, "vlafeed %s: out of memory\n", cmd);
+            return 1;
+        }
+        snprintf(val, n, "%s%s%s", old && *old ? old : "", old && *old ? ":" : "", VF_SOURCE_PYTHON_DIR);
+        setenv("PYTHONPATH", val, 1);
+        free(val);
+    }
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) {
+        fprintf(stderr, "vlafeed %s: out of memory\n", cmd);
+        return 1;
+    }
+    args[0] = (char *)py;
+    args[1] = "-m";
+    args[2] = (char *)module;
+    for (int i = 1; i < argc; i++)
+        args[i + 2] = argv[i];
+    args[argc + 2] = NULL;
+    fflush(stdout);
+    execvp(py, args);
+    fprintf(stderr, "vlafeed %s: cannot run %s: %s (set VF_PYTHON to a Python with vlafeed and its "
+                    "dependencies)\n",
+            cmd, py, strerror(errno));
+    free(args);
+    return 1;
+}
+
 int vf_cmd_quantize(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -70,37 +108,11 @@ int vf_cmd_quantize(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *py = getenv("VF_PYTHON");
-    if (!py || !*py)
-        py = "python3";
-    if (VF_SOURCE_PYTHON_DIR[0] && access(VF_SOURCE_PYTHON_DIR "/vlafeed/quant.py", R_OK) == 0) {
-        const char *old = getenv("PYTHONPATH");
-        size_t n = (old ? strlen(old) + 1 : 0) + sizeof VF_SOURCE_PYTHON_DIR;
-        char *val = malloc(n);
-        if (!val) {
-            fprintf(stderr, "vlafeed quantize: out of memory\n");
-            return 1;
-        }
-        snprintf(val, n, "%s%s%s", old && *old ? old : "", old && *old ? ":" : "", VF_SOURCE_PYTHON_DIR);
-        setenv("PYTHONPATH", val, 1);
-        free(val);
-    }
-    char **args = calloc((size_t)argc + 3, sizeof *args);
-    if (!args) {
-        fprintf(stderr, "vlafeed quantize: out of memory\n");
-        return 1;
-    }
-    args[0] = (char *)py;
-    args[1] = "-m";
-    args[2] = "vlafeed.quant";
-    for (int i = 1; i < argc; i++)
-        args[i + 2] = argv[i];
-    args[argc + 2] = NULL;
-    fflush(stdout);
-    execvp(py, args);
-    fprintf(stderr, "vlafeed quantize: cannot run %s: %s (set VF_PYTHON to a Python with vlafeed, torch and "
-                    "safetensors)\n",
-            py, strerror(errno));
-    free(args);
-    return 1;
+    return vf_cli_exec_python("quantize", "vlafeed.quant", argc, argv);
+}
+
+/* `vlafeed rl [options]`: python3 -m vlafeed.rl, whose argparse prints the help. */
+int vf_cmd_rl(int argc, char **argv)
+{
+    return vf_cli_exec_python("rl", "vlafeed.rl", argc, argv);
 }

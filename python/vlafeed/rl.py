@@ -797,7 +797,7 @@ def main(argv=None) -> int:
     import argparse
     import json
     import sys
-    p = argparse.ArgumentParser(prog="python3 -m vlafeed.rl",
+    p = argparse.ArgumentParser(prog="vlafeed rl",
                                 description="Asynchronous RL on Ray actors: train a policy on a Gymnasium env and "
                                             "report throughput, version lag and what was dropped.")
     p.add_argument("--env", default="toy-reach", help="'toy-reach' (built in) or a gymnasium id, e.g. CartPole-v1")

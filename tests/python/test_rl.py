@@ -26,6 +26,9 @@ def ray_session():
     # the workers import vlafeed from the source tree
     os.environ["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    if ray.is_initialized():  # another module's session: share it
+        yield
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -71,6 +74,22 @@ def test_config_checked():
         RLConfig(global_batch=10, micro_batch=4).check()
     with pytest.raises(ValueError, match="num_workers must be >= 1"):
         RLConfig(num_workers=0).check()
+
+
+def test_cli(cli):
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([cli, "rl", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "--max-wait-ms" in r.stdout and "--no-streamer" in r.stdout
+    r = subprocess.run([cli, "rl", "--global-batch", "10", "--micro-batch", "4"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 2 and "not a multiple of micro_batch" in r.stderr
+    r = subprocess.run([cli, "rl", "--colocated", "--steps", "2", "--global-batch", "4", "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import json
+    rep = json.loads(r.stdout)
+    assert rep["optimizer_steps"] == 2 and rep["trained_trajectories"] == 8 and rep["mode"] == "sync colocated"
 
 
 def test_colocated_baseline_improves_without_ray():
