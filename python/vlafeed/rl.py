@@ -760,6 +760,8 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                         res = ray.get(ref)
                         results.append(res)
                         env_steps += res["env_steps"]
+                    except RayActorError:  # died (and maybe restarted) after the last check
+                        restarts += 1
                     except Exception:
                         pass
                 runs.clear()
@@ -787,7 +789,9 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         "mode": mode_name(cfg), "env_errors": sum(r["env_errors"] for r in results),
         "first_env_error": errs[0]["first_error"] if errs else None, "dropped_env_ids": dropped_env,
         "dropped_stale_ids": dropped_stale, "unused_ids": unused, "pushed_ids": pushed,
-        "worker_restarts": restarts, "server": server_stats, "worker_pids": pids})
+        "worker_restarts": restarts, "server": server_stats, "worker_pids": pids,
+        "worker_runs": [{"worker": r["worker"], "incarnation": r["incarnation"], "pushed": len(r["pushed"]),
+                         "env_steps": r["env_steps"]} for r in results]})
 
 
 # ---------------------------------------------------------------------------

@@ -164,12 +164,16 @@ def test_killed_worker_is_restarted_and_a_dead_one_is_an_error(ray_session):
                 except ray.exceptions.ActorUnavailableError:
                     time.sleep(0.1)
 
-    rep = rl.train(RLConfig(steps=5, max_restarts=1, **FAST), on_step=kill_once)
-    assert rep["optimizer_steps"] == 5
+    # a short queue, so the steps after the kill need trajectories made after the restart
+    rep = rl.train(RLConfig(steps=6, max_restarts=1, queue_size=8, **FAST), on_step=kill_once)
+    assert rep["optimizer_steps"] == 6
     assert rep["worker_restarts"] == 1
     trained = rep["trained_ids"]
     assert len(trained) == len(set(trained))
-    assert any(t.startswith("w0.i1.") for t in trained + rep["unused_ids"]), "the restarted worker made nothing"
+    # the run was resubmitted to the restarted actor, which then ran until the end
+    assert {"worker": 0, "incarnation": 1} in [{k: r[k] for k in ("worker", "incarnation")}
+                                               for r in rep["worker_runs"]]
+    assert all(not t.startswith("w0.i1.") or t in rep["pushed_ids"] for t in trained)
 
     def kill_for_good(info):
         if info["version"] == 1:
