@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import math
 import os
 import sys
 import warnings

@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
