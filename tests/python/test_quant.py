@@ -292,7 +292,8 @@ def test_cli_quantizes_the_example_policy_checkpoint(cli, tmp_path):
     assert s["size_ratio"] < 0.6
     imgs = [torch.rand(2, 3, 32, 32) for _ in range(2)]
     state = torch.randn(2, 6)
-    ref = pol(imgs, state, ["a", "b"])
+    with torch.no_grad():
+        ref = pol(imgs, state, ["a", "b"])
     q = Q.load_into(Policy(num_cameras=2, state_dim=6, action_dim=6, chunk=10, d=128).eval(), out)
     assert isinstance(q.head[1], Q.FP8BlockLinear)
     with torch.no_grad():
