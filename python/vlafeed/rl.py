@@ -380,6 +380,7 @@ def _actors():
             self.steps = 0
             self.pushed: List[str] = []
             self.dropped_env: List[str] = []
+            self.abandoned = 0
 
         def pid(self):
             import os
@@ -405,7 +406,17 @@ def _actors():
             self.envs[e] = make_env(self.cfg.env, self.cfg.env_kwargs)
 
         def _stop(self) -> bool:
+            self.checked = time.perf_counter()
             return bool(ray.get(self.server.should_stop.remote()))
+
+        def _stop_due(self) -> bool:
+            """The stop flag, asked at most every 0.25 s (mid-episode checks; a stop abandons the episode)."""
+            if time.perf_counter() - getattr(self, "checked", 0.0) < 0.25:
+                return False
+            if self._stop():
+                self.abandoned += 1
+                return True
+            return False
 
         def _push(self, trajs):
             for t in trajs:
@@ -428,6 +439,7 @@ def _actors():
             else:
                 self._run_lockstep(episodes)
             return {"worker": self.wid, "incarnation": self.incarnation, "pushed": self.pushed,
+                    "abandoned_at_stop": self.abandoned,
                     "dropped_env": self.dropped_env, "env_steps": self.steps - steps0,
                     "env_errors": self.env_errors - err0, "first_error": self.first_error,
                     "seconds": time.perf_counter() - t0}
@@ -453,6 +465,8 @@ def _actors():
                     except Exception as exc:
                         self._error(e, f"w{self.wid}.reset", exc)
                 while active:
+                    if episodes is None and self._stop_due():
+                        return
                     es = sorted(active)
                     acts, logps, ver = ray.get(self.server.act.remote(np.stack([obs[e] for e in es])))
                     for j, e in enumerate(es):
@@ -498,6 +512,8 @@ def _actors():
             for e in range(len(self.envs)):
                 start(e)
             while inflight:
+                if episodes is None and self._stop_due():
+                    return
                 ready, _ = ray.wait(list(inflight), num_returns=1)
                 ref = ready[0]
                 e = inflight.pop(ref)
@@ -790,7 +806,8 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         "dropped_stale_ids": dropped_stale, "unused_ids": unused, "pushed_ids": pushed,
         "worker_restarts": restarts, "server": server_stats, "worker_pids": pids,
         "worker_runs": [{"worker": r["worker"], "incarnation": r["incarnation"], "pushed": len(r["pushed"]),
-                         "env_steps": r["env_steps"]} for r in results]})
+                         "env_steps": r["env_steps"]} for r in results],
+        "abandoned_at_stop": sum(r.get("abandoned_at_stop", 0) for r in results)})
 
 
 # ---------------------------------------------------------------------------

@@ -334,3 +334,19 @@ def test_scaled_mm_path_on_fp8_gpu():
     ref = torch.nn.functional.linear(x.float(), q.weight.float(), lin.bias)
     got = q(x).float()
     assert float((got - ref).norm() / ref.norm()) < 0.05
+
+
+def test_main_baselines_and_rest_dtype(tmp_path, capsys):
+    torch.save({"model": tiny().state_dict()}, tmp_path / "ck.pt")
+    for flag, scale_shape in (("--per-tensor", [1, 1]), ("--per-channel", [10, 1])):
+        out = tmp_path / f"q{flag}.safetensors"
+        assert Q.main([str(tmp_path / "ck.pt"), str(out), flag, "--rest-dtype", "bfloat16", "-q"]) == 0
+        s = json.loads(Path(str(out) + ".json").read_text())
+        assert s["quantized"]["head.weight"]["scale_shape"] == scale_shape
+        assert s["rest_dtype"] == "bfloat16"
+        tensors, _, blocks = Q.load_quantized(out)
+        assert tensors["head.bias"].dtype == torch.bfloat16
+        assert blocks["head.weight"] == ((10, 64) if flag == "--per-tensor" else (1, 64))
+    # everything skipped: nothing to quantize is an error, not an empty file
+    assert Q.main([str(tmp_path / "ck.pt"), str(tmp_path / "none.safetensors"), "--skip", "*"]) == 1
+    assert "no linear weight left to quantize" in capsys.readouterr().err

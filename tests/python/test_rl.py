@@ -138,6 +138,13 @@ def test_env_that_raises_is_counted_then_fatal(ray_session):
         rl.train(cfg)
 
 
+def test_stalled_env_times_out_instead_of_hanging(ray_session):
+    cfg = RLConfig(steps=2, stall_timeout_s=2, env_kwargs={"size": 5, "max_steps": 16, "step_delay_ms": 3000},
+                   **{k: v for k, v in FAST.items() if k not in ("env_kwargs", "stall_timeout_s")})
+    with pytest.raises(RLError, match="no trajectory arrived for 2 s"):
+        rl.train(cfg)
+
+
 def test_interrupt_stops_every_actor(ray_session):
     """Ctrl-C in the driver (KeyboardInterrupt) propagates, and no worker process is left behind."""
     pids = []
