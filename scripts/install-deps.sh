@@ -4,7 +4,8 @@
 #   system (apt-get): compilers, FFmpeg libraries with libdav1d/libsvtav1,
 #                     snappy, zstd, zlib, libcurl, OpenSSL libcrypto, jansson, libarchive
 #   python (pip):     pyarrow, PyAV, numpy, pytest, hypothesis, tqdm, torch==2.13.0 (CPU),
-#                     matplotlib (bench/plot_bench.py charts only)
+#                     matplotlib (bench/plot_bench.py charts only), safetensors (vlafeed.quant),
+#                     ray, gymnasium (vlafeed.rl)
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -12,7 +13,7 @@ APT_PACKAGES=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libdav1d-dev ffmpeg
   libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
 )
-PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib boto3 "moto[server]" pyyaml)
+PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib boto3 "moto[server]" pyyaml safetensors "ray==2.60.0" gymnasium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

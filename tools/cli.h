@@ -19,6 +19,12 @@ int vf_cmd_decode_check(int argc, char **argv);
 int vf_cmd_plan(int argc, char **argv);
 int vf_cmd_bench(int argc, char **argv);
 int vf_cmd_parquet(int argc, char **argv);
+int vf_cmd_quantize(int argc, char **argv);
+int vf_cmd_rl(int argc, char **argv);
+
+/* Runs `$VF_PYTHON (or python3) -m MODULE argv[1..]` by exec, with the source
+ * tree's python/ folder appended to PYTHONPATH; returns 1 only if exec fails. */
+int vf_cli_exec_python(const char *cmd, const char *module, int argc, char **argv);
 
 /* Prints "vlafeed <cmd>: <vf_last_error()>" to stderr and returns 1. */
 int vf_cli_fail(const char *cmd);

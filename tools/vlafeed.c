@@ -23,6 +23,8 @@ static const command commands[] = {
     {"plan", vf_cmd_plan, "show tasks and video opens of each partition strategy (--json)"},
     {"bench", vf_cmd_bench, "measure data-loading throughput against the decode limit"},
     {"parquet", vf_cmd_parquet, "inspect a Parquet file: schema, row groups, values (--json)"},
+    {"quantize", vf_cmd_quantize, "block-wise FP8 post-training quantization of a checkpoint (python3)"},
+    {"rl", vf_cmd_rl, "asynchronous RL on Ray actors: rollout workers, policy server, learner (python3)"},
 };
 
 static void usage(FILE *out)
