@@ -27,13 +27,19 @@ from vlafeed.loader import batch_to_dict
 class LeRobotDatasetMetadata:
     """What LeRobotDatasetMetadata offers, from the engine's view of the dataset."""
 
-    def __init__(self, root_or_native, episodes=None):
+    def __init__(self, root_or_native, episodes=None, *, on_metadata_error="raise"):
         if isinstance(root_or_native, _native.Dataset):
             self._native = root_or_native
         else:
-            self._native = _native.Dataset(os.fspath(root_or_native), episodes)
+            self._native = _native.Dataset(os.fspath(root_or_native), episodes, on_metadata_error=on_metadata_error)
         self._info = None
         self._stats = None
+
+    @property
+    def metadata_errors_ignored(self):
+        """Metadata errors let through by on_metadata_error="warn" (0 in the strict default)."""
+        return sum(1 for p in self.info["problems"] if p["severity"] == "error" and p["file"].startswith("meta/")
+                   and "stats" not in p["file"])
 
     @property
     def root(self):
@@ -126,7 +132,8 @@ class LeRobotDataset:
 
     def __init__(self, root, episodes=None, delta_timestamps=None, image_format="float32", tolerance_s=1e-4, *,
                  keys=None, renames=None, resize=None, normalize=None, return_uint8=False, image_transforms=None,
-                 lerobot_shapes=True, include_task=True, threads=None, output="torch"):
+                 lerobot_shapes=True, include_task=True, threads=None, output="torch",
+                 on_metadata_error="raise"):
         if return_uint8:
             image_format = "uint8"
         self._config = dict(
@@ -135,7 +142,7 @@ class LeRobotDataset:
                                                                      for k, v in delta_timestamps.items()},
             image_format=image_format, tolerance_s=tolerance_s, keys=keys, renames=renames, resize=resize,
             normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task, threads=threads,
-            output=output)
+            output=output, on_metadata_error=on_metadata_error)
         self.image_transforms = image_transforms
         self._open()
 
@@ -144,7 +151,7 @@ class LeRobotDataset:
     def _open(self):
         c = self._config
         self._pid = os.getpid()
-        self.native_dataset = _native.Dataset(c["root"], c["episodes"])
+        self.native_dataset = _native.Dataset(c["root"], c["episodes"], on_metadata_error=c["on_metadata_error"])
         self.meta = LeRobotDatasetMetadata(self.native_dataset)
         threads = c["threads"]
         if threads is None:  # get_items spreads the cameras over threads; more do not help

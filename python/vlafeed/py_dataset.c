@@ -67,6 +67,55 @@ static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwarg
     return result;
 }
 
+/* Metadata problems that make a dataset unfit to load as described: every
+ * error-severity problem found in meta/ (duplicate, missing or overlapping
+ * episodes, totals that disagree, a broken task table), statistics aside
+ * (they are ignored when bad, and never change which samples are served). */
+static int is_blocking_problem(const vf_problem *p)
+{
+    return p->severity == VF_SEVERITY_ERROR && !strncmp(p->file, "meta/", 5) && !strstr(p->file, "stats");
+}
+
+static char *format_problem(const vf_dataset *d, const vf_problem *p)
+{
+    char episode[48] = "", column[300] = "";
+    if (p->episode >= 0)
+        snprintf(episode, sizeof episode, " [episode %lld]", (long long)p->episode);
+    if (p->column[0])
+        snprintf(column, sizeof column, " [%.280s]", p->column);
+    return vf_asprintf("%s/%s%s%s: %s", vf_dataset_root(d), p->file, episode, column, p->message);
+}
+
+int vf_py_check_metadata(const vf_dataset *d, int lenient)
+{
+    size_t blocking = 0;
+    for (size_t i = 0; i < vf_dataset_num_problems(d); i++) {
+        const vf_problem *p = vf_dataset_problem(d, i);
+        if (!is_blocking_problem(p))
+            continue;
+        char *text = format_problem(d, p);
+        if (!text) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (!lenient) {
+            PyErr_Format(vf_py_error_type,
+                         "%s (inconsistent dataset metadata; `vlafeed info` reports it too; pass "
+                         "on_metadata_error=\"warn\" to load anyway)",
+                         text);
+            free(text);
+            return -1;
+        }
+        int w = PyErr_WarnFormat(PyExc_UserWarning, 2, "vlafeed: %s (loaded anyway: on_metadata_error=\"warn\")",
+                                 text);
+        free(text);
+        if (w < 0)
+            return -1;
+        blocking++;
+    }
+    return (int)VF_MIN(blocking, (size_t)INT32_MAX);
+}
+
 static PyObject *column_to_python(const vf_ds_column *c)
 {
     if (c->type == VF_DS_STRING) {

@@ -89,11 +89,18 @@ static void Dataset_dealloc(DatasetObject *self)
 
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"root", "episodes", NULL};
+    static char *keywords[] = {"root", "episodes", "on_metadata_error", NULL};
     PyObject *path_obj, *episodes_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|O:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj))
+    const char *on_metadata_error = "raise";
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Os:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &on_metadata_error))
         return -1;
+    if (strcmp(on_metadata_error, "raise") && strcmp(on_metadata_error, "warn")) {
+        Py_DECREF(path_obj);
+        PyErr_Format(PyExc_ValueError, "on_metadata_error must be \"raise\" or \"warn\", not \"%s\"",
+                     on_metadata_error);
+        return -1;
+    }
     int64_t *episodes = NULL;
     size_t n = 0;
     if (episodes_obj != Py_None &&
@@ -114,6 +121,11 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     Py_DECREF(path_obj);
     if (r < 0) {
         vf_py_raise(r);
+        return -1;
+    }
+    /* issue 10: metadata errors `vlafeed info` reports fail the open too. */
+    if (vf_py_check_metadata(d, !strcmp(on_metadata_error, "warn")) < 0) {
+        vf_dataset_close(d);
         return -1;
     }
     if (self->d)

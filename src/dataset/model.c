@@ -183,6 +183,30 @@ vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
 
 /* ---- path templates ------------------------------------------------------- */
 
+/* A path made from a metadata template must name a file inside the dataset
+ * root, local or remote: relative, no '..' component, no scheme, no
+ * backslash (a Windows separator that a server may honour). */
+static int check_relative_path(const char *templ, const char *path)
+{
+    if (!*path)
+        return vf_error(VF_ECORRUPT, "path template '%s': expands to an empty path", templ);
+    if (path[0] == '/' || strchr(path, '\\') || strstr(path, "://"))
+        return vf_error(VF_ECORRUPT, "path template '%s': expands to '%s', which is not a path inside the dataset root",
+                        templ, path);
+    for (const char *p = path; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return vf_error(VF_ECORRUPT,
+                            "path template '%s': expands to '%s', which leaves the dataset root ('..' component)", templ,
+                            path);
+        p += n;
+        if (*p == '/')
+            p++;
+    }
+    return 0;
+}
+
 int vf_ds_format_template(const char *templ, const vf_ds_template_vars *vars, char **out)
 {
     *out = NULL;
@@ -269,7 +293,13 @@ int vf_ds_format_template(const char *templ, const vf_ds_template_vars *vars, ch
         return r;
     }
     *out = vf_buf_take_string(&b);
-    return *out ? 0 : VF_ENOMEM;
+    if (!*out)
+        return VF_ENOMEM;
+    if ((r = check_relative_path(templ, *out)) < 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return r;
 }
 
 /* ---- local file system ---------------------------------------------------- */

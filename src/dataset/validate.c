@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -135,23 +136,34 @@ static int64_t first_user(const vf_dataset *d, const vf_ds_file *f)
     return f->num_episodes ? d->episodes[d->selected[f->episodes[0]]].pub.episode_index : -1;
 }
 
+/* Records a file that is not there as a regular file: missing, or (local
+ * roots) something else in its place: a FIFO, a device, a directory. */
+static int report_absent(vf_dataset *d, const vf_ds_file *f, const char *column, const char *what)
+{
+    struct stat st;
+    if (!vf_is_url(d->root) && f->path && stat(f->path, &st) == 0 && !S_ISREG(st.st_mode))
+        return vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), column, "%s is not a regular file (%s)",
+                             what, vf_file_kind_name(st.st_mode));
+    int r = vf_ds_missing_file(d, f->rel);
+    return r < 0 ? r : vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), column, "%s missing", what);
+}
+
 static int check_files(vf_dataset *d)
 {
     int r = 0;
     for (size_t i = 0; i < d->num_data_files && r == 0; i++) {
         vf_ds_file *f = &d->data_files[i];
         f->exists = d->fs.exists(d->fs.ctx, f->rel);
-        if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
-            r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), "", "data file missing");
+        if (!f->exists)
+            r = report_absent(d, f, "", "data file");
     }
     for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
         vf_ds_camera *cam = &d->cameras[c];
         for (size_t i = 0; i < cam->num_files && r == 0; i++) {
             vf_ds_file *f = &cam->files[i];
             f->exists = d->fs.exists(d->fs.ctx, f->rel);
-            if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
-                r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), cam->pub.key,
-                                  "video file missing");
+            if (!f->exists)
+                r = report_absent(d, f, cam->pub.key, "video file");
         }
     }
     return r;
