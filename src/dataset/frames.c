@@ -185,6 +185,7 @@ static const char *problem_kind(vf_video_problem_kind k)
     case VF_VIDEO_PROBLEM_COUNT_MISMATCH: return "count_mismatch";
     case VF_VIDEO_PROBLEM_MISSING_FRAMES: return "missing_frames";
     case VF_VIDEO_PROBLEM_SPAN_MISMATCH: return "span_mismatch";
+    case VF_VIDEO_PROBLEM_UNMATCHED: return "unmatched";
     }
     return "other";
 }
@@ -330,7 +331,7 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
             }
             for (size_t p = 0; p < m.map.problem_count; p++) {
                 const vf_video_problem *vp = &m.map.problems[p];
-                int is_error = vp->kind == VF_VIDEO_PROBLEM_MISSING_FRAMES;
+                int is_error = vp->kind == VF_VIDEO_PROBLEM_MISSING_FRAMES || vp->kind == VF_VIDEO_PROBLEM_UNMATCHED;
                 json_array_append_new(problems,
                                       json_pack("{s:s,s:s,s:s,s:I,s:s,s:s}", "severity", is_error ? "error" : "info",
                                                 "file", f->rel, "camera", cam->pub.key, "episode",

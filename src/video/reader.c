@@ -95,10 +95,10 @@ static int open_decoder(vf_video_reader *r)
     AVCodecParameters *par = d->stream->codecpar;
     const vf_video_index *ix = r->index;
     if (ix->codec == VF_VIDEO_CODEC_UNKNOWN)
-        return vf_error(VF_EUNSUPPORTED, "%s%s%s: unsupported video codec %s (AV1, H.264 and HEVC are supported)",
-                        d->name, cam_sep(r), cam_name(r), ix->codec_name);
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: no decoder for video codec %s in the linked FFmpeg", d->name,
+                        cam_sep(r), cam_name(r), ix->codec_name);
     if (par->format >= 0 && ix->pixfmt == VF_VIDEO_PIX_UNKNOWN)
-        return vf_error(VF_EUNSUPPORTED, "%s%s%s: unsupported pixel format %s (yuv420p and gray12le are supported)",
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: pixel format %s cannot be converted to RGB by the linked swscale",
                         d->name, cam_sep(r), cam_name(r), ix->pixfmt_name);
     if (ix->width <= 0 || ix->height <= 0)
         return vf_error(VF_ECORRUPT, "%s: video stream has no valid size (%dx%d)", d->name, ix->width, ix->height);
@@ -234,21 +234,32 @@ static int seek_to(vf_video_reader *r, int64_t key_ordinal)
 }
 
 /* Receives the next decoded frame into r->frame and sets its ordinal.
- * Returns 0, or VF_EOF when the decoder is fully drained, or an error. */
-static int decode_next(vf_video_reader *r, int64_t *packets_left)
+ * Returns 0, or VF_EOF when the decoder is fully drained, or an error.
+ *
+ * A frame the decoder flags as damaged is an error only when it is the
+ * target or later; before the target it is dropped: right after a seek into
+ * an open GOP, the leading pictures that reference the previous GOP come out
+ * damaged (or not at all), and they are never the frame asked for, because
+ * the seek goes to the last keyframe at or before the target in
+ * presentation order and those leading pictures precede that keyframe. */
+static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left)
 {
     vf_vid_demux *d = &r->demux;
     const vf_video_index *ix = r->index;
     for (;;) {
         int ar = avcodec_receive_frame(r->dec, r->tmp);
         if (ar == 0) {
-            if (r->tmp->decode_error_flags || (r->tmp->flags & AV_FRAME_FLAG_CORRUPT)) {
-                av_frame_unref(r->tmp);
-                return vf_error(VF_ECORRUPT, "%s%s%s: decoder reported a damaged frame", d->name, cam_sep(r),
-                                cam_name(r));
-            }
             int64_t pts = r->tmp->pts != AV_NOPTS_VALUE ? r->tmp->pts : r->tmp->best_effort_timestamp;
             int64_t ordinal = pts != AV_NOPTS_VALUE ? vf_video_index_find_pts(ix, pts) : -1;
+            if (r->tmp->decode_error_flags || (r->tmp->flags & AV_FRAME_FLAG_CORRUPT)) {
+                av_frame_unref(r->tmp);
+                if (ordinal >= 0 && ordinal < target) {
+                    r->stats.frames_decoded++;
+                    continue;
+                }
+                return vf_error(VF_ECORRUPT, "%s%s%s: decoder reported a damaged frame (frame %lld)", d->name,
+                                cam_sep(r), cam_name(r), (long long)(ordinal >= 0 ? ordinal : target));
+            }
             if (ordinal < 0) {
                 av_frame_unref(r->tmp);
                 return vf_error(VF_ECORRUPT, "%s%s%s: decoded frame with pts %lld matches no frame of the index",
@@ -335,7 +346,7 @@ static int reach(vf_video_reader *r, int64_t target)
     int first_after_seek = !continuing;
     int64_t packets_left = ix->frame_count + 64;
     for (;;) {
-        rc = decode_next(r, &packets_left);
+        rc = decode_next(r, target, &packets_left);
         if (rc == VF_EOF) {
             rc = vf_error(VF_ECORRUPT, "%s%s%s: frame %lld never came out of the decoder (the file ends early or "
                                        "is damaged)",
