@@ -54,6 +54,17 @@ typedef struct vf_dataset_settings {
      * that the episode's rows are where the metadata says. Default 0
      * (vlafeed info turns it on). */
     int check_data_files;
+    /* 1 (default): for a local root, build the frame index of each video
+     * file of the selected episodes at open (the container's sample table;
+     * no frame is decoded) and check it against the metadata: codec,
+     * resolution and pixel format against info.json (a mismatch is a
+     * warning, and the file's resolution is used when all files of a
+     * camera agree on it), and every episode's frames (start, 1/fps pts
+     * grid, count; see vf_video_map_episodes): an episode whose frames
+     * cannot be matched exactly is an error problem naming file, episode
+     * and first unmatched frame. 2: remote roots too (downloads every
+     * video's header). 0: skip. */
+    int check_videos;
 } vf_dataset_settings;
 
 /* Fills s with the defaults (all episodes, check_files 1). */

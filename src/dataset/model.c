@@ -414,6 +414,7 @@ void vf_dataset_defaults(vf_dataset_settings *s)
     memset(s, 0, sizeof *s);
     s->check_files = 1;
     s->check_data_files = 0;
+    s->check_videos = 1;
 }
 
 static int cmp_size_by_episode(const void *a, const void *b, void *ctx)

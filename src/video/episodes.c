@@ -88,10 +88,13 @@ int vf_video_episode_frame(const vf_video_episode *ep, int64_t k, int64_t *ordin
     return 0;
 }
 
-/* Marks ep as refused from frame k on, with a problem record. */
+/* Marks ep as refused from frame k on, with a problem record (the first
+ * reason found is kept). */
 static int mark_unmatched(problem_list *l, const vf_video_index *ix, const char *camera, vf_video_episode *ep,
                           int64_t k, double expected_s, double found_s, const char *reason)
 {
+    if (ep->unmatched_frame >= 0)
+        return 0;
     ep->unmatched_frame = k;
     snprintf(ep->unmatched_reason, sizeof ep->unmatched_reason, "%s", reason);
     return add_problem(l, VF_VIDEO_PROBLEM_UNMATCHED, ep->episode_index, k, ep->length - k, expected_s, found_s,
@@ -253,6 +256,16 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
                             "nor length - 1 (to = last frame)",
                             ix->name, camera ? ": camera " : "", camera ? camera : "",
                             (long long)ep->episode_index, span, (long long)ep->length);
+        if (r == 0 && fabs(span - (double)ep->length) >= 0.5 && fabs(span - (double)(ep->length - 1)) >= 0.5) {
+            /* Its frames cannot all lie inside the recorded span: refuse it
+             * (a swapped or edited span would otherwise pass the start and
+             * grid checks and serve a neighbour's frames). */
+            int64_t k = span < (double)ep->length - 1 ? (int64_t)VF_MAX(0.0, floor(span + 0.5)) : ep->length - 1;
+            char reason[160];
+            snprintf(reason, sizeof reason, "the recorded span [%.6f, %.6f) s holds %.3f frames, not %lld",
+                     ep->from_timestamp, ep->to_timestamp, span, (long long)ep->length);
+            r = mark_unmatched(&problems, ix, camera, ep, k, ep->from_timestamp + (double)k / fps, NAN, reason);
+        }
     }
 
     if (r == 0 && sum == ix->frame_count) {
@@ -318,6 +331,18 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
             r = map_by_timestamp(ix, ep, fps, tol, camera, &problems);
             if (r == 0 && isfinite(ep->drift_ms) && fabs(ep->drift_ms) > map->max_abs_drift_ms)
                 map->max_abs_drift_ms = fabs(ep->drift_ms);
+            /* More frames than the episodes hold: the file is not the one
+             * the metadata describes (another episode's or dataset's file
+             * in its place), and timestamps cannot tell which frames are
+             * this episode's: nothing of it is served. */
+            if (r == 0 && ix->frame_count > sum && ep->unmatched_frame < 0) {
+                char reason[160];
+                snprintf(reason, sizeof reason,
+                         "the file holds %lld frames but the metadata's %zu episodes in it hold %lld (another file "
+                         "in its place?)",
+                         (long long)ix->frame_count, count, (long long)sum);
+                r = mark_unmatched(&problems, ix, camera, ep, 0, ep->from_timestamp, NAN, reason);
+            }
         }
     }
     free(order);

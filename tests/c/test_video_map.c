@@ -211,11 +211,15 @@ static void test_other_mismatches(void)
     eps[1].to_timestamp += 6 / 30.0;
     CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
     CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
-    CHECK_EQ_INT(map.problem_count, 1); /* only the count mismatch */
     CHECK_EQ_INT(eps[1].first_ordinal, 14);
     CHECK(eps[1].frame_ordinals == NULL);
-    CHECK_OK(vf_video_episode_frame(&eps[1], 5, &o));
-    CHECK_EQ_INT(o, 19);
+    /* ... but a file with more frames than its episodes is not the file the
+     * metadata describes: every episode in it is refused. */
+    CHECK_EQ_INT(map.problem_count, 3);
+    CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 5, &o), VF_ECORRUPT, "the file holds 20 frames but the metadata's 2 "
+                                                                   "episodes in it hold 14");
+    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "episode 100: refused");
     vf_video_map_free(&map, eps, 2);
 
     /* An episode reaching past the end of the file. */
@@ -228,15 +232,19 @@ static void test_other_mismatches(void)
     CHECK_EQ_INT(map.problems[map.problem_count - 2].count, 5);
     vf_video_map_free(&map, eps, 2);
 
-    /* (to - from) * fps disagreeing with length is reported. */
+    /* (to - from) * fps disagreeing with length is reported, and the
+     * episode refused (its frames cannot all lie in the recorded span). */
     static const int64_t even[] = {10, 10};
     set_episodes(eps, even, 2);
     eps[0].to_timestamp -= 2 / 30.0;
     CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
     CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_ORDINAL);
-    CHECK_EQ_INT(map.problem_count, 1);
+    CHECK_EQ_INT(map.problem_count, 2);
+    CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
     CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_SPAN_MISMATCH);
     CHECK(strstr(map.problems[0].message, "episode 100") != NULL);
+    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "first unmatched frame 8");
+    CHECK_OK(vf_video_episode_frame(&eps[1], 0, &o));
     vf_video_map_free(&map, eps, 2);
     /* to = the last frame's time (from + (length - 1) / fps) is accepted. */
     set_episodes(eps, even, 2);
