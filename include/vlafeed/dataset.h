@@ -265,6 +265,13 @@ int vf_dataset_read_frame(const vf_dataset *d, int64_t episode_index, int64_t fr
 typedef struct vf_decode_check_settings {
     int decode;            /* 1 (default): decode every frame; 0: sample tables only */
     int decode_threads;    /* threads per decoder, default 1 */
+    /* 1: also every problem of severity error the open found (metadata,
+     * data footers, videos: open the dataset with check_data_files = 1 and
+     * check_videos = 2 for the full check) and every data page of the
+     * selected episodes read and verified (values, index, episode_index),
+     * so that the report has no error only when loading is correct.
+     * Default 0. */
+    int thorough;
     /* Called after each file; may be NULL. */
     void (*progress)(void *ctx, int64_t done, int64_t total, const char *what);
     void *progress_ctx;
