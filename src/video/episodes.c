@@ -135,6 +135,13 @@ static int map_by_timestamp(const vf_video_index *ix, vf_video_episode *ep, doub
                             const char *camera, problem_list *problems)
 {
     int64_t n = ep->length;
+    if (n > ix->frame_count) {
+        /* Cannot fit (and a corrupt length must not size an allocation). */
+        char reason[160];
+        snprintf(reason, sizeof reason, "the episode has %lld frames, the whole file %lld", (long long)n,
+                 (long long)ix->frame_count);
+        return mark_unmatched(problems, ix, camera, ep, ix->frame_count, NAN, NAN, reason);
+    }
     int64_t *ord = vf_malloc_array((size_t)n, sizeof *ord);
     if (!ord)
         return VF_ENOMEM;

@@ -106,7 +106,7 @@ def test_variant(cli, base, tmp_path, name):
         assert info.returncode == expect.info_rc, info_text
         if expect.note:
             assert expect.note in info_text, info_text
-        assert thorough.returncode == 0, thorough.stdout
+        assert thorough.returncode == expect.info_rc, thorough.stdout
     elif isinstance(expect, OpenError):
         if open_error is None:
             served = [i for i, got in results.items() if not isinstance(got, Exception)]
