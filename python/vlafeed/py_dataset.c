@@ -1,7 +1,7 @@
 /*
  * py_dataset.c: Python functions of the dataset area.
  *
- *   vlafeed._native.dataset_info(path, episodes=None, check_data=True) -> dict
+ *   vlafeed._native.dataset_info(path, episodes=None, check_data=True, check_videos=True) -> dict
  *
  * returns the `vlafeed info --json` document (docs/info-json.md), parsed
  * with Python's json module so both always carry the same content. A
@@ -29,11 +29,11 @@
 static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *keywords[] = {"path", "episodes", "check_data", NULL};
+    static char *keywords[] = {"path", "episodes", "check_data", "check_videos", NULL};
     PyObject *path_obj, *episodes_obj = Py_None;
-    int check_data = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Op:dataset_info", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj, &check_data))
+    int check_data = 1, check_videos = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Opp:dataset_info", keywords, PyUnicode_FSConverter,
+                                     &path_obj, &episodes_obj, &check_data, &check_videos))
         return NULL;
     int64_t *episodes = NULL;
     size_t num_episodes = 0;
@@ -47,6 +47,7 @@ static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwarg
     s.episodes = episodes_obj != Py_None ? episodes : NULL;
     s.num_episodes = num_episodes;
     s.check_data_files = check_data;
+    s.check_videos = check_videos;
     vf_dataset *d = NULL;
     char *text = NULL;
     int r;
@@ -218,10 +219,11 @@ done:
 
 static PyMethodDef dataset_methods[] = {
     {"dataset_info", (PyCFunction)(void (*)(void))py_dataset_info, METH_VARARGS | METH_KEYWORDS,
-     "dataset_info(path, episodes=None, check_data=True) -> dict\n\n"
+     "dataset_info(path, episodes=None, check_data=True, check_videos=True) -> dict\n\n"
      "Opens the LeRobot dataset at path and returns the `vlafeed info --json`\n"
      "report (docs/info-json.md) as a dict. episodes selects episode indices;\n"
-     "check_data=False skips opening the data Parquet footers."},
+     "check_data=False skips opening the data Parquet footers; check_videos=False\n"
+     "skips indexing the local video files (codec, size, every episode's frames)."},
     {"dataset_read_table", (PyCFunction)(void (*)(void))py_dataset_read_table, METH_VARARGS | METH_KEYWORDS,
      "dataset_read_table(path, columns, episodes=None) -> (episode_start, {column: (data, dtype, width)})\n\n"
      "Test hook: reads the named columns of the selected episodes through the\n"

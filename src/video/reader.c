@@ -305,6 +305,9 @@ static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left
                 continue;
             }
             r->stats.packets_read++;
+            if (VF_UNLIKELY(r->debug))
+                vf_log(VF_LOG_DEBUG, "%s: packet pts %lld dts %lld flags %d", d->name, (long long)r->pkt->pts,
+                       (long long)r->pkt->dts, r->pkt->flags);
             if (r->pkt->flags & AV_PKT_FLAG_CORRUPT) {
                 av_packet_unref(r->pkt);
                 return vf_error(VF_ECORRUPT, "%s%s%s: corrupt (truncated?) video packet", d->name, cam_sep(r),
@@ -344,9 +347,23 @@ static int reach(vf_video_reader *r, int64_t target)
     }
     int retries = 0;
     int first_after_seek = !continuing;
+    int seeked = !continuing;
     int64_t packets_left = ix->frame_count + 64;
     for (;;) {
         rc = decode_next(r, target, &packets_left);
+        if (rc == VF_EOF && seeked && key > 0 && retries < 4) {
+            /* After a seek to a keyframe that is not an IDR picture (open
+             * GOPs), H.264 decoders hold back pictures until a recovery
+             * point; near the end of a file that may never come. Start
+             * from an earlier keyframe, and at last from the first one. */
+            retries++;
+            key = retries < 4 ? vf_video_index_keyframe_before(ix, key - 1) : vf_video_index_keyframe_before(ix, 0);
+            if ((rc = seek_to(r, key)) < 0)
+                goto fail;
+            packets_left = ix->frame_count + 64;
+            first_after_seek = 1;
+            continue;
+        }
         if (rc == VF_EOF) {
             rc = vf_error(VF_ECORRUPT, "%s%s%s: frame %lld never came out of the decoder (the file ends early or "
                                        "is damaged)",
