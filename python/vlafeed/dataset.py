@@ -324,11 +324,13 @@ class LeRobotDataset:
             self._open()
 
     def __getstate__(self):
-        return {"config": self._config, "image_transforms": self.image_transforms}
+        return {"config": self._config, "image_transforms": self.image_transforms,
+                "lerobot": (self.repo_id, self.revision, self.video_backend, self.download_videos)}
 
     def __setstate__(self, state):
         self._config = state["config"]
         self.image_transforms = state["image_transforms"]
+        self.repo_id, self.revision, self.video_backend, self.download_videos = state["lerobot"]
         self._open()
 
     # ---- LeRobotDataset surface -------------------------------------------------------
