@@ -369,6 +369,11 @@ typedef struct {
     vf_loader *l;
     PyObject *dataset;
     size_t batch_size;
+    /* Calls running with the GIL released (next, get_items, ...), and a
+     * loader whose close() came from another thread meanwhile: it is closed
+     * by the last of those calls when it returns, never under it. */
+    int in_flight;
+    vf_loader *close_pending;
 } LoaderObject;
 
 typedef struct {
@@ -839,6 +844,36 @@ static int loader_ready(LoaderObject *self)
     return 1;
 }
 
+/* Brackets a call that releases the GIL while using the loader (issue 10:
+ * close() from another thread must not free it under that call). */
+static vf_loader *loader_enter(LoaderObject *self)
+{
+    if (!loader_ready(self))
+        return NULL;
+    self->in_flight++;
+    return self->l;
+}
+
+static void loader_leave(LoaderObject *self)
+{
+    if (--self->in_flight == 0 && self->close_pending) {
+        vf_loader *l = self->close_pending;
+        self->close_pending = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        vf_loader_close(l);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+/* After a call: was the loader closed by another thread meanwhile? */
+static int closed_meanwhile(LoaderObject *self)
+{
+    if (self->l)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "the loader was closed (from another thread) during this call");
+    return 1;
+}
+
 static PyObject *Loader_iter(LoaderObject *self) { return Py_NewRef(self); }
 
 static PyObject *Loader_next(LoaderObject *self)
@@ -847,10 +882,17 @@ static PyObject *Loader_next(LoaderObject *self)
         return NULL;
     vf_batch *b = NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_next(l, &b);
     Py_END_ALLOW_THREADS
+    if (closed_meanwhile(self)) {
+        if (r == 0)
+            vf_batch_release(b);
+        loader_leave(self);
+        return NULL;
+    }
+    loader_leave(self);
     if (r == VF_EOF)
         return NULL; /* StopIteration */
     if (r < 0)
@@ -866,10 +908,14 @@ static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg)
     if (epoch == -1 && PyErr_Occurred())
         return NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_set_epoch(l, epoch);
     Py_END_ALLOW_THREADS
+    int closed = closed_meanwhile(self);
+    loader_leave(self);
+    if (closed)
+        return NULL;
     if (r < 0)
         return vf_py_raise(r);
     Py_RETURN_NONE;
@@ -885,11 +931,18 @@ static PyObject *Loader_get_items(LoaderObject *self, PyObject *arg)
         return NULL;
     vf_batch *b = NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_get_items(l, positions, n, &b);
     Py_END_ALLOW_THREADS
     PyMem_Free(positions);
+    if (closed_meanwhile(self)) {
+        if (r == 0)
+            vf_batch_release(b);
+        loader_leave(self);
+        return NULL;
+    }
+    loader_leave(self);
     if (r < 0)
         return vf_py_raise(r);
     return make_batch(self, b);
@@ -915,10 +968,14 @@ static PyObject *Loader_set_state(LoaderObject *self, PyObject *arg)
     if (dict_to_state(arg, &st) < 0)
         return NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_set_state(l, &st);
     Py_END_ALLOW_THREADS
+    int closed = closed_meanwhile(self);
+    loader_leave(self);
+    if (closed)
+        return NULL;
     if (r < 0)
         return vf_py_raise(r);
     Py_RETURN_NONE;
@@ -986,6 +1043,11 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
     if (self->l) {
         vf_loader *l = self->l;
         self->l = NULL;
+        if (self->in_flight) {
+            /* Another thread is inside the loader: it closes it on return. */
+            self->close_pending = l;
+            Py_RETURN_NONE;
+        }
         Py_BEGIN_ALLOW_THREADS
         vf_loader_close(l);
         Py_END_ALLOW_THREADS
