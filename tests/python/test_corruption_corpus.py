@@ -106,6 +106,9 @@ def test_variant(cli, base, tmp_path, name):
         assert info.returncode == expect.info_rc, info_text
         if expect.note:
             assert expect.note in info_text, info_text
+        if expect.forbid:
+            assert expect.forbid not in info_text, info_text
+            assert "warning" not in info_text.split("problems", 1)[-1].lower().replace("0 warnings", ""), info_text
         assert thorough.returncode == expect.info_rc, thorough.stdout
     elif isinstance(expect, OpenError):
         if open_error is None:
