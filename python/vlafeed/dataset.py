@@ -244,13 +244,21 @@ class LeRobotDataset:
     keys, renames, resize, normalize, lerobot_shapes, include_task: as for
     vlafeed.Loader. image_transforms: an optional callable applied to each
     camera tensor, as LeRobot does. output: "torch" (default) or "numpy".
+
+    LeRobot 0.6's signature is accepted (repo_id, root, episodes,
+    image_transforms, delta_timestamps, tolerance_s, revision,
+    force_cache_sync, download_videos, video_backend, batch_encoding_size;
+    the download and backend knobs have no effect). on_metadata_error="warn"
+    loads inconsistent metadata with a warning per problem;
+    on_error="skip" leaves out episodes the open found unservable (listed in
+    skipped_episodes); check_videos=0 skips the open-time video check.
     """
 
     def __init__(self, repo_id=None, root=None, episodes=None, image_transforms=None, delta_timestamps=None,
                  tolerance_s=1e-4, revision=None, force_cache_sync=False, download_videos=True, video_backend=None,
                  batch_encoding_size=1, *, image_format="float32", keys=None, renames=None, resize=None,
                  normalize=None, return_uint8=False, lerobot_shapes=True, include_task=True, threads=None,
-                 output="torch", on_metadata_error="raise", on_error="raise"):
+                 output="torch", on_metadata_error="raise", on_error="raise", check_videos=1):
         if return_uint8:
             image_format = "uint8"
         if on_error not in ("raise", "skip"):
@@ -267,7 +275,7 @@ class LeRobotDataset:
                                                                      for k, v in delta_timestamps.items()},
             image_format=image_format, tolerance_s=tolerance_s, keys=keys, renames=renames, resize=resize,
             normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task, threads=threads,
-            output=output, on_metadata_error=on_metadata_error, on_error=on_error)
+            output=output, on_metadata_error=on_metadata_error, on_error=on_error, check_videos=check_videos)
         self.image_transforms = image_transforms
         self._open()
 
@@ -276,7 +284,8 @@ class LeRobotDataset:
     def _open(self):
         c = self._config
         self._pid = os.getpid()
-        self.native_dataset = _native.Dataset(c["root"], c["episodes"], on_metadata_error=c["on_metadata_error"])
+        self.native_dataset = _native.Dataset(c["root"], c["episodes"], on_metadata_error=c["on_metadata_error"],
+                                              check_videos=c.get("check_videos", 1))
         self.skipped_episodes = []
         if c.get("on_error") == "skip":
             self._skip_bad_episodes()
@@ -314,7 +323,8 @@ class LeRobotDataset:
         for episode, why in sorted(bad.items()):
             warnings.warn(f"vlafeed: episode {episode} skipped (on_error=\"skip\"): {why}", stacklevel=4)
         self.skipped_episodes = sorted(bad)
-        self.native_dataset = _native.Dataset(c["root"], keep, on_metadata_error=c["on_metadata_error"])
+        self.native_dataset = _native.Dataset(c["root"], keep, on_metadata_error=c["on_metadata_error"],
+                                              check_videos=c.get("check_videos", 1))
 
     def _ensure_process(self):
         # A forked child (DataLoader worker) inherits the engine objects without

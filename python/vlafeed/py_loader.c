@@ -2,7 +2,8 @@
  * py_loader.c: the loader surface of vlafeed._native (the contract in
  * native-python-contract.md):
  *
- *   Dataset(root, episodes=None)      an open dataset (vf_dataset)
+ *   Dataset(root, episodes=None, on_metadata_error="raise", check_videos=1)
+ *                                     an open dataset (vf_dataset)
  *   Loader(dataset, *, mode=..., ...) a loader over it (vf_loader), iterable
  *   Batch                             one batch; batch[name] is a zero-copy
  *                                     Column (buffer protocol) or list[str]
@@ -89,11 +90,12 @@ static void Dataset_dealloc(DatasetObject *self)
 
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"root", "episodes", "on_metadata_error", NULL};
+    static char *keywords[] = {"root", "episodes", "on_metadata_error", "check_videos", NULL};
     PyObject *path_obj, *episodes_obj = Py_None;
     const char *on_metadata_error = "raise";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Os:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj, &on_metadata_error))
+    int check_videos = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|Osi:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &on_metadata_error, &check_videos))
         return -1;
     if (strcmp(on_metadata_error, "raise") && strcmp(on_metadata_error, "warn")) {
         Py_DECREF(path_obj);
@@ -112,6 +114,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     vf_dataset_defaults(&s);
     s.episodes = episodes_obj != Py_None ? episodes : NULL;
     s.num_episodes = n;
+    s.check_videos = check_videos; /* issue 10: 1 local roots (default), 2 remote too, 0 off */
     vf_dataset *d = NULL;
     int r;
     Py_BEGIN_ALLOW_THREADS
@@ -353,7 +356,9 @@ static PyTypeObject Dataset_Type = {
     .tp_basicsize = sizeof(DatasetObject),
     .tp_dealloc = (destructor)Dataset_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Dataset(root, episodes=None): an open LeRobot dataset (v3.0, v2.1).",
+    .tp_doc = "Dataset(root, episodes=None, on_metadata_error=\"raise\", check_videos=1): an open LeRobot "
+              "dataset (v3.0, v2.1). Metadata errors raise unless on_metadata_error=\"warn\"; check_videos "
+              "indexes the videos at open (1 local roots, 2 remote too, 0 off).",
     .tp_methods = Dataset_methods,
     .tp_getset = Dataset_getset,
     .tp_init = (initproc)Dataset_init,
