@@ -12,11 +12,17 @@
  * sum(lengths of earlier episodes) + k. That is exact whatever the drift;
  * the drift is measured and reported, never used.
  *
- * Fallback (frames dropped by a streaming encoder, edited files, episodes
- * missing from the list): match each frame by time, nearest pts within a
- * tolerance below half a frame, so one video frame can never serve two
- * different data rows. Every unmatched frame is reported as a problem record;
- * vf_video_episode_frame refuses to hand out a missing frame.
+ * Fallback (frames dropped by a streaming encoder, edited files): match each
+ * frame by time, nearest pts within a tolerance below half a frame, so one
+ * video frame can never serve two different data rows. Every unmatched frame
+ * is reported as a problem record.
+ *
+ * Verification (issue 10): in both modes an episode whose frames cannot be
+ * matched exactly (a start that jumps against from_timestamp, a broken pts
+ * grid, a span that fits neither to_timestamp convention, unmatched frames,
+ * a file holding more frames than its episodes) is UNMATCHED: recorded with
+ * its first unmatched frame, and vf_video_episode_frame refuses every frame
+ * of it, so no sample of it is ever served.
  */
 #include "video/video_internal.h"
 

@@ -11,7 +11,10 @@
  * decoded frame is mapped to its ordinal by pts through the index; frames
  * before the target are dropped, a frame past the target means the target
  * never came out, which is an error (or, right after a seek that landed too
- * late, a retry from an earlier keyframe).
+ * late, a retry from an earlier keyframe). Open GOPs: damaged pictures
+ * before the target are dropped, and a target that never comes out after a
+ * seek onto a non-IDR keyframe (the decoder waits for a recovery point) is
+ * retried from earlier keyframes, at last from the first.
  *
  * Bounds: a decode run reads at most frame_count + 64 packets and receives
  * at most as many frames, so corrupt input cannot loop forever.
