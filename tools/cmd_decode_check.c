@@ -15,7 +15,7 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: vlafeed decode-check PATH [--json] [--episodes LIST] [--no-decode] [--quiet]\n\n"
+    fprintf(out, "usage: vlafeed decode-check PATH [--json] [--episodes LIST] [--no-decode] [--thorough] [--quiet]\n\n"
                  "Checks every MP4 used by the (selected) episodes: frames in the file against what the\n"
                  "metadata needs, keyframe intervals (GOP), each episode's start drift (real pts minus\n"
                  "from_timestamp, in ms; LeRobot's concatenation drifts at 30 fps), frames located by\n"
@@ -25,6 +25,9 @@ static void usage(FILE *out)
                  "  --json           print the report as JSON\n"
                  "  --episodes LIST  e.g. 1,2,4 or 0-9\n"
                  "  --no-decode      read the sample tables only\n"
+                 "  --thorough       also every error the open finds (metadata, data footers, videos'\n"
+                 "                   codec, size, frame count and pts grid against the metadata) and every\n"
+                 "                   data page read and verified: exit 0 only when loading is correct\n"
                  "exit status: 0 no errors, 1 errors found, 2 usage\n");
 }
 
@@ -54,6 +57,10 @@ int vf_cmd_decode_check(int argc, char **argv)
             quiet = 1;
         } else if (!strcmp(a, "--no-decode")) {
             cs.decode = 0;
+        } else if (!strcmp(a, "--thorough")) {
+            cs.thorough = 1;
+            ds.check_data_files = 1;
+            ds.check_videos = 2;
         } else if (!strcmp(a, "--episodes") && i + 1 < argc) {
             free(episodes);
             if (vf_cli_episode_list("--episodes", argv[++i], &episodes, &ds.num_episodes))

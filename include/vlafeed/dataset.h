@@ -62,6 +62,17 @@ typedef struct vf_dataset_settings {
      * that the episode's rows are where the metadata says. Default 0
      * (vlafeed info turns it on). Only when the existence checks ran. */
     int check_data_files;
+    /* 1 (default): for a local root, build the frame index of each video
+     * file of the selected episodes at open (the container's sample table;
+     * no frame is decoded) and check it against the metadata: codec,
+     * resolution and pixel format against info.json (a mismatch is a
+     * warning, and the file's resolution is used when all files of a
+     * camera agree on it), and every episode's frames (start, 1/fps pts
+     * grid, count; see vf_video_map_episodes): an episode whose frames
+     * cannot be matched exactly is an error problem naming file, episode
+     * and first unmatched frame. 2: remote roots too (downloads every
+     * video's header). 0: skip. */
+    int check_videos;
 } vf_dataset_settings;
 
 enum { VF_CHECK_FILES_OFF = 0, VF_CHECK_FILES_AUTO = 1, VF_CHECK_FILES_ALL = 2 };
@@ -275,6 +286,13 @@ int vf_dataset_read_frame(const vf_dataset *d, int64_t episode_index, int64_t fr
 typedef struct vf_decode_check_settings {
     int decode;            /* 1 (default): decode every frame; 0: sample tables only */
     int decode_threads;    /* threads per decoder, default 1 */
+    /* 1: also every problem of severity error the open found (metadata,
+     * data footers, videos: open the dataset with check_data_files = 1 and
+     * check_videos = 2 for the full check) and every data page of the
+     * selected episodes read and verified (values, index, episode_index),
+     * so that the report has no error only when loading is correct.
+     * Default 0. */
+    int thorough;
     /* Called after each file; may be NULL. */
     void (*progress)(void *ctx, int64_t done, int64_t total, const char *what);
     void *progress_ctx;

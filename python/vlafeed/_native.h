@@ -24,6 +24,12 @@ PyObject *vf_py_raise(int code);
  * Returns 0, or -1 with a Python exception set. */
 int vf_py_int64_list(PyObject *obj, const char *what, int64_t **out, size_t *count);
 
+/* The strict-open rule: raises VlafeedError for the first metadata problem
+ * of severity error (-1), or with lenient warns for each through Python's
+ * warnings and returns how many were let through. */
+struct vf_dataset;
+int vf_py_check_metadata(const struct vf_dataset *d, int lenient);
+
 int vf_py_register_parquet_read(PyObject *module);
 int vf_py_register_parquet_write(PyObject *module);
 int vf_py_register_dataset(PyObject *module);

@@ -17,23 +17,119 @@ The dataset can be pickled (DataLoader workers under any start method): the
 engine objects are reopened in the process that uses them.
 """
 import os
+import pathlib
+import warnings
 
 import numpy as np
 
 from vlafeed import _native
+from vlafeed import lerobot_compat as compat
 from vlafeed.loader import batch_to_dict
 
 
 class LeRobotDatasetMetadata:
-    """What LeRobotDatasetMetadata offers, from the engine's view of the dataset."""
+    """LeRobot 0.6's LeRobotDatasetMetadata over the engine's dataset.
 
-    def __init__(self, root_or_native, episodes=None):
-        if isinstance(root_or_native, _native.Dataset):
-            self._native = root_or_native
+    LeRobotDatasetMetadata(repo_id=None, root=None, revision=None,
+    force_cache_sync=False, *, episodes=None, on_metadata_error="raise"):
+    repo_id may be the dataset folder or URL itself (vlafeed's older
+    positional form), or an id found under $HF_LEROBOT_HOME; there is no Hub
+    download. on_metadata_error="warn" loads a dataset whose metadata
+    `vlafeed info` calls inconsistent, with a Python warning per problem
+    (counted in metadata_errors_ignored).
+    """
+
+    def __init__(self, repo_id=None, root=None, revision=None, force_cache_sync=False, *, episodes=None,
+                 on_metadata_error="raise"):
+        if isinstance(repo_id, _native.Dataset):
+            self._native, self.repo_id = repo_id, None
         else:
-            self._native = _native.Dataset(os.fspath(root_or_native), episodes)
+            resolved, self.repo_id = compat.resolve_root(repo_id, root)
+            self._native = _native.Dataset(resolved, episodes, on_metadata_error=on_metadata_error)
+        self.revision = revision
         self._info = None
         self._stats = None
+        self._info_json = None
+        self._episodes_table = None
+        self._features = None
+
+    # ---- LeRobot's raw info.json and the derived surface ---------------------------
+
+    @property
+    def info_json(self):
+        """meta/info.json as a dict (LeRobot's ``meta.info``)."""
+        if self._info_json is None:
+            self._info_json = compat.read_json(self.root, "meta/info.json") or {}
+        return self._info_json
+
+    @property
+    def robot_type(self):
+        return self.info_json.get("robot_type")
+
+    @property
+    def chunks_size(self):
+        return int(self.info_json.get("chunks_size", compat.DEFAULT_CHUNK_SIZE))
+
+    @property
+    def data_path(self):
+        return self.info_json.get("data_path")
+
+    @property
+    def video_path(self):
+        return self.info_json.get("video_path")
+
+    @property
+    def task_to_index(self):
+        return {task: i for i, task in enumerate(self._native.tasks)}
+
+    def get_task_index(self, task):
+        """task_index of a task string, or None (as LeRobot)."""
+        return self.task_to_index.get(task)
+
+    def _episode_row(self, ep_index):
+        table = self.episodes
+        if "episode_index" in table.column_names:
+            indices = table["episode_index"]
+            if ep_index in indices:
+                return table[indices.index(ep_index)]
+        raise IndexError(f"episode {ep_index} is not in the dataset")
+
+    def get_data_file_path(self, ep_index):
+        """The data Parquet of an episode, relative to the root (a Path)."""
+        row = self._episode_row(int(ep_index))
+        if "data/chunk_index" in row:
+            return pathlib.Path(compat.format_path(self.data_path, chunk_index=row["data/chunk_index"],
+                                                   file_index=row["data/file_index"]))
+        return pathlib.Path(compat.format_path(self.data_path, episode_chunk=int(ep_index) // self.chunks_size,
+                                               episode_index=int(ep_index)))
+
+    def get_video_file_path(self, ep_index, vid_key):
+        """An episode's MP4 of camera vid_key, relative to the root (a Path)."""
+        row = self._episode_row(int(ep_index))
+        if f"videos/{vid_key}/chunk_index" in row:
+            return pathlib.Path(compat.format_path(self.video_path, video_key=vid_key,
+                                                   chunk_index=row[f"videos/{vid_key}/chunk_index"],
+                                                   file_index=row[f"videos/{vid_key}/file_index"]))
+        return pathlib.Path(compat.format_path(self.video_path, video_key=vid_key,
+                                               episode_chunk=int(ep_index) // self.chunks_size,
+                                               episode_index=int(ep_index)))
+
+    @property
+    def selected_episodes(self):
+        """The selected episodes: dicts of episode_index, length, from_index, to_index."""
+        return self._native.episodes
+
+    @property
+    def metadata_errors_ignored(self):
+        """Metadata errors let through by on_metadata_error="warn" (0 in the strict default)."""
+        return sum(1 for p in self.info["problems"] if p["severity"] == "error" and p["file"].startswith("meta/")
+                   and "stats" not in p["file"])
+
+    @property
+    def metadata_errors_ignored(self):
+        """Metadata errors let through by on_metadata_error="warn" (0 in the strict default)."""
+        return sum(1 for p in self.info["problems"] if p["severity"] == "error" and p["file"].startswith("meta/")
+                   and "stats" not in p["file"])
 
     @property
     def root(self):
@@ -65,8 +161,11 @@ class LeRobotDatasetMetadata:
 
     @property
     def features(self):
-        """{name: {"dtype", "shape", "kind"}} in info.json order (shape a tuple)."""
-        return self._native.features
+        """{name: {"dtype", "shape" (tuple), "names", "info" (videos), "kind"}} in info.json order, as
+        LeRobot's meta.features (what dataset_to_policy_features reads); frame sizes are the files'."""
+        if self._features is None:
+            self._features = compat.lerobot_features(self.info_json, self._native.features)
+        return self._features
 
     @property
     def shapes(self):
@@ -86,22 +185,45 @@ class LeRobotDatasetMetadata:
 
     @property
     def tasks(self):
-        """Task strings by task_index."""
+        """LeRobot's task table: a pandas DataFrame indexed by the task string, column task_index."""
+        return compat.tasks_frame(self._native.tasks)
+
+    @property
+    def task_list(self):
+        """Task strings by task_index (a list)."""
         return self._native.tasks
 
     @property
     def episodes(self):
-        """Selected episodes: dicts of episode_index, length, from_index, to_index."""
+        """The full episodes table with LeRobot's column names (episode_index, tasks, length,
+        dataset_from_index, dataset_to_index, data/..., videos/<key>/...; stats columns dropped):
+        ``meta.episodes["dataset_from_index"]`` is a list, ``meta.episodes[i]`` a row dict."""
+        if self._episodes_table is None:
+            self._episodes_table = compat.episodes_table(self.root, self.info_json, self._all_episodes_fallback())
+        return self._episodes_table
+
+    def _all_episodes_fallback(self):
+        rows = []
+        if not compat.is_url(self.root):
+            path = pathlib.Path(self.root) / "meta" / "episodes.jsonl"
+            if path.is_file():
+                import json
+                start = 0
+                for line in path.read_text().splitlines():
+                    if line.strip():
+                        e = json.loads(line)
+                        rows.append({"episode_index": e["episode_index"], "length": e["length"],
+                                     "from_index": start, "to_index": start + e["length"]})
+                        start += e["length"]
+                return rows
         return self._native.episodes
 
     @property
     def stats(self):
-        """{feature: {stat: numpy array}} (meta/stats.json), like LeRobot's."""
+        """{feature: {stat: numpy array}} (meta/stats.json) with LeRobot's dtypes: count and integer
+        features' min/max int64, the rest float64."""
         if self._stats is None:
-            self._stats = {
-                feature: {name: np.asarray(values, dtype=np.float64) for name, values in per.items()}
-                for feature, per in self._native.stats.items()
-            }
+            self._stats = compat.lerobot_stats(self._native.stats, self._native.features)
         return self._stats
 
     def __repr__(self):
@@ -122,20 +244,38 @@ class LeRobotDataset:
     keys, renames, resize, normalize, lerobot_shapes, include_task: as for
     vlafeed.Loader. image_transforms: an optional callable applied to each
     camera tensor, as LeRobot does. output: "torch" (default) or "numpy".
+
+    LeRobot 0.6's signature is accepted (repo_id, root, episodes,
+    image_transforms, delta_timestamps, tolerance_s, revision,
+    force_cache_sync, download_videos, video_backend, batch_encoding_size;
+    the download and backend knobs have no effect). on_metadata_error="warn"
+    loads inconsistent metadata with a warning per problem;
+    on_error="skip" leaves out episodes the open found unservable (listed in
+    skipped_episodes); check_videos=0 skips the open-time video check.
     """
 
-    def __init__(self, root, episodes=None, delta_timestamps=None, image_format="float32", tolerance_s=1e-4, *,
-                 keys=None, renames=None, resize=None, normalize=None, return_uint8=False, image_transforms=None,
-                 lerobot_shapes=True, include_task=True, threads=None, output="torch"):
+    def __init__(self, repo_id=None, root=None, episodes=None, image_transforms=None, delta_timestamps=None,
+                 tolerance_s=1e-4, revision=None, force_cache_sync=False, download_videos=True, video_backend=None,
+                 batch_encoding_size=1, *, image_format="float32", keys=None, renames=None, resize=None,
+                 normalize=None, return_uint8=False, lerobot_shapes=True, include_task=True, threads=None,
+                 output="torch", on_metadata_error="raise", on_error="raise", check_videos=1):
         if return_uint8:
             image_format = "uint8"
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
+        root, repo_id = compat.resolve_root(repo_id, root)
+        # LeRobot's download/backend knobs have no effect here: vlafeed reads the
+        # files in place (local or by URL) with its own decoders, whose frames
+        # equal PyAV's and torchcodec's.
+        self.repo_id, self.revision, self.video_backend = repo_id, revision, video_backend
+        self.download_videos = download_videos
         self._config = dict(
-            root=os.fspath(root), episodes=None if episodes is None else [int(e) for e in episodes],
+            root=root, episodes=None if episodes is None else [int(e) for e in episodes],
             delta_timestamps=None if delta_timestamps is None else {k: [float(x) for x in v]
                                                                      for k, v in delta_timestamps.items()},
             image_format=image_format, tolerance_s=tolerance_s, keys=keys, renames=renames, resize=resize,
             normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task, threads=threads,
-            output=output)
+            output=output, on_metadata_error=on_metadata_error, on_error=on_error, check_videos=check_videos)
         self.image_transforms = image_transforms
         self._open()
 
@@ -144,8 +284,13 @@ class LeRobotDataset:
     def _open(self):
         c = self._config
         self._pid = os.getpid()
-        self.native_dataset = _native.Dataset(c["root"], c["episodes"])
+        self.native_dataset = _native.Dataset(c["root"], c["episodes"], on_metadata_error=c["on_metadata_error"],
+                                              check_videos=c.get("check_videos", 1))
+        self.skipped_episodes = []
+        if c.get("on_error") == "skip":
+            self._skip_bad_episodes()
         self.meta = LeRobotDatasetMetadata(self.native_dataset)
+        self.meta.repo_id, self.meta.revision = self.repo_id, self.revision
         threads = c["threads"]
         if threads is None:  # get_items spreads the cameras over threads; more do not help
             threads = max(1, min(os.cpu_count() or 1, len(self.native_dataset.camera_keys) or 1))
@@ -157,6 +302,30 @@ class LeRobotDataset:
             decoder_cache_entries=32)
         self._len = self._loader.num_positions
 
+    def _skip_bad_episodes(self):
+        """on_error="skip": leaves out the selected episodes the open found
+        unservable (their video frames cannot be matched exactly, or their
+        data/video file is damaged or missing), with one warning each;
+        skipped_episodes lists them."""
+        c = self._config
+        selected = [e["episode_index"] for e in self.native_dataset.episodes]
+        bad = {}
+        for p in self.native_dataset.info()["problems"]:
+            if p["severity"] == "error" and p["episode"] is not None and p["episode"] in selected and \
+                    (p["file"].startswith("videos/") or p["file"].startswith("data/")):
+                bad.setdefault(p["episode"], f'{p["file"]}: {p["message"]}')
+        if not bad:
+            return
+        keep = [e for e in selected if e not in bad]
+        if not keep:
+            raise _native.VlafeedError(f"{c['root']}: on_error=\"skip\" would skip every selected episode; first: "
+                                       f"{next(iter(bad.values()))}")
+        for episode, why in sorted(bad.items()):
+            warnings.warn(f"vlafeed: episode {episode} skipped (on_error=\"skip\"): {why}", stacklevel=4)
+        self.skipped_episodes = sorted(bad)
+        self.native_dataset = _native.Dataset(c["root"], keep, on_metadata_error=c["on_metadata_error"],
+                                              check_videos=c.get("check_videos", 1))
+
     def _ensure_process(self):
         # A forked child (DataLoader worker) inherits the engine objects without
         # their threads: open its own (the inherited loader is left unclosed by
@@ -165,11 +334,13 @@ class LeRobotDataset:
             self._open()
 
     def __getstate__(self):
-        return {"config": self._config, "image_transforms": self.image_transforms}
+        return {"config": self._config, "image_transforms": self.image_transforms,
+                "lerobot": (self.repo_id, self.revision, self.video_backend, self.download_videos)}
 
     def __setstate__(self, state):
         self._config = state["config"]
         self.image_transforms = state["image_transforms"]
+        self.repo_id, self.revision, self.video_backend, self.download_videos = state["lerobot"]
         self._open()
 
     # ---- LeRobotDataset surface -------------------------------------------------------
@@ -225,10 +396,18 @@ class LeRobotDataset:
     def video_keys(self):
         return self.meta.video_keys
 
+    @property
+    def hf_dataset(self):
+        """Column access as on LeRobot's hf_dataset: ``ds.hf_dataset["action"]`` -> numpy array of the
+        selected episodes' rows (numeric columns), ``len(ds.hf_dataset)``, ``column_names``."""
+        return _ColumnView(self)
+
     def __len__(self):
         return self._len
 
     def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
         try:
             i = int(index)
         except TypeError:
@@ -248,5 +427,34 @@ class LeRobotDataset:
         return item
 
     def __repr__(self):
-        return (f"vlafeed.LeRobotDataset(root={self.root!r}, episodes={self.num_episodes}, frames={self._len}, "
+        return (f"vlafeed.LeRobotDataset(repo_id={self.repo_id!r}, root={self.root!r}, episodes={self.num_episodes}, frames={self._len}, "
                 f"fps={self.fps}, camera_keys={self.camera_keys})")
+
+
+class _ColumnView:
+    """What LeRobot scripts read from ``dataset.hf_dataset``: columns by name."""
+
+    def __init__(self, ds):
+        self._ds = ds
+
+    @property
+    def column_names(self):
+        return [n for n, f in self._ds.meta.features.items() if f["dtype"] not in ("video", "image", "language")]
+
+    def __len__(self):
+        return len(self._ds)
+
+    def __getitem__(self, column):
+        if not isinstance(column, str):
+            return self._ds[column]
+        if column not in self.column_names:
+            raise KeyError(f"no column {column!r} (columns: {', '.join(self.column_names)})")
+        c = self._ds._config
+        starts, cols = _native.dataset_read_table(c["root"], [column], [e["episode_index"] for e in
+                                                                          self._ds.native_dataset.episodes])
+        data, dtype, width = cols[column]
+        if dtype == "str":
+            return list(data)
+        arr = np.frombuffer(data, dtype=dtype)
+        shape = self._ds.meta.features[column]["shape"]
+        return arr.reshape(-1, width) if tuple(shape) != (1,) else arr.copy()

@@ -1,7 +1,7 @@
 /*
  * py_dataset.c: Python functions of the dataset area.
  *
- *   vlafeed._native.dataset_info(path, episodes=None, check_data=True, check_files=None) -> dict
+ *   vlafeed._native.dataset_info(path, episodes=None, check_data=True, check_files=None, check_videos=True) -> dict
  *
  * returns the `vlafeed info --json` document (docs/info-json.md), parsed
  * with Python's json module so both always carry the same content. A
@@ -29,11 +29,11 @@
 static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *keywords[] = {"path", "episodes", "check_data", "check_files", NULL};
+    static char *keywords[] = {"path", "episodes", "check_data", "check_files", "check_videos", NULL};
     PyObject *path_obj, *episodes_obj = Py_None, *check_files_obj = Py_None;
-    int check_data = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|OpO:dataset_info", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj, &check_data, &check_files_obj))
+    int check_data = 1, check_videos = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|OpOp:dataset_info", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &check_data, &check_files_obj, &check_videos))
         return NULL;
     /* None: at open up to VF_LAZY_FILE_CHECKS files, deferred above;
      * True: always at open; False: never. */
@@ -59,6 +59,7 @@ static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwarg
     s.num_episodes = num_episodes;
     s.check_data_files = check_data;
     s.check_files = check_files;
+    s.check_videos = check_videos;
     vf_dataset *d = NULL;
     char *text = NULL;
     int r;
@@ -77,6 +78,55 @@ static PyObject *py_dataset_info(PyObject *self, PyObject *args, PyObject *kwarg
     Py_XDECREF(json);
     free(text);
     return result;
+}
+
+/* Metadata problems that make a dataset unfit to load as described: every
+ * error-severity problem found in meta/ (duplicate, missing or overlapping
+ * episodes, totals that disagree, a broken task table), statistics aside
+ * (they are ignored when bad, and never change which samples are served). */
+static int is_blocking_problem(const vf_problem *p)
+{
+    return p->severity == VF_SEVERITY_ERROR && !strncmp(p->file, "meta/", 5) && !strstr(p->file, "stats");
+}
+
+static char *format_problem(const vf_dataset *d, const vf_problem *p)
+{
+    char episode[48] = "", column[300] = "";
+    if (p->episode >= 0)
+        snprintf(episode, sizeof episode, " [episode %lld]", (long long)p->episode);
+    if (p->column[0])
+        snprintf(column, sizeof column, " [%.280s]", p->column);
+    return vf_asprintf("%s/%s%s%s: %s", vf_dataset_root(d), p->file, episode, column, p->message);
+}
+
+int vf_py_check_metadata(const vf_dataset *d, int lenient)
+{
+    size_t blocking = 0;
+    for (size_t i = 0; i < vf_dataset_num_problems(d); i++) {
+        const vf_problem *p = vf_dataset_problem(d, i);
+        if (!is_blocking_problem(p))
+            continue;
+        char *text = format_problem(d, p);
+        if (!text) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (!lenient) {
+            PyErr_Format(vf_py_error_type,
+                         "%s (inconsistent dataset metadata; `vlafeed info` reports it too; pass "
+                         "on_metadata_error=\"warn\" to load anyway)",
+                         text);
+            free(text);
+            return -1;
+        }
+        int w = PyErr_WarnFormat(PyExc_UserWarning, 2, "vlafeed: %s (loaded anyway: on_metadata_error=\"warn\")",
+                                 text);
+        free(text);
+        if (w < 0)
+            return -1;
+        blocking++;
+    }
+    return (int)VF_MIN(blocking, (size_t)INT32_MAX);
 }
 
 static PyObject *column_to_python(const vf_ds_column *c)
@@ -181,12 +231,14 @@ done:
 
 static PyMethodDef dataset_methods[] = {
     {"dataset_info", (PyCFunction)(void (*)(void))py_dataset_info, METH_VARARGS | METH_KEYWORDS,
-     "dataset_info(path, episodes=None, check_data=True, check_files=None) -> dict\n\n"
+     "dataset_info(path, episodes=None, check_data=True, check_files=None, check_videos=True) -> dict\n\n"
      "Opens the LeRobot dataset at path and returns the `vlafeed info --json`\n"
      "report (docs/info-json.md) as a dict. episodes selects episode indices;\n"
      "check_data=False skips opening the data Parquet footers. check_files: None\n"
      "(default) checks that data and video files exist at open up to 10,000 files and\n"
-     "defers the checks to first use above; True always checks at open; False never."},
+     "defers the checks to first use above; True always checks at open; False never.\n"
+     "check_videos=False skips indexing the local video files (codec, size, every\n"
+     "episode's frames)."},
     {"dataset_read_table", (PyCFunction)(void (*)(void))py_dataset_read_table, METH_VARARGS | METH_KEYWORDS,
      "dataset_read_table(path, columns, episodes=None) -> (episode_start, {column: (data, dtype, width)})\n\n"
      "Test hook: reads the named columns of the selected episodes through the\n"

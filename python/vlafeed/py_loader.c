@@ -2,7 +2,8 @@
  * py_loader.c: the loader surface of vlafeed._native (the contract in
  * native-python-contract.md):
  *
- *   Dataset(root, episodes=None)      an open dataset (vf_dataset)
+ *   Dataset(root, episodes=None, on_metadata_error="raise", check_videos=1)
+ *                                     an open dataset (vf_dataset)
  *   Loader(dataset, *, mode=..., ...) a loader over it (vf_loader), iterable
  *   Batch                             one batch; batch[name] is a zero-copy
  *                                     Column (buffer protocol) or list[str]
@@ -89,11 +90,19 @@ static void Dataset_dealloc(DatasetObject *self)
 
 static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"root", "episodes", "check_files", NULL};
+    static char *keywords[] = {"root", "episodes", "on_metadata_error", "check_videos", "check_files", NULL};
     PyObject *path_obj, *episodes_obj = Py_None, *check_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|O$O:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
-                                     &episodes_obj, &check_obj))
+    const char *on_metadata_error = "raise";
+    int check_videos = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|OsiO:Dataset", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &episodes_obj, &on_metadata_error, &check_videos, &check_obj))
         return -1;
+    if (strcmp(on_metadata_error, "raise") && strcmp(on_metadata_error, "warn")) {
+        Py_DECREF(path_obj);
+        PyErr_Format(PyExc_ValueError, "on_metadata_error must be \"raise\" or \"warn\", not \"%s\"",
+                     on_metadata_error);
+        return -1;
+    }
     /* check_files: None (default: at open up to VF_LAZY_FILE_CHECKS files, else when first opened),
      * True (always at open), False (never at open). */
     int check_files = VF_CHECK_FILES_AUTO;
@@ -117,6 +126,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     s.episodes = episodes_obj != Py_None ? episodes : NULL;
     s.num_episodes = n;
     s.check_files = check_files;
+    s.check_videos = check_videos; /* issue 10: 1 local roots (default), 2 remote too, 0 off */
     vf_dataset *d = NULL;
     int r;
     Py_BEGIN_ALLOW_THREADS
@@ -126,6 +136,11 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     Py_DECREF(path_obj);
     if (r < 0) {
         vf_py_raise(r);
+        return -1;
+    }
+    /* issue 10: metadata errors `vlafeed info` reports fail the open too. */
+    if (vf_py_check_metadata(d, !strcmp(on_metadata_error, "warn")) < 0) {
+        vf_dataset_close(d);
         return -1;
     }
     if (self->d)
@@ -353,7 +368,9 @@ static PyTypeObject Dataset_Type = {
     .tp_basicsize = sizeof(DatasetObject),
     .tp_dealloc = (destructor)Dataset_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Dataset(root, episodes=None): an open LeRobot dataset (v3.0, v2.1).",
+    .tp_doc = "Dataset(root, episodes=None, on_metadata_error=\"raise\", check_videos=1): an open LeRobot "
+              "dataset (v3.0, v2.1). Metadata errors raise unless on_metadata_error=\"warn\"; check_videos "
+              "indexes the videos at open (1 local roots, 2 remote too, 0 off).",
     .tp_methods = Dataset_methods,
     .tp_getset = Dataset_getset,
     .tp_init = (initproc)Dataset_init,
@@ -369,6 +386,11 @@ typedef struct {
     vf_loader *l;
     PyObject *dataset;
     size_t batch_size;
+    /* Calls running with the GIL released (next, get_items, ...), and a
+     * loader whose close() came from another thread meanwhile: it is closed
+     * by the last of those calls when it returns, never under it. */
+    int in_flight;
+    vf_loader *close_pending;
 } LoaderObject;
 
 typedef struct {
@@ -900,6 +922,36 @@ static int loader_ready(LoaderObject *self)
     return 1;
 }
 
+/* Brackets a call that releases the GIL while using the loader (issue 10:
+ * close() from another thread must not free it under that call). */
+static vf_loader *loader_enter(LoaderObject *self)
+{
+    if (!loader_ready(self))
+        return NULL;
+    self->in_flight++;
+    return self->l;
+}
+
+static void loader_leave(LoaderObject *self)
+{
+    if (--self->in_flight == 0 && self->close_pending) {
+        vf_loader *l = self->close_pending;
+        self->close_pending = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        vf_loader_close(l);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+/* After a call: was the loader closed by another thread meanwhile? */
+static int closed_meanwhile(LoaderObject *self)
+{
+    if (self->l)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "the loader was closed (from another thread) during this call");
+    return 1;
+}
+
 static PyObject *Loader_iter(LoaderObject *self) { return Py_NewRef(self); }
 
 static PyObject *Loader_next(LoaderObject *self)
@@ -908,10 +960,17 @@ static PyObject *Loader_next(LoaderObject *self)
         return NULL;
     vf_batch *b = NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_next(l, &b);
     Py_END_ALLOW_THREADS
+    if (closed_meanwhile(self)) {
+        if (r == 0)
+            vf_batch_release(b);
+        loader_leave(self);
+        return NULL;
+    }
+    loader_leave(self);
     if (r == VF_EOF)
         return NULL; /* StopIteration */
     if (r < 0)
@@ -927,10 +986,14 @@ static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg)
     if (epoch == -1 && PyErr_Occurred())
         return NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_set_epoch(l, epoch);
     Py_END_ALLOW_THREADS
+    int closed = closed_meanwhile(self);
+    loader_leave(self);
+    if (closed)
+        return NULL;
     if (r < 0)
         return vf_py_raise(r);
     Py_RETURN_NONE;
@@ -946,11 +1009,18 @@ static PyObject *Loader_get_items(LoaderObject *self, PyObject *arg)
         return NULL;
     vf_batch *b = NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_get_items(l, positions, n, &b);
     Py_END_ALLOW_THREADS
     PyMem_Free(positions);
+    if (closed_meanwhile(self)) {
+        if (r == 0)
+            vf_batch_release(b);
+        loader_leave(self);
+        return NULL;
+    }
+    loader_leave(self);
     if (r < 0)
         return vf_py_raise(r);
     return make_batch(self, b);
@@ -976,10 +1046,14 @@ static PyObject *Loader_set_state(LoaderObject *self, PyObject *arg)
     if (dict_to_state(arg, &st) < 0)
         return NULL;
     int r;
-    vf_loader *l = self->l;
+    vf_loader *l = loader_enter(self);
     Py_BEGIN_ALLOW_THREADS
     r = vf_loader_set_state(l, &st);
     Py_END_ALLOW_THREADS
+    int closed = closed_meanwhile(self);
+    loader_leave(self);
+    if (closed)
+        return NULL;
     if (r < 0)
         return vf_py_raise(r);
     Py_RETURN_NONE;
@@ -1050,6 +1124,11 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
     if (self->l) {
         vf_loader *l = self->l;
         self->l = NULL;
+        if (self->in_flight) {
+            /* Another thread is inside the loader: it closes it on return. */
+            self->close_pending = l;
+            Py_RETURN_NONE;
+        }
         Py_BEGIN_ALLOW_THREADS
         vf_loader_close(l);
         Py_END_ALLOW_THREADS

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <time.h>
 
 #define VF_ERROR_MAX 1024
@@ -246,9 +248,26 @@ int vf_read_file(const char *path, uint8_t **data, size_t *len)
 {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* Opened non-blocking and checked before any read: a FIFO or a device
+     * in place of a metadata file is refused at once instead of hanging. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
         return vf_error(errno == ENOENT ? VF_ENOENT : VF_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return vf_error(VF_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return vf_error(VF_EIO, "%s: not a regular file (%s)", path, vf_file_kind_name(st.st_mode));
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return vf_error(VF_ENOMEM, "%s: cannot open: %s", path, strerror(errno));
+    }
     vf_buf b = {0};
     uint8_t chunk[65536];
     size_t n;
@@ -268,6 +287,23 @@ int vf_read_file(const char *path, uint8_t **data, size_t *len)
     *len = b.len;
     *data = (uint8_t *)vf_buf_take_string(&b);
     return *data ? 0 : VF_ENOMEM;
+}
+
+const char *vf_file_kind_name(unsigned mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISREG(mode))
+        return "a regular file";
+    return "not a file";
 }
 
 int vf_file_exists(const char *path)

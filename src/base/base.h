@@ -100,6 +100,8 @@ void vf_log(int level, const char *fmt, ...) VF_PRINTF(2, 3);
  * one past len). Errors name the path. */
 int vf_read_file(const char *path, uint8_t **data, size_t *len);
 /* 1 if a regular file exists at path, 0 otherwise. */
+/* "a directory", "a FIFO", ... for a stat() st_mode, for error messages. */
+const char *vf_file_kind_name(unsigned mode);
 int vf_file_exists(const char *path);
 int vf_dir_exists(const char *path);
 /* "a" + "/" + "b" (no double slash). Newly allocated; NULL on ENOMEM. */

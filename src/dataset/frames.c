@@ -185,6 +185,7 @@ static const char *problem_kind(vf_video_problem_kind k)
     case VF_VIDEO_PROBLEM_COUNT_MISMATCH: return "count_mismatch";
     case VF_VIDEO_PROBLEM_MISSING_FRAMES: return "missing_frames";
     case VF_VIDEO_PROBLEM_SPAN_MISMATCH: return "span_mismatch";
+    case VF_VIDEO_PROBLEM_UNMATCHED: return "unmatched";
     }
     return "other";
 }
@@ -236,6 +237,52 @@ static void add_error(json_t *list, size_t *errors, const char *file, const char
     (*errors)++;
 }
 
+/* --thorough: the open's error problems (video errors aside: the per-file
+ * loop below reports those itself) and every data page of the selected
+ * episodes read through the engine's own table reader. */
+static int thorough_checks(const vf_dataset *d, json_t *problems, size_t *errors)
+{
+    for (size_t i = 0; i < d->num_problems; i++) {
+        const vf_problem *p = &d->problems[i];
+        if (p->severity != VF_SEVERITY_ERROR || !strncmp(p->file, "videos/", 7))
+            continue;
+        add_error(problems, errors, p->file, p->column, p->episode, "dataset", p->message);
+    }
+    const char **columns = vf_malloc_array(d->num_features ? d->num_features : 1, sizeof *columns);
+    size_t *positions = vf_malloc_array(d->num_selected ? d->num_selected : 1, sizeof *positions);
+    if (!columns || !positions) {
+        free(columns);
+        free(positions);
+        return VF_ENOMEM;
+    }
+    size_t ncols = 0;
+    for (size_t k = 0; k < d->num_features; k++) {
+        const vf_feature *f = &d->features[k];
+        if (f->kind == VF_FEATURE_VECTOR || f->kind == VF_FEATURE_SCALAR || f->kind == VF_FEATURE_STRING)
+            columns[ncols++] = f->name;
+    }
+    int r = 0;
+    /* Episode by episode, so that an error names the first bad episode. */
+    for (size_t i = 0; i < d->num_selected && r != VF_ENOMEM; i++) {
+        positions[0] = i;
+        vf_ds_table t;
+        memset(&t, 0, sizeof t);
+        r = vf_ds_read_table(d, positions, 1, columns, ncols, VF_DS_VERIFY_INDEX, &t);
+        vf_ds_table_free(&t);
+        if (r < 0 && r != VF_ENOMEM) {
+            vf_data_span span;
+            const char *file = vf_dataset_episode_data(d, i, &span) == 0 && span.file < d->num_data_files
+                                   ? d->data_files[span.file].rel
+                                   : "";
+            add_error(problems, errors, file, "", d->episodes[d->selected[i]].pub.episode_index, "data",
+                      vf_last_error());
+        }
+    }
+    free(columns);
+    free(positions);
+    return r == VF_ENOMEM ? r : 0;
+}
+
 int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings *settings, char **json_out,
                             size_t *num_errors)
 {
@@ -259,6 +306,13 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
     free(caps);
     int64_t all_frames = 0, all_decoded = 0;
     double all_seconds = 0;
+    if (settings->thorough && thorough_checks(d, problems, &errors) == VF_ENOMEM) {
+        json_decref(root);
+        json_decref(cameras);
+        json_decref(problems);
+        json_decref(decoders);
+        return VF_ENOMEM;
+    }
 
     for (size_t c = 0; c < d->num_cameras; c++) {
         const vf_ds_camera *cam = &d->cameras[c];
@@ -330,7 +384,7 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
             }
             for (size_t p = 0; p < m.map.problem_count; p++) {
                 const vf_video_problem *vp = &m.map.problems[p];
-                int is_error = vp->kind == VF_VIDEO_PROBLEM_MISSING_FRAMES;
+                int is_error = vp->kind == VF_VIDEO_PROBLEM_MISSING_FRAMES || vp->kind == VF_VIDEO_PROBLEM_UNMATCHED;
                 json_array_append_new(problems,
                                       json_pack("{s:s,s:s,s:s,s:I,s:s,s:s}", "severity", is_error ? "error" : "info",
                                                 "file", f->rel, "camera", cam->pub.key, "episode",

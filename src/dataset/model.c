@@ -211,6 +211,30 @@ int vf_ds_reserve_episodes(vf_dataset *d, size_t n)
 
 /* ---- path templates ------------------------------------------------------- */
 
+/* A path made from a metadata template must name a file inside the dataset
+ * root, local or remote: relative, no '..' component, no scheme, no
+ * backslash (a Windows separator that a server may honour). */
+static int check_relative_path(const char *templ, const char *path)
+{
+    if (!*path)
+        return vf_error(VF_ECORRUPT, "path template '%s': expands to an empty path", templ);
+    if (path[0] == '/' || strchr(path, '\\') || strstr(path, "://"))
+        return vf_error(VF_ECORRUPT, "path template '%s': expands to '%s', which is not a path inside the dataset root",
+                        templ, path);
+    for (const char *p = path; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return vf_error(VF_ECORRUPT,
+                            "path template '%s': expands to '%s', which leaves the dataset root ('..' component)", templ,
+                            path);
+        p += n;
+        if (*p == '/')
+            p++;
+    }
+    return 0;
+}
+
 int vf_ds_format_template(const char *templ, const vf_ds_template_vars *vars, char **out)
 {
     *out = NULL;
@@ -297,7 +321,13 @@ int vf_ds_format_template(const char *templ, const vf_ds_template_vars *vars, ch
         return r;
     }
     *out = vf_buf_take_string(&b);
-    return *out ? 0 : VF_ENOMEM;
+    if (!*out)
+        return VF_ENOMEM;
+    if ((r = check_relative_path(templ, *out)) < 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return r;
 }
 
 /* ---- local file system ---------------------------------------------------- */
@@ -413,6 +443,7 @@ void vf_dataset_defaults(vf_dataset_settings *s)
     memset(s, 0, sizeof *s);
     s->check_files = VF_CHECK_FILES_AUTO;
     s->check_data_files = 0;
+    s->check_videos = 1;
 }
 
 static int cmp_size_by_episode(const void *a, const void *b, void *ctx)

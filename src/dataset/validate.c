@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -70,11 +71,13 @@ static int check_metadata(vf_dataset *d)
                                   v->from_timestamp, v->to_timestamp);
                 continue;
             }
+            /* to_timestamp is the end of the last frame (LeRobot's writer)
+             * or the last frame's time (some converters): both are fine. */
             double frames = (v->to_timestamp - v->from_timestamp) * cam->fps;
-            if (fabs(frames - (double)e->pub.length) > 0.5)
+            if (fabs(frames - (double)e->pub.length) > 0.5 && fabs(frames - (double)(e->pub.length - 1)) > 0.5)
                 r = vf_ds_problem(d, VF_SEVERITY_WARNING, erel, ep, column,
-                                  "video span (to - from) * fps = %.3f frames, episode length %lld "
-                                  "(dropped or extra frames?)",
+                                  "video span (to - from) * fps = %.3f frames matches neither the episode length "
+                                  "%lld (to = end) nor length - 1 (to = last frame)",
                                   frames, (long long)e->pub.length);
             if (r == 0 && (v->chunk_index < 0 || v->file_index < 0))
                 r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, column, "negative video chunk/file index");
@@ -135,23 +138,34 @@ static int64_t first_user(const vf_dataset *d, const vf_ds_file *f)
     return f->num_episodes ? d->episodes[d->selected[f->episodes[0]]].pub.episode_index : -1;
 }
 
+/* Records a file that is not there as a regular file: missing, or (local
+ * roots) something else in its place: a FIFO, a device, a directory. */
+static int report_absent(vf_dataset *d, const vf_ds_file *f, const char *column, const char *what)
+{
+    struct stat st;
+    if (!vf_is_url(d->root) && f->path && stat(f->path, &st) == 0 && !S_ISREG(st.st_mode))
+        return vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), column, "%s is not a regular file (%s)",
+                             what, vf_file_kind_name(st.st_mode));
+    int r = vf_ds_missing_file(d, f->rel);
+    return r < 0 ? r : vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), column, "%s missing", what);
+}
+
 static int check_files(vf_dataset *d)
 {
     int r = 0;
     for (size_t i = 0; i < d->num_data_files && r == 0; i++) {
         vf_ds_file *f = &d->data_files[i];
         f->exists = d->fs.exists(d->fs.ctx, f->rel);
-        if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
-            r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), "", "data file missing");
+        if (!f->exists)
+            r = report_absent(d, f, "", "data file");
     }
     for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
         vf_ds_camera *cam = &d->cameras[c];
         for (size_t i = 0; i < cam->num_files && r == 0; i++) {
             vf_ds_file *f = &cam->files[i];
             f->exists = d->fs.exists(d->fs.ctx, f->rel);
-            if (!f->exists && (r = vf_ds_missing_file(d, f->rel)) == 0)
-                r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), cam->pub.key,
-                                  "video file missing");
+            if (!f->exists)
+                r = report_absent(d, f, cam->pub.key, "video file");
         }
     }
     return r;
@@ -207,6 +221,119 @@ static int check_data_files(vf_dataset *d)
     return r;
 }
 
+/* Codec names as info.json writers spell them, to FFmpeg's names. */
+static const char *canonical_codec(const char *name)
+{
+    static const char *const aliases[][2] = {
+        {"h265", "hevc"}, {"hvc1", "hevc"}, {"hev1", "hevc"}, {"libx265", "hevc"}, {"avc1", "h264"},
+        {"avc", "h264"},  {"libx264", "h264"}, {"av01", "av1"}, {"libdav1d", "av1"}, {"libsvtav1", "av1"},
+        {"libaom-av1", "av1"}, {"mp4v", "mpeg4"}, {"vp09", "vp9"}, {"libvpx-vp9", "vp9"},
+    };
+    for (size_t i = 0; i < VF_ARRAY_LEN(aliases); i++)
+        if (!strcmp(name, aliases[i][0]))
+            return aliases[i][1];
+    return name;
+}
+
+static int same_pix_fmt(const char *a, const char *b)
+{
+    /* yuvj420p is yuv420p with the full range flag: the same samples. */
+    if (!strncmp(a, "yuvj", 4) && !strcmp(a + 4, b + 3) && !strncmp(b, "yuv", 3))
+        return 1;
+    if (!strncmp(b, "yuvj", 4) && !strcmp(b + 4, a + 3) && !strncmp(a, "yuv", 3))
+        return 1;
+    return !strcmp(a, b);
+}
+
+/* Sets a camera's size (and its feature's H and W) to the files' truth. */
+static void use_file_size(vf_dataset *d, vf_ds_camera *cam, int width, int height)
+{
+    vf_feature *f = &d->features[cam->pub.feature];
+    int64_t *shape = (int64_t *)f->shape;
+    int64_t old_h = cam->pub.height, old_w = cam->pub.width;
+    if (f->ndim == 3) {
+        int at = shape[0] == old_h && shape[1] == old_w ? 0 : shape[1] == old_h && shape[2] == old_w ? 1 : -1;
+        if (at >= 0) {
+            shape[at] = height;
+            shape[at + 1] = width;
+            f->size = shape[0] * shape[1] * shape[2];
+        }
+    }
+    cam->pub.width = width;
+    cam->pub.height = height;
+}
+
+/* The open-time video check (vf_dataset_settings.check_videos). */
+static int check_videos(vf_dataset *d)
+{
+    int r = 0;
+    for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
+        vf_ds_camera *cam = &d->cameras[c];
+        const char *key = cam->pub.key;
+        int file_w = 0, file_h = 0, sizes_agree = 1;
+        for (size_t i = 0; i < cam->num_files && r == 0; i++) {
+            vf_ds_file *f = &cam->files[i];
+            if (f->exists != 1 || f->num_episodes == 0)
+                continue; /* missing files are problems already; unchecked ones are not opened */
+            vf_ds_video_map m;
+            int b = vf_ds_video_map_build(d, c, i, &m);
+            if (b == VF_ENOMEM)
+                return b;
+            if (b < 0) {
+                r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), key, "unreadable video: %s",
+                                  vf_last_error());
+                continue;
+            }
+            const vf_video_index *ix = m.index;
+            const char *declared = cam->pub.codec && cam->pub.codec[0] ? cam->pub.codec : NULL;
+            if (declared && strcmp(canonical_codec(declared), ix->codec_name)) {
+                r = vf_ds_problem(d, VF_SEVERITY_WARNING, f->rel, -1, key,
+                                  "codec is %s in the file, info.json says %s (the file's codec is used)",
+                                  ix->codec_name, declared);
+                const char *truth = vf_ds_strdup(d, ix->codec_name);
+                if (truth)
+                    cam->pub.codec = truth; /* what `info` and the reports show from now on */
+            }
+            if (r == 0 && cam->pub.pix_fmt && cam->pub.pix_fmt[0] && strcmp(ix->pixfmt_name, "unknown") &&
+                !same_pix_fmt(ix->pixfmt_name, cam->pub.pix_fmt)) {
+                r = vf_ds_problem(d, VF_SEVERITY_WARNING, f->rel, -1, key,
+                                  "pixel format is %s in the file, info.json says %s (the file's is used)",
+                                  ix->pixfmt_name, cam->pub.pix_fmt);
+                const char *truth = vf_ds_strdup(d, ix->pixfmt_name);
+                if (truth)
+                    cam->pub.pix_fmt = truth;
+            }
+            if (r == 0 && cam->pub.width > 0 && (ix->width != cam->pub.width || ix->height != cam->pub.height))
+                r = vf_ds_problem(d, VF_SEVERITY_WARNING, f->rel, -1, key,
+                                  "frames are %dx%d in the file, info.json says %dx%d", ix->width, ix->height,
+                                  cam->pub.width, cam->pub.height);
+            if (file_w == 0) {
+                file_w = ix->width;
+                file_h = ix->height;
+            } else if (file_w != ix->width || file_h != ix->height) {
+                sizes_agree = 0;
+            }
+            for (size_t p = 0; p < m.map.problem_count && r == 0; p++) {
+                const vf_video_problem *vp = &m.map.problems[p];
+                if (vp->kind == VF_VIDEO_PROBLEM_UNMATCHED)
+                    r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, vp->episode_index, key, "%s", vp->message);
+                else if (vp->kind == VF_VIDEO_PROBLEM_COUNT_MISMATCH || vp->kind == VF_VIDEO_PROBLEM_SPAN_MISMATCH)
+                    r = vf_ds_problem(d, VF_SEVERITY_WARNING, f->rel, vp->episode_index, key, "%s", vp->message);
+            }
+            vf_ds_video_map_free(&m);
+        }
+        /* The file's truth: frames come out at the size they are stored at
+         * when every checked file of the camera agrees on it. */
+        if (r == 0 && sizes_agree && file_w > 0 && (file_w != cam->pub.width || file_h != cam->pub.height)) {
+            r = vf_ds_problem(d, VF_SEVERITY_WARNING, "meta/info.json", -1, key,
+                              "camera %s: using the files' frame size %dx%d instead of info.json's %dx%d", key,
+                              file_w, file_h, cam->pub.width, cam->pub.height);
+            use_file_size(d, cam, file_w, file_h);
+        }
+    }
+    return r;
+}
+
 int vf_ds_validate(vf_dataset *d, const vf_dataset_settings *s)
 {
     int r = check_metadata(d);
@@ -214,5 +341,7 @@ int vf_ds_validate(vf_dataset *d, const vf_dataset_settings *s)
         r = check_files(d);
     if (r == 0 && s->check_data_files)
         r = check_data_files(d);
+    if (r == 0 && (s->check_videos >= 2 || (s->check_videos == 1 && !vf_is_url(d->root))))
+        r = check_videos(d);
     return r;
 }

@@ -67,6 +67,8 @@ typedef struct chunk_ctx {
 typedef struct page_header {
     int type;
     int32_t uncompressed_size, compressed_size;
+    int has_crc;
+    uint32_t crc; /* CRC-32 (zlib) of the page's bytes as stored, when has_crc */
     int has_data, has_dict, has_v2;
     int32_t num_values;
     int encoding, def_encoding, rep_encoding;
@@ -695,6 +697,10 @@ static void parse_page_header(vf_pq_tr *t, page_header *h)
         case 1: h->type = i32_field(t, type); break;
         case 2: h->uncompressed_size = i32_field(t, type); break;
         case 3: h->compressed_size = i32_field(t, type); break;
+        case 4:
+            h->has_crc = type == VF_TC_I32;
+            h->crc = (uint32_t)i32_field(t, type);
+            break;
         case 5:
         case 7:
         case 8:
@@ -1237,6 +1243,17 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
         if ((r = fetch(c, pos, h.compressed_size, &payload, &avail)) < 0)
             break;
         pos += h.compressed_size;
+        /* The optional page CRC covers the page as stored (compressed,
+         * levels included for v2 pages); a mismatch means the bytes on disk
+         * are not the ones written, so no value of the page is trusted. */
+        if (h.has_crc && h.compressed_size > 0) {
+            uint32_t crc = (uint32_t)crc32(0L, payload, (uInt)h.compressed_size);
+            if (crc != h.crc) {
+                r = fail(c, VF_ECORRUPT, "page CRC mismatch (stored %08x, computed %08x): the page is damaged",
+                         (unsigned)h.crc, (unsigned)crc);
+                break;
+            }
+        }
         if (h.type == VF_PQ_PAGE_DICTIONARY) {
             if (!h.has_dict) {
                 r = fail(c, VF_ECORRUPT, "dictionary page without its header");

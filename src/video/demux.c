@@ -101,7 +101,8 @@ vf_video_codec vf_vid_codec_from_id(enum AVCodecID id)
     case AV_CODEC_ID_AV1: return VF_VIDEO_CODEC_AV1;
     case AV_CODEC_ID_H264: return VF_VIDEO_CODEC_H264;
     case AV_CODEC_ID_HEVC: return VF_VIDEO_CODEC_HEVC;
-    default: return VF_VIDEO_CODEC_UNKNOWN;
+    case AV_CODEC_ID_NONE: return VF_VIDEO_CODEC_UNKNOWN;
+    default: return vf_vid_find_decoder(id) ? VF_VIDEO_CODEC_OTHER : VF_VIDEO_CODEC_UNKNOWN;
     }
 }
 
@@ -111,7 +112,8 @@ vf_video_pixfmt vf_vid_pixfmt_from_av(int av_pix_fmt)
     case AV_PIX_FMT_YUV420P:
     case AV_PIX_FMT_YUVJ420P: return VF_VIDEO_PIX_YUV420P;
     case AV_PIX_FMT_GRAY12LE: return VF_VIDEO_PIX_GRAY12;
-    default: return VF_VIDEO_PIX_UNKNOWN;
+    case AV_PIX_FMT_NONE: return VF_VIDEO_PIX_UNKNOWN;
+    default: return sws_isSupportedInput(av_pix_fmt) ? VF_VIDEO_PIX_OTHER : VF_VIDEO_PIX_UNKNOWN;
     }
 }
 
@@ -131,6 +133,7 @@ const char *vf_video_codec_name(vf_video_codec codec)
     case VF_VIDEO_CODEC_AV1: return "av1";
     case VF_VIDEO_CODEC_H264: return "h264";
     case VF_VIDEO_CODEC_HEVC: return "hevc";
+    case VF_VIDEO_CODEC_OTHER: return "other";
     default: return "unknown";
     }
 }

@@ -12,11 +12,17 @@
  * sum(lengths of earlier episodes) + k. That is exact whatever the drift;
  * the drift is measured and reported, never used.
  *
- * Fallback (frames dropped by a streaming encoder, edited files, episodes
- * missing from the list): match each frame by time, nearest pts within a
- * tolerance below half a frame, so one video frame can never serve two
- * different data rows. Every unmatched frame is reported as a problem record;
- * vf_video_episode_frame refuses to hand out a missing frame.
+ * Fallback (frames dropped by a streaming encoder, edited files): match each
+ * frame by time, nearest pts within a tolerance below half a frame, so one
+ * video frame can never serve two different data rows. Every unmatched frame
+ * is reported as a problem record.
+ *
+ * Verification (issue 10): in both modes an episode whose frames cannot be
+ * matched exactly (a start that jumps against from_timestamp, a broken pts
+ * grid, a span that fits neither to_timestamp convention, unmatched frames,
+ * a file holding more frames than its episodes) is UNMATCHED: recorded with
+ * its first unmatched frame, and vf_video_episode_frame refuses every frame
+ * of it, so no sample of it is ever served.
  */
 #include "video/video_internal.h"
 
@@ -76,12 +82,31 @@ int vf_video_episode_frame(const vf_video_episode *ep, int64_t k, int64_t *ordin
     if (k < 0 || k >= ep->length)
         return vf_error(VF_ERANGE, "episode %lld: frame %lld out of range (length %lld)", (long long)ep->episode_index,
                         (long long)k, (long long)ep->length);
+    if (ep->unmatched_frame >= 0)
+        return vf_error(VF_ECORRUPT, "episode %lld: refused (its video frames cannot be matched exactly: first "
+                                     "unmatched frame %lld: %s)",
+                        (long long)ep->episode_index, (long long)ep->unmatched_frame, ep->unmatched_reason);
     int64_t o = ep->frame_ordinals ? ep->frame_ordinals[k] : (ep->first_ordinal >= 0 ? ep->first_ordinal + k : -1);
     if (o < 0)
         return vf_error(VF_ECORRUPT, "episode %lld: frame %lld is missing from the video (dropped or edited)",
                         (long long)ep->episode_index, (long long)k);
     *ordinal = o;
     return 0;
+}
+
+/* Marks ep as refused from frame k on, with a problem record (the first
+ * reason found is kept). */
+static int mark_unmatched(problem_list *l, const vf_video_index *ix, const char *camera, vf_video_episode *ep,
+                          int64_t k, double expected_s, double found_s, const char *reason)
+{
+    if (ep->unmatched_frame >= 0)
+        return 0;
+    ep->unmatched_frame = k;
+    snprintf(ep->unmatched_reason, sizeof ep->unmatched_reason, "%s", reason);
+    return add_problem(l, VF_VIDEO_PROBLEM_UNMATCHED, ep->episode_index, k, ep->length - k, expected_s, found_s,
+                       "%s%s%s: episode %lld: frame %lld cannot be matched exactly: %s; the episode is refused",
+                       ix->name, camera ? ": camera " : "", camera ? camera : "", (long long)ep->episode_index,
+                       (long long)k, reason);
 }
 
 /* Stable order of episodes by from_timestamp (insertion sort on positions:
@@ -116,6 +141,13 @@ static int map_by_timestamp(const vf_video_index *ix, vf_video_episode *ep, doub
                             const char *camera, problem_list *problems)
 {
     int64_t n = ep->length;
+    if (n > ix->frame_count) {
+        /* Cannot fit (and a corrupt length must not size an allocation). */
+        char reason[160];
+        snprintf(reason, sizeof reason, "the episode has %lld frames, the whole file %lld", (long long)n,
+                 (long long)ix->frame_count);
+        return mark_unmatched(problems, ix, camera, ep, ix->frame_count, NAN, NAN, reason);
+    }
     int64_t *ord = vf_malloc_array((size_t)n, sizeof *ord);
     if (!ord)
         return VF_ENOMEM;
@@ -161,6 +193,22 @@ static int map_by_timestamp(const vf_video_index *ix, vf_video_episode *ep, doub
         }
         k = end;
     }
+    for (int64_t k = 0; k < n; k++) {
+        if (ord[k] >= 0)
+            continue;
+        double t = ep->from_timestamp + (double)k / fps;
+        int64_t near = vf_video_index_nearest(ix, t);
+        double near_s = near >= 0 ? vf_video_index_seconds(ix, near) : NAN;
+        char reason[160];
+        snprintf(reason, sizeof reason, "no video frame within %.2f ms of %.6f s (nearest at %.6f s)", tol * 1000.0, t,
+                 near_s);
+        int r = mark_unmatched(problems, ix, camera, ep, k, t, near_s, reason);
+        if (r < 0) {
+            free(ord);
+            return r;
+        }
+        break;
+    }
     int contiguous = ord[0] >= 0;
     for (int64_t k = 1; contiguous && k < n; k++)
         contiguous = ord[k] == ord[0] + k;
@@ -193,6 +241,8 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
         ep->frames_found = 0;
         ep->drift_ms = NAN;
         ep->frame_ordinals = NULL;
+        ep->unmatched_frame = -1;
+        ep->unmatched_reason[0] = 0;
         if (!isfinite(ep->from_timestamp) || !isfinite(ep->to_timestamp) || ep->length <= 0 ||
             ep->length > ((int64_t)1 << 40))
             return vf_error(VF_EINVAL, "%s%s%s: episode %lld has invalid metadata (from %g, to %g, length %lld)",
@@ -210,26 +260,70 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
     for (size_t i = 0; i < count && r == 0; i++) {
         vf_video_episode *ep = &eps[order[i]];
         double span = (ep->to_timestamp - ep->from_timestamp) * fps;
-        if (fabs(span - (double)ep->length) >= 0.5)
+        /* LeRobot writes to = from + length / fps; some converters write the
+         * last frame's time, from + (length - 1) / fps. Both are fine. */
+        if (fabs(span - (double)ep->length) >= 0.5 && fabs(span - (double)(ep->length - 1)) >= 0.5)
             r = add_problem(&problems, VF_VIDEO_PROBLEM_SPAN_MISMATCH, ep->episode_index, -1, 0,
                             (double)ep->length / fps, ep->to_timestamp - ep->from_timestamp,
-                            "%s%s%sepisode %lld: (to - from) * fps = %.3f but length is %lld (dropped frames?)",
-                            ix->name, camera ? ": camera " : ": ", camera ? camera : "",
+                            "%s%s%s: episode %lld: (to - from) * fps = %.3f matches neither length %lld (to = end) "
+                            "nor length - 1 (to = last frame)",
+                            ix->name, camera ? ": camera " : "", camera ? camera : "",
                             (long long)ep->episode_index, span, (long long)ep->length);
+        if (r == 0 && fabs(span - (double)ep->length) >= 0.5 && fabs(span - (double)(ep->length - 1)) >= 0.5) {
+            /* Its frames cannot all lie inside the recorded span: refuse it
+             * (a swapped or edited span would otherwise pass the start and
+             * grid checks and serve a neighbour's frames). */
+            int64_t k = span < (double)ep->length - 1 ? (int64_t)VF_MAX(0.0, floor(span + 0.5)) : ep->length - 1;
+            char reason[160];
+            snprintf(reason, sizeof reason, "the recorded span [%.6f, %.6f) s holds %.3f frames, not %lld",
+                     ep->from_timestamp, ep->to_timestamp, span, (long long)ep->length);
+            r = mark_unmatched(&problems, ix, camera, ep, k, ep->from_timestamp + (double)k / fps, NAN, reason);
+        }
     }
 
     if (r == 0 && sum == ix->frame_count) {
         map->method = VF_VIDEO_MAP_BY_ORDINAL;
         int64_t start = 0;
+        double previous_drift = 0.0;
         for (size_t i = 0; i < count && r == 0; i++) {
             vf_video_episode *ep = &eps[order[i]];
             ep->first_ordinal = start;
             ep->frames_found = ep->length;
             double real = vf_video_index_seconds(ix, start);
-            ep->drift_ms = (real - ep->from_timestamp) * 1000.0;
+            double drift = real - ep->from_timestamp;
+            ep->drift_ms = drift * 1000.0;
             if (fabs(ep->drift_ms) > map->max_abs_drift_ms)
                 map->max_abs_drift_ms = fabs(ep->drift_ms);
-            if (fabs(real - ep->from_timestamp) > tol)
+            /* The drift of a concatenated file grows by under a millisecond
+             * per episode; a step of a frame or more means this episode's
+             * frames are not where its metadata puts them (episodes swapped,
+             * a file of other lengths, frames added or removed). */
+            if (fabs(drift - previous_drift) > tol) {
+                char reason[160];
+                snprintf(reason, sizeof reason,
+                         "it starts at frame %lld (pts %.6f s) but from_timestamp says %.6f s (%+.3f ms, %+.3f ms "
+                         "from the previous episode's offset)",
+                         (long long)start, real, ep->from_timestamp, drift * 1000.0, (drift - previous_drift) * 1000.0);
+                r = mark_unmatched(&problems, ix, camera, ep, 0, ep->from_timestamp, real, reason);
+                start += ep->length;
+                continue;
+            }
+            previous_drift = drift;
+            /* Every frame on the 1/fps grid from the episode's first frame. */
+            for (int64_t k = 1; k < ep->length && r == 0; k++) {
+                double t = vf_video_index_seconds(ix, start + k) - real;
+                if (fabs(t - (double)k / fps) > tol) {
+                    char reason[160];
+                    snprintf(reason, sizeof reason,
+                             "frame ordinal %lld is at +%.6f s from the episode's first frame, expected +%.6f s "
+                             "(dropped, duplicated or retimed frames)",
+                             (long long)(start + k), t, (double)k / fps);
+                    r = mark_unmatched(&problems, ix, camera, ep, k, ep->from_timestamp + (double)k / fps,
+                                       ep->from_timestamp + t, reason);
+                    break;
+                }
+            }
+            if (r == 0 && fabs(real - ep->from_timestamp) > tol)
                 r = add_problem(&problems, VF_VIDEO_PROBLEM_DRIFT, ep->episode_index, 0, 0, ep->from_timestamp, real,
                                 "%s%s%sepisode %lld: starts at frame %lld, pts %.6f s, but from_timestamp says %.6f s "
                                 "(drift %.3f ms; the frame-ordinal mapping is used)",
@@ -250,6 +344,18 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
             r = map_by_timestamp(ix, ep, fps, tol, camera, &problems);
             if (r == 0 && isfinite(ep->drift_ms) && fabs(ep->drift_ms) > map->max_abs_drift_ms)
                 map->max_abs_drift_ms = fabs(ep->drift_ms);
+            /* More frames than the episodes hold: the file is not the one
+             * the metadata describes (another episode's or dataset's file
+             * in its place), and timestamps cannot tell which frames are
+             * this episode's: nothing of it is served. */
+            if (r == 0 && ix->frame_count > sum && ep->unmatched_frame < 0) {
+                char reason[160];
+                snprintf(reason, sizeof reason,
+                         "the file holds %lld frames but the metadata's %zu episodes in it hold %lld (another file "
+                         "in its place?)",
+                         (long long)ix->frame_count, count, (long long)sum);
+                r = mark_unmatched(&problems, ix, camera, ep, 0, ep->from_timestamp, NAN, reason);
+            }
         }
     }
     free(order);

@@ -11,7 +11,10 @@
  * decoded frame is mapped to its ordinal by pts through the index; frames
  * before the target are dropped, a frame past the target means the target
  * never came out, which is an error (or, right after a seek that landed too
- * late, a retry from an earlier keyframe).
+ * late, a retry from an earlier keyframe). Open GOPs: damaged pictures
+ * before the target are dropped, and a target that never comes out after a
+ * seek onto a non-IDR keyframe (the decoder waits for a recovery point) is
+ * retried from earlier keyframes, at last from the first.
  *
  * Bounds: a decode run reads at most frame_count + 64 packets and receives
  * at most as many frames, so corrupt input cannot loop forever.
@@ -95,10 +98,10 @@ static int open_decoder(vf_video_reader *r)
     AVCodecParameters *par = d->stream->codecpar;
     const vf_video_index *ix = r->index;
     if (ix->codec == VF_VIDEO_CODEC_UNKNOWN)
-        return vf_error(VF_EUNSUPPORTED, "%s%s%s: unsupported video codec %s (AV1, H.264 and HEVC are supported)",
-                        d->name, cam_sep(r), cam_name(r), ix->codec_name);
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: no decoder for video codec %s in the linked FFmpeg", d->name,
+                        cam_sep(r), cam_name(r), ix->codec_name);
     if (par->format >= 0 && ix->pixfmt == VF_VIDEO_PIX_UNKNOWN)
-        return vf_error(VF_EUNSUPPORTED, "%s%s%s: unsupported pixel format %s (yuv420p and gray12le are supported)",
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: pixel format %s cannot be converted to RGB by the linked swscale",
                         d->name, cam_sep(r), cam_name(r), ix->pixfmt_name);
     if (ix->width <= 0 || ix->height <= 0)
         return vf_error(VF_ECORRUPT, "%s: video stream has no valid size (%dx%d)", d->name, ix->width, ix->height);
@@ -234,21 +237,32 @@ static int seek_to(vf_video_reader *r, int64_t key_ordinal)
 }
 
 /* Receives the next decoded frame into r->frame and sets its ordinal.
- * Returns 0, or VF_EOF when the decoder is fully drained, or an error. */
-static int decode_next(vf_video_reader *r, int64_t *packets_left)
+ * Returns 0, or VF_EOF when the decoder is fully drained, or an error.
+ *
+ * A frame the decoder flags as damaged is an error only when it is the
+ * target or later; before the target it is dropped: right after a seek into
+ * an open GOP, the leading pictures that reference the previous GOP come out
+ * damaged (or not at all), and they are never the frame asked for, because
+ * the seek goes to the last keyframe at or before the target in
+ * presentation order and those leading pictures precede that keyframe. */
+static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left)
 {
     vf_vid_demux *d = &r->demux;
     const vf_video_index *ix = r->index;
     for (;;) {
         int ar = avcodec_receive_frame(r->dec, r->tmp);
         if (ar == 0) {
-            if (r->tmp->decode_error_flags || (r->tmp->flags & AV_FRAME_FLAG_CORRUPT)) {
-                av_frame_unref(r->tmp);
-                return vf_error(VF_ECORRUPT, "%s%s%s: decoder reported a damaged frame", d->name, cam_sep(r),
-                                cam_name(r));
-            }
             int64_t pts = r->tmp->pts != AV_NOPTS_VALUE ? r->tmp->pts : r->tmp->best_effort_timestamp;
             int64_t ordinal = pts != AV_NOPTS_VALUE ? vf_video_index_find_pts(ix, pts) : -1;
+            if (r->tmp->decode_error_flags || (r->tmp->flags & AV_FRAME_FLAG_CORRUPT)) {
+                av_frame_unref(r->tmp);
+                if (ordinal >= 0 && ordinal < target) {
+                    r->stats.frames_decoded++;
+                    continue;
+                }
+                return vf_error(VF_ECORRUPT, "%s%s%s: decoder reported a damaged frame (frame %lld)", d->name,
+                                cam_sep(r), cam_name(r), (long long)(ordinal >= 0 ? ordinal : target));
+            }
             if (ordinal < 0) {
                 av_frame_unref(r->tmp);
                 return vf_error(VF_ECORRUPT, "%s%s%s: decoded frame with pts %lld matches no frame of the index",
@@ -294,6 +308,9 @@ static int decode_next(vf_video_reader *r, int64_t *packets_left)
                 continue;
             }
             r->stats.packets_read++;
+            if (VF_UNLIKELY(r->debug))
+                vf_log(VF_LOG_DEBUG, "%s: packet pts %lld dts %lld flags %d", d->name, (long long)r->pkt->pts,
+                       (long long)r->pkt->dts, r->pkt->flags);
             if (r->pkt->flags & AV_PKT_FLAG_CORRUPT) {
                 av_packet_unref(r->pkt);
                 return vf_error(VF_ECORRUPT, "%s%s%s: corrupt (truncated?) video packet", d->name, cam_sep(r),
@@ -333,9 +350,23 @@ static int reach(vf_video_reader *r, int64_t target)
     }
     int retries = 0;
     int first_after_seek = !continuing;
+    int seeked = !continuing;
     int64_t packets_left = ix->frame_count + 64;
     for (;;) {
-        rc = decode_next(r, &packets_left);
+        rc = decode_next(r, target, &packets_left);
+        if (rc == VF_EOF && seeked && key > 0 && retries < 4) {
+            /* After a seek to a keyframe that is not an IDR picture (open
+             * GOPs), H.264 decoders hold back pictures until a recovery
+             * point; near the end of a file that may never come. Start
+             * from an earlier keyframe, and at last from the first one. */
+            retries++;
+            key = retries < 4 ? vf_video_index_keyframe_before(ix, key - 1) : vf_video_index_keyframe_before(ix, 0);
+            if ((rc = seek_to(r, key)) < 0)
+                goto fail;
+            packets_left = ix->frame_count + 64;
+            first_after_seek = 1;
+            continue;
+        }
         if (rc == VF_EOF) {
             rc = vf_error(VF_ECORRUPT, "%s%s%s: frame %lld never came out of the decoder (the file ends early or "
                                        "is damaged)",

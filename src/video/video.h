@@ -45,15 +45,19 @@ typedef enum vf_video_codec {
     VF_VIDEO_CODEC_AV1 = 1,  /* decoded with libdav1d, encoded with libsvtav1 */
     VF_VIDEO_CODEC_H264 = 2, /* FFmpeg h264 / libx264 */
     VF_VIDEO_CODEC_HEVC = 3, /* FFmpeg hevc / libx265 */
+    VF_VIDEO_CODEC_OTHER = 4, /* any other codec the linked FFmpeg decodes (mpeg4, vp9, mjpeg, ...);
+                               * vf_video_index.codec_name says which */
 } vf_video_codec;
 
 typedef enum vf_video_pixfmt {
     VF_VIDEO_PIX_UNKNOWN = 0,
     VF_VIDEO_PIX_YUV420P = 1,  /* 8-bit 4:2:0 (also accepted: yuvj420p) */
     VF_VIDEO_PIX_GRAY12 = 2,   /* gray12le: LeRobot depth maps, codes 0..4095 */
+    VF_VIDEO_PIX_OTHER = 3,    /* any other format swscale converts to RGB (yuv422p, yuv444p,
+                                * 10-bit, nv12, gray, ...): the generic swscale path */
 } vf_video_pixfmt;
 
-/* "av1", "h264", "hevc" or "unknown". */
+/* "av1", "h264", "hevc", "other" or "unknown". */
 const char *vf_video_codec_name(vf_video_codec codec);
 
 /* Sets FFmpeg's own (process-wide) log level from a VF_LOG_* level, or
@@ -131,6 +135,10 @@ typedef struct vf_video_episode {
     int64_t *frame_ordinals;   /* NULL when frame k is first_ordinal + k for every k;
                                 * else [length] ordinals with -1 where a frame is
                                 * missing. Owned by the map (vf_video_map_free). */
+    int64_t unmatched_frame;   /* -1, or the first frame k that cannot be matched exactly:
+                                * then NO frame of the episode is handed out
+                                * (vf_video_episode_frame fails for every k) */
+    char unmatched_reason[160];/* why, when unmatched_frame >= 0 */
 } vf_video_episode;
 
 typedef enum vf_video_problem_kind {
@@ -140,7 +148,11 @@ typedef enum vf_video_problem_kind {
     VF_VIDEO_PROBLEM_COUNT_MISMATCH = 2, /* sum of lengths != frames in the file: fell back to timestamps */
     VF_VIDEO_PROBLEM_MISSING_FRAMES = 3, /* frames [frame, frame+count) of the episode have no
                                           * frame within the tolerance (dropped, edited, past the end) */
-    VF_VIDEO_PROBLEM_SPAN_MISMATCH = 4,  /* (to - from) * fps differs from length by half a frame or more */
+    VF_VIDEO_PROBLEM_SPAN_MISMATCH = 4,  /* (to - from) * fps matches neither length (to = end of the
+                                          * last frame) nor length - 1 (to = the last frame's time) */
+    VF_VIDEO_PROBLEM_UNMATCHED = 5,      /* an error: the episode's frames cannot be matched exactly
+                                          * (wrong start, broken pts grid, missing frames); the
+                                          * episode is refused as a whole (unmatched_frame) */
 } vf_video_problem_kind;
 
 typedef struct vf_video_problem {
@@ -171,12 +183,20 @@ typedef struct vf_video_map {
  * lerobot-format.md §3.4). Episodes may be passed in any order; they are
  * processed by from_timestamp. When the lengths sum to the file's frame
  * count, episode e starts at the summed lengths of the earlier episodes
- * (exact whatever the timestamp drift), and each start is checked against
- * from_timestamp (drift_ms; DRIFT problem beyond the tolerance). Otherwise
- * every frame is matched by timestamp: the first frame with pts >= from -
- * 0.5/fps, then the nearest pts to from + k/fps within the tolerance; every
- * frame without a match is reported. Returns an error only for invalid
- * arguments (non-finite times, length <= 0); data problems are records.
+ * (exact whatever the timestamp drift), and each episode is verified from
+ * the index: its first pts against from_timestamp (the drift may grow by
+ * less than the tolerance from one episode to the next, as LeRobot's
+ * millisecond-rounded concatenation makes it grow, but a jump of a frame or
+ * more means the metadata and the file disagree), and every frame's pts on
+ * the 1/fps grid from the episode's first frame. Otherwise every frame is
+ * matched by timestamp: the first frame with pts >= from - 0.5/fps, then the
+ * nearest pts to from + k/fps within the tolerance. An episode that fails
+ * any of these is UNMATCHED: a problem record naming the episode and its
+ * first unmatched frame, and no frame of it is handed out. The span
+ * (to - from) * fps is accepted as length (to = end) or length - 1 (to = the
+ * last frame's time, written by some converters). Returns an error only for
+ * invalid arguments (non-finite times, length <= 0); data problems are
+ * records.
  * Free with vf_video_map_free(map, episodes, count). */
 int vf_video_map_episodes(const vf_video_index *index, vf_video_episode *episodes, size_t count,
                           const vf_video_map_settings *settings, vf_video_map *map);

@@ -10,6 +10,17 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* The synthetic datasets here hold placeholder MP4s: open them without the
+ * open-time video check (issue 10), which test_video_*.c and the Python
+ * corruption corpus exercise on real files. */
+static const vf_dataset_settings *meta_only(void)
+{
+    static vf_dataset_settings s;
+    vf_dataset_defaults(&s);
+    s.check_videos = 0;
+    return &s;
+}
+
 static void write_file(const char *dir, const char *rel, const char *text)
 {
     char *path = vf_path_join(dir, rel);
@@ -99,7 +110,7 @@ static void expect_info_error(const char *info, int code, const char *needle, in
 {
     char *dir = make_v21("hostile", info, EPISODES, TASKS, STATS);
     vf_dataset *d = (vf_dataset *)1;
-    int r = vf_dataset_open(&d, dir, NULL);
+    int r = vf_dataset_open(&d, dir, meta_only());
     vf_test_checks++;
     if (r != code || !strstr(vf_last_error(), needle) || d != NULL) {
         vf_test_failures++;
@@ -142,7 +153,7 @@ static void test_fixture(void)
         return;
     }
     vf_dataset *d;
-    CHECK_OK(vf_dataset_open(&d, root, NULL));
+    CHECK_OK(vf_dataset_open(&d, root, meta_only()));
     if (!d) {
         free(root);
         return;
@@ -281,7 +292,7 @@ static void test_good_v21(void)
 {
     char *dir = make_v21("good", INFO, EPISODES, TASKS, STATS);
     vf_dataset *d;
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         if (vf_dataset_num_problems(d))
             dump_problems(d);
@@ -320,7 +331,7 @@ static void test_depth_flags(void)
         char *info = replace(INFO, variants[i][0], variants[i][1]);
         char *dir = make_v21("depth", info, EPISODES, TASKS, STATS);
         vf_dataset *d;
-        CHECK_OK(vf_dataset_open(&d, dir, NULL));
+        CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
         CHECK(d && vf_dataset_camera(d, 0)->is_depth == 1);
         vf_dataset_close(d);
         vf_test_rmtree(dir);
@@ -394,7 +405,7 @@ static void test_hostile_info(void)
     /* Not a dataset at all. */
     char *dir = vf_test_tmpdir("empty");
     vf_dataset *d;
-    CHECK_ERR(vf_dataset_open(&d, dir, NULL), VF_ENOENT, "meta/info.json not found");
+    CHECK_ERR(vf_dataset_open(&d, dir, meta_only()), VF_ENOENT, "meta/info.json not found");
     vf_test_rmtree(dir);
     free(dir);
     CHECK_ERR(vf_dataset_open(&d, "/nonexistent/dataset", NULL), VF_ENOENT, "/nonexistent/dataset: no such directory");
@@ -429,7 +440,7 @@ static void test_hostile_jsonl(void)
     };
     for (size_t i = 0; i < VF_ARRAY_LEN(cases); i++) {
         char *dir = make_v21("jsonl", INFO, cases[i].episodes, cases[i].tasks, STATS);
-        int r = vf_dataset_open(&d, dir, NULL);
+        int r = vf_dataset_open(&d, dir, meta_only());
         vf_test_checks++;
         if (r != cases[i].code || !strstr(vf_last_error(), cases[i].needle)) {
             vf_test_failures++;
@@ -450,7 +461,7 @@ static void test_validation(void)
     char *info2 = replace(info, "\"total_tasks\": 1", "\"total_tasks\": 2");
     char *info3 = replace(info2, "\"total_episodes\": 2", "\"total_episodes\": 3");
     char *dir = make_v21("totals", info3, EPISODES, TASKS, STATS);
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "total_frames", "the episode lengths sum to 5, info.json total_frames says 6"));
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "total_tasks", "the task table has 1 tasks, info.json total_tasks says 2"));
@@ -469,7 +480,7 @@ static void test_validation(void)
     const char *episodes = "{\"episode_index\": 1, \"tasks\": [\"pick\"], \"length\": 3}\n"
                            "{\"episode_index\": 0, \"tasks\": [\"place\"], \"length\": 2}\n";
     dir = make_v21("order", INFO, episodes, "{\"task_index\": 5, \"task\": \"pick\"}\n", STATS);
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "episode_index", "row 0 holds episode 1"));
         CHECK(has_problem(d, VF_SEVERITY_WARNING, "tasks", "task \"place\" is not in meta/tasks.jsonl"));
@@ -486,7 +497,7 @@ static void test_validation(void)
     /* Duplicate episode and zero length. */
     episodes = "{\"episode_index\": 0, \"length\": 5}\n{\"episode_index\": 0, \"length\": 0}\n";
     dir = make_v21("dup", INFO, episodes, TASKS, STATS);
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "episode_index", "episode listed more than once"));
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "length", "episode length is 0"));
@@ -501,7 +512,7 @@ static void test_validation(void)
                         "{\"episode_index\": 1, \"stats\": {\"action\": {\"min\": [0, 1], \"max\": [2, 3], "
                         "\"mean\": [1, Infinity], \"std\": [1, 1], \"count\": [2]}}}\n";
     dir = make_v21("nan", INFO, EPISODES, TASKS, stats);
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(has_problem(d, VF_SEVERITY_WARNING, "action.min", "non-finite value"));
         CHECK(has_problem(d, VF_SEVERITY_WARNING, "action.mean", "non-finite value (NaN, Infinity or null) at element 1"));
@@ -517,7 +528,7 @@ static void test_validation(void)
     vf_test_rmtree(dir);
     free(dir);
     dir = make_v21("nostats", INFO, EPISODES, TASKS, "{\"episode_index\": 0, \"stats\": \n");
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "", "meta/episodes_stats.jsonl:1:"));
         vf_dataset_close(d);
@@ -525,7 +536,7 @@ static void test_validation(void)
     vf_test_rmtree(dir);
     free(dir);
     dir = make_v21("nostats2", INFO, EPISODES, TASKS, NULL);
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(has_problem(d, VF_SEVERITY_WARNING, "", "missing: no normalization statistics"));
         CHECK_EQ_INT(vf_dataset_num_stats(d), 0);
@@ -540,7 +551,7 @@ static void test_validation(void)
     char *gone = vf_path_join(dir, "data/chunk-000/episode_000001.parquet");
     char *gone2 = vf_path_join(dir, "videos/chunk-000/cam/episode_000001.mp4");
     CHECK(remove(gone) == 0 && remove(gone2) == 0);
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK_EQ_INT(vf_dataset_num_missing_files(d), 2);
         CHECK(!strcmp(vf_dataset_missing_file(d, 0), "data/chunk-000/episode_000001.parquet"));
@@ -549,8 +560,7 @@ static void test_validation(void)
         CHECK(has_problem(d, VF_SEVERITY_ERROR, "cam", "video file missing"));
         vf_dataset_close(d);
     }
-    vf_dataset_settings s;
-    vf_dataset_defaults(&s);
+    vf_dataset_settings s = *meta_only();
     int64_t only0[] = {0};
     s.episodes = only0;
     s.num_episodes = 1;
@@ -572,7 +582,7 @@ static void test_v20(void)
     char *dir = make_v21("v20", info, EPISODES, TASKS, NULL);
     write_file(dir, "meta/stats.json", "{\"action\": {\"mean\": [1, 2], \"std\": [0.5, NaN]}}");
     vf_dataset *d;
-    CHECK_OK(vf_dataset_open(&d, dir, NULL));
+    CHECK_OK(vf_dataset_open(&d, dir, meta_only()));
     if (d) {
         CHECK(!strcmp(vf_dataset_format_version(d), "v2.0"));
         const vf_stat *m = vf_dataset_find_stat(d, "action", "mean");

@@ -87,8 +87,33 @@ static void test_ordinal_with_drift(void)
     vf_video_map_free(&map, shuffled, 4);
     vf_video_index_free(ix);
 
-    /* Drift beyond a frame (hundreds of episodes into a file): ordinal
-     * mapping stays exact; the start is reported as DRIFT. */
+    /* Drift beyond a frame (many episodes into a file), grown by under a
+     * millisecond per episode: ordinal mapping stays exact; the late starts
+     * are reported as DRIFT (informational). */
+    enum { MANY = 60 };
+    int64_t at_many[MANY], ticks_many[MANY], lengths_many[MANY];
+    for (int i = 0; i < MANY; i++) {
+        at_many[i] = 2 * i + 2;
+        ticks_many[i] = 10; /* 0.65 ms per episode, 38 ms after 59 */
+        lengths_many[i] = 2;
+    }
+    ix = make_index(2 * MANY, at_many, ticks_many, MANY - 1, NULL, 0);
+    vf_video_episode many[MANY];
+    set_episodes(many, lengths_many, MANY);
+    CHECK_OK(vf_video_map_episodes(ix, many, MANY, &ms, &map));
+    CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_ORDINAL);
+    CHECK(map.problem_count > 0);
+    for (size_t p = 0; p < map.problem_count; p++)
+        CHECK_EQ_INT(map.problems[p].kind, VF_VIDEO_PROBLEM_DRIFT);
+    CHECK(map.max_abs_drift_ms > 1000.0 / 30);
+    CHECK_OK(vf_video_episode_frame(&many[MANY - 1], 1, &o));
+    CHECK_EQ_INT(o, 2 * MANY - 1);
+    vf_video_map_free(&map, many, MANY);
+    vf_video_index_free(ix);
+
+    /* A jump of more than the tolerance from one episode to the next: the
+     * frames are not where the metadata says (a swapped or replaced file):
+     * the episode is refused as a whole, the earlier one is served. */
     static const int64_t at2[] = {7};
     static const int64_t ticks2[] = {700}; /* 45.6 ms: more than a frame */
     ix = make_index(12, at2, ticks2, 1, NULL, 0);
@@ -96,15 +121,32 @@ static void test_ordinal_with_drift(void)
     set_episodes(eps, lengths2, 2);
     CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
     CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_ORDINAL);
-    CHECK_EQ_INT(eps[1].first_ordinal, 7);
     CHECK_EQ_INT(map.problem_count, 1);
     if (map.problem_count == 1) {
-        CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_DRIFT);
+        CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_UNMATCHED);
         CHECK_EQ_INT(map.problems[0].episode_index, 101);
-        CHECK(strstr(map.problems[0].message, "drift 45.57") != NULL);
+        CHECK_EQ_INT(map.problems[0].frame, 0);
+        CHECK(strstr(map.problems[0].message, "+45.573 ms") != NULL);
         CHECK(strstr(map.problems[0].message, "camera front") != NULL);
     }
+    CHECK_OK(vf_video_episode_frame(&eps[0], 6, &o));
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 3, &o), VF_ECORRUPT, "episode 101: refused");
     vf_video_map_free(&map, eps, 2);
+    vf_video_index_free(ix);
+
+    /* Same count, but frames retimed inside an episode (one dropped, one
+     * added at the end): the pts grid check refuses that episode. */
+    static const int64_t at3[] = {3};
+    static const int64_t ticks3[] = {512};
+    ix = make_index(12, at3, ticks3, 1, NULL, 0);
+    static const int64_t lengths3[] = {12};
+    set_episodes(eps, lengths3, 1);
+    CHECK_OK(vf_video_map_episodes(ix, eps, 1, &ms, &map));
+    CHECK_EQ_INT(map.problem_count, 1);
+    CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_UNMATCHED);
+    CHECK_EQ_INT(map.problems[0].frame, 3);
+    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "first unmatched frame 3");
+    vf_video_map_free(&map, eps, 1);
     vf_video_index_free(ix);
 }
 
@@ -121,14 +163,17 @@ static void test_dropped_frames(void)
     vf_video_map_settings ms = {.fps = 30};
     CHECK_OK(vf_video_map_episodes(ix, eps, 3, &ms, &map));
     CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
-    CHECK_EQ_INT(map.problem_count, 2);
-    if (map.problem_count == 2) {
+    CHECK_EQ_INT(map.problem_count, 3);
+    if (map.problem_count == 3) {
         CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_COUNT_MISMATCH);
         CHECK(strstr(map.problems[0].message, "hold 23 frames but the video has 21") != NULL);
         CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_MISSING_FRAMES);
         CHECK_EQ_INT(map.problems[1].episode_index, 101);
         CHECK_EQ_INT(map.problems[1].frame, 3);
         CHECK_EQ_INT(map.problems[1].count, 2);
+        CHECK_EQ_INT(map.problems[2].kind, VF_VIDEO_PROBLEM_UNMATCHED);
+        CHECK_EQ_INT(map.problems[2].episode_index, 101);
+        CHECK_EQ_INT(map.problems[2].frame, 3);
     }
     CHECK_EQ_INT(eps[0].first_ordinal, 0);
     CHECK(eps[0].frame_ordinals == NULL);
@@ -136,12 +181,12 @@ static void test_dropped_frames(void)
     CHECK_EQ_INT(eps[1].frames_found, 9);
     CHECK(eps[1].frame_ordinals != NULL);
     int64_t o;
-    CHECK_OK(vf_video_episode_frame(&eps[1], 2, &o));
-    CHECK_EQ_INT(o, 9);
-    CHECK_ERR(vf_video_episode_frame(&eps[1], 3, &o), VF_ECORRUPT, "episode 101: frame 3 is missing");
-    CHECK_ERR(vf_video_episode_frame(&eps[1], 4, &o), VF_ECORRUPT, "missing");
-    CHECK_OK(vf_video_episode_frame(&eps[1], 5, &o));
-    CHECK_EQ_INT(o, 10); /* ordinals close up after the dropped frames */
+    /* No frame of an episode with unmatched frames is handed out. */
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 2, &o), VF_ECORRUPT, "episode 101: refused");
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 3, &o), VF_ECORRUPT, "first unmatched frame 3");
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 5, &o), VF_ECORRUPT, "no video frame within 15.00 ms");
+    CHECK_OK(vf_video_episode_frame(&eps[0], 6, &o));
+    CHECK_EQ_INT(o, 6);
     CHECK_OK(vf_video_episode_frame(&eps[2], 0, &o));
     CHECK_EQ_INT(o, 16);
     CHECK(eps[2].frame_ordinals == NULL);
@@ -166,11 +211,15 @@ static void test_other_mismatches(void)
     eps[1].to_timestamp += 6 / 30.0;
     CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
     CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
-    CHECK_EQ_INT(map.problem_count, 1); /* only the count mismatch */
     CHECK_EQ_INT(eps[1].first_ordinal, 14);
     CHECK(eps[1].frame_ordinals == NULL);
-    CHECK_OK(vf_video_episode_frame(&eps[1], 5, &o));
-    CHECK_EQ_INT(o, 19);
+    /* ... but a file with more frames than its episodes is not the file the
+     * metadata describes: every episode in it is refused. */
+    CHECK_EQ_INT(map.problem_count, 3);
+    CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 5, &o), VF_ECORRUPT, "the file holds 20 frames but the metadata's 2 "
+                                                                   "episodes in it hold 14");
+    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "episode 100: refused");
     vf_video_map_free(&map, eps, 2);
 
     /* An episode reaching past the end of the file. */
@@ -178,21 +227,31 @@ static void test_other_mismatches(void)
     set_episodes(eps, long_lengths, 2);
     CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
     CHECK_EQ_INT(eps[1].frames_found, 5);
-    CHECK_OK(vf_video_episode_frame(&eps[1], 4, &o));
-    CHECK_EQ_INT(o, 19);
-    CHECK_ERR(vf_video_episode_frame(&eps[1], 5, &o), VF_ECORRUPT, "missing");
-    CHECK_EQ_INT(map.problems[map.problem_count - 1].count, 5);
+    CHECK_ERR(vf_video_episode_frame(&eps[1], 4, &o), VF_ECORRUPT, "first unmatched frame 5");
+    CHECK_EQ_INT(map.problems[map.problem_count - 1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
+    CHECK_EQ_INT(map.problems[map.problem_count - 2].count, 5);
     vf_video_map_free(&map, eps, 2);
 
-    /* (to - from) * fps disagreeing with length is reported. */
+    /* (to - from) * fps disagreeing with length is reported, and the
+     * episode refused (its frames cannot all lie in the recorded span). */
     static const int64_t even[] = {10, 10};
     set_episodes(eps, even, 2);
     eps[0].to_timestamp -= 2 / 30.0;
     CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
     CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_ORDINAL);
-    CHECK_EQ_INT(map.problem_count, 1);
+    CHECK_EQ_INT(map.problem_count, 2);
+    CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
     CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_SPAN_MISMATCH);
     CHECK(strstr(map.problems[0].message, "episode 100") != NULL);
+    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "first unmatched frame 8");
+    CHECK_OK(vf_video_episode_frame(&eps[1], 0, &o));
+    vf_video_map_free(&map, eps, 2);
+    /* to = the last frame's time (from + (length - 1) / fps) is accepted. */
+    set_episodes(eps, even, 2);
+    eps[0].to_timestamp -= 1 / 30.0;
+    eps[1].to_timestamp -= 1 / 30.0;
+    CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
+    CHECK_EQ_INT(map.problem_count, 0);
     vf_video_map_free(&map, eps, 2);
 
     /* Invalid arguments. */

@@ -159,6 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     };
     vf_dataset_settings s;
     vf_dataset_defaults(&s);
+    s.check_videos = 0; /* metadata only: videos are fuzz_mp4's (and would be opened from disk) */
     vf_dataset *d = NULL;
     if (vf_ds_open_fs(&d, "mem", &fs, &s) == 0) {
         exercise(d);

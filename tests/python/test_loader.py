@@ -47,7 +47,7 @@ def action(e, k, d):
 
 def episode_ranges(ds):
     out, start = [], 0
-    for ep in ds.meta.episodes:
+    for ep in ds.meta.selected_episodes:
         out.append((ep["episode_index"], start, start + ep["length"]))
         start += ep["length"]
     return out
@@ -86,7 +86,7 @@ def test_item_layout_shapes_dtypes(sample_root):
     for key in ("frame_index", "episode_index", "index", "task_index"):
         assert item[key].shape == () and item[key].dtype == torch.int64
     assert isinstance(item["task"], str)
-    assert item["task"] == ds.meta.tasks[int(item["task_index"])]
+    assert item["task"] == ds.meta.task_list[int(item["task_index"])]
     assert int(item["index"]) == 3
 
 
@@ -156,8 +156,9 @@ def test_meta(sample_root):
     mean = meta.stats["observation.state"]["mean"]
     assert isinstance(mean, np.ndarray) and mean.shape == (STATE_DIM,)
     assert meta.stats["observation.images.cam0"]["mean"].shape == (3, 1, 1)
-    assert [e["episode_index"] for e in meta.episodes] == [1, 4]
-    assert len(ds) == sum(e["length"] for e in meta.episodes)
+    assert [e["episode_index"] for e in meta.selected_episodes] == [1, 4]
+    assert len(ds) == sum(e["length"] for e in meta.selected_episodes)
+    assert meta.episodes["episode_index"] == list(range(6))  # LeRobot: the full table
     assert int(ds[0]["episode_index"]) == 1 and int(ds[len(ds) - 1]["episode_index"]) == 4
 
 

@@ -117,7 +117,7 @@ def test_dataset_meta(sample):
     assert meta.fps == ref.fps
     assert meta.total_frames == ref.total_frames and meta.total_episodes == ref.total_episodes
     assert list(meta.camera_keys) == ref.camera_keys
-    assert list(meta.tasks) == ref.tasks
+    assert list(meta.tasks.index) == ref.tasks  # LeRobot: a DataFrame indexed by task
     assert list(meta.features) == list(ref.features)
     for k, f in ref.features.items():
         assert meta.features[k]["dtype"] == f["dtype"], k
@@ -163,7 +163,7 @@ def test_fixture_meta(g1_dir):
     ref = R.ReferenceMeta(g1_dir)
     meta = vlafeed.LeRobotDataset(str(g1_dir), episodes=G1_EPISODES).meta
     assert meta.fps == 30 and list(meta.camera_keys) == ["observation.images.cam_high"]
-    assert list(meta.tasks) == ref.tasks
+    assert list(meta.tasks.index) == ref.tasks  # LeRobot: a DataFrame indexed by task
     assert meta.total_episodes == 100 and meta.total_frames == ref.total_frames
 
 
