@@ -70,12 +70,18 @@ typedef struct vf_dataset_settings {
      * camera agree on it), and every episode's frames (start, 1/fps pts
      * grid, count; see vf_video_map_episodes): an episode whose frames
      * cannot be matched exactly is an error problem naming file, episode
-     * and first unmatched frame. 2: remote roots too (downloads every
-     * video's header). 0: skip. */
+     * and first unmatched frame. Only while the selected episodes use at
+     * most VF_EAGER_VIDEO_CHECKS video files (every rank opens the
+     * dataset: indexing thousands of MP4s at open would cost each rank the
+     * whole dataset's headers); above, each file is checked the same way
+     * when a loader first maps it. 2: always, remote roots too (downloads
+     * every video's header). 0: skip. */
     int check_videos;
 } vf_dataset_settings;
 
 enum { VF_CHECK_FILES_OFF = 0, VF_CHECK_FILES_AUTO = 1, VF_CHECK_FILES_ALL = 2 };
+/* check_videos = 1 indexes the video files at open up to this many. */
+#define VF_EAGER_VIDEO_CHECKS 256
 /* Above this many data + video files (of the selected episodes),
  * VF_CHECK_FILES_AUTO defers the existence checks to first use. */
 #define VF_LAZY_FILE_CHECKS 10000

@@ -341,7 +341,23 @@ int vf_ds_validate(vf_dataset *d, const vf_dataset_settings *s)
         r = check_files(d);
     if (r == 0 && s->check_data_files)
         r = check_data_files(d);
-    if (r == 0 && (s->check_videos >= 2 || (s->check_videos == 1 && !vf_is_url(d->root))))
-        r = check_videos(d);
+    if (r == 0 && (s->check_videos >= 2 || (s->check_videos == 1 && !vf_is_url(d->root)))) {
+        /* Default: eager only while it is cheap. Each rank opens the
+         * dataset, so indexing thousands of MP4s at open would cost every
+         * rank the whole dataset's headers; above the bound each file is
+         * checked when a loader first maps it (the same frame matching: an
+         * episode whose frames cannot be matched fails the batch that needs
+         * it, naming file and episode; never a wrong frame). */
+        size_t files = 0;
+        for (size_t c = 0; c < d->num_cameras; c++)
+            files += d->cameras[c].num_files;
+        if (s->check_videos >= 2 || files <= VF_EAGER_VIDEO_CHECKS)
+            r = check_videos(d);
+        else
+            vf_log(VF_LOG_INFO,
+                   "%s: %zu video files: their frame indexes are checked when first read, not at open (more than "
+                   "%d; check_videos=2 checks them all at open)",
+                   d->root, files, VF_EAGER_VIDEO_CHECKS);
+    }
     return r;
 }
