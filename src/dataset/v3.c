@@ -665,7 +665,12 @@ static int check_episodes_order(vf_dataset *d)
         if (e->pub.episode_index > prev->pub.episode_index)
             continue;
         const char *file = d->meta_files[e->meta_file], *pfile = d->meta_files[prev->meta_file];
-        if (prev->meta_file == e->meta_file)
+        if (e->pub.episode_index == prev->pub.episode_index)
+            r = vf_ds_problem(d, VF_SEVERITY_ERROR, file, e->pub.episode_index, "episode_index",
+                              "episode %lld is listed twice%s%s (the metadata lists %zu episodes)",
+                              (long long)e->pub.episode_index, prev->meta_file == e->meta_file ? "" : ", also in ",
+                              prev->meta_file == e->meta_file ? "" : pfile, d->num_all_episodes);
+        else if (prev->meta_file == e->meta_file)
             r = vf_ds_problem(d, VF_SEVERITY_ERROR, file, e->pub.episode_index, "episode_index",
                               "episode %lld comes after episode %lld in the same file: rows out of order (an "
                               "episodes file must list its episodes in ascending order)",

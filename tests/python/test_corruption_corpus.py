@@ -133,9 +133,14 @@ def test_variant(cli, base, tmp_path, name):
             else:
                 assert not isinstance(got, Exception), f"{name}: item {i}: {got!r}"
                 same_item(got, base_items[i])
-        assert info.returncode == 1, info_text
         assert thorough.returncode == 1, thorough.stdout
-        assert any(f"episode {e}" in info_text for e in expect.episodes), info_text
+        if v.needs.get("info_blind"):
+            # Damage inside the data pages that the footer statistics cannot
+            # show: `info` reads no page, `decode-check --thorough` reads them all.
+            assert any(f"episode {e}" in thorough.stdout for e in expect.episodes), thorough.stdout
+        else:
+            assert info.returncode == 1, info_text
+            assert any(f"episode {e}" in info_text for e in expect.episodes), info_text
 
 
 def test_corpus_is_large_enough():

@@ -142,7 +142,7 @@ def duplicate_first_episode(rows):
 
 
 @pytest.mark.parametrize("name,edit,message", [
-    ("duplicate", duplicate_first_episode, "the metadata lists 4 episodes, info.json total_episodes says 3"),
+    ("duplicate", duplicate_first_episode, "episode 0 is listed twice"),
     ("missing", lambda rows: rows[:1] + rows[2:], "the metadata lists 2 episodes, info.json total_episodes says 3"),
     ("overlap", lambda rows: [dict(r, dataset_from_index=r["dataset_from_index"] - 1 if i == 2 else
                                    r["dataset_from_index"], length=r["length"] + (1 if i == 2 else 0))
