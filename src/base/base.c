@@ -244,12 +244,12 @@ void vf_log(int level, const char *fmt, ...)
 
 /* ---- files ---- */
 
-int vf_read_file(const char *path, uint8_t **data, size_t *len)
+int vf_open_regular_file(const char *path, int *fd_out, uint64_t *size)
 {
-    *data = NULL;
-    *len = 0;
+    *fd_out = -1;
     /* Opened non-blocking and checked before any read: a FIFO or a device
-     * in place of a metadata file is refused at once instead of hanging. */
+     * in place of a file is refused at once instead of blocking the open
+     * (O_NONBLOCK has no effect on reads of a regular file). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return vf_error(errno == ENOENT ? VF_ENOENT : VF_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -263,6 +263,20 @@ int vf_read_file(const char *path, uint8_t **data, size_t *len)
         close(fd);
         return vf_error(VF_EIO, "%s: not a regular file (%s)", path, vf_file_kind_name(st.st_mode));
     }
+    *fd_out = fd;
+    if (size)
+        *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int vf_read_file(const char *path, uint8_t **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    int fd;
+    int r = vf_open_regular_file(path, &fd, NULL);
+    if (r < 0)
+        return r;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         close(fd);

@@ -102,6 +102,11 @@ int vf_read_file(const char *path, uint8_t **data, size_t *len);
 /* 1 if a regular file exists at path, 0 otherwise. */
 /* "a directory", "a FIFO", ... for a stat() st_mode, for error messages. */
 const char *vf_file_kind_name(unsigned mode);
+/* Opens path read-only for a regular file only: a FIFO, a device or a
+ * directory is refused at once (the open never blocks), the message naming
+ * the path and the kind of file. *fd is the caller's to close; size may be
+ * NULL. */
+int vf_open_regular_file(const char *path, int *fd, uint64_t *size);
 int vf_file_exists(const char *path);
 int vf_dir_exists(const char *path);
 /* "a" + "/" + "b" (no double slash). Newly allocated; NULL on ENOMEM. */

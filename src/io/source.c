@@ -76,22 +76,11 @@ static void file_destroy(void *impl)
 int vf_source_open_file(vf_source **out, const char *path)
 {
     *out = NULL;
-    /* O_NONBLOCK so that a FIFO or a device in place of a data file cannot
-     * block the open; the fstat below then refuses anything but a regular
-     * file (for which O_NONBLOCK has no effect on reads). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return vf_error(errno == ENOENT ? VF_ENOENT : VF_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        return vf_error(VF_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return vf_error(VF_EIO, "%s: not a regular file (%s)", path, vf_file_kind_name(st.st_mode));
-    }
+    int fd;
+    uint64_t size;
+    int r = vf_open_regular_file(path, &fd, &size);
+    if (r < 0)
+        return r;
     file_impl *f = vf_calloc(1, sizeof *f);
     if (!f || !(f->path = vf_strdup(path))) {
         free(f);
@@ -100,7 +89,7 @@ int vf_source_open_file(vf_source **out, const char *path)
     }
     f->fd = fd;
     static const vf_source_ops ops = {file_read_at, file_destroy};
-    int r = vf_source_create(out, path, (uint64_t)st.st_size, &ops, f);
+    r = vf_source_create(out, path, size, &ops, f);
     if (r < 0)
         file_destroy(f);
     return r;
