@@ -205,101 +205,38 @@ int64_t vf_pq_tr_int_field(vf_pq_tr *t, int type, int *ok)
     return 0;
 }
 
-static void skip_value(vf_pq_tr *t, int type, int in_container);
-
-static void skip_struct(vf_pq_tr *t)
+/* The skipper used for whole unknown or unwanted values: it checks
+ * bounds, element types, varint length and depth, iteratively over an
+ * explicit stack and on local cursors, because a projected footer open
+ * skips almost all of a wide file's footer (tens of MB per LeRobot
+ * episodes file with small row groups). */
+/* A bounds-checked varint at *pp (at most 10 bytes), advancing *pp past
+ * what it read; NULL, or what is wrong. */
+static const char *skip_read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 {
-    int16_t last = 0, id;
-    int type;
-    vf_pq_tr_struct_begin(t);
-    while (vf_pq_tr_field(t, &last, &id, &type))
-        skip_value(t, type, 0);
-    vf_pq_tr_struct_end(t);
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    const char *why = NULL;
+    for (int k = 0;; k++) {
+        if (p >= end) {
+            why = "truncated thrift data";
+            break;
+        }
+        if (k == 10) {
+            why = "varint longer than 10 bytes";
+            break;
+        }
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << (7 * k);
+        if (!(b & 0x80))
+            break;
+    }
+    *pp = p;
+    if (out)
+        *out = v;
+    return why;
 }
 
-static void skip_value(vf_pq_tr *t, int type, int in_container)
-{
-    if (t->err)
-        return;
-    switch (type) {
-    case VF_TC_TRUE:
-    case VF_TC_FALSE:
-        /* In a field header the value is the type itself; as a list, set or
-         * map element it is one byte. */
-        if (in_container && remaining_at_least(t, 1))
-            t->p++;
-        break;
-    case VF_TC_I8:
-        if (remaining_at_least(t, 1))
-            t->p++;
-        break;
-    case VF_TC_I16:
-    case VF_TC_I32:
-    case VF_TC_I64:
-        (void)vf_pq_tr_varint(t);
-        break;
-    case VF_TC_DOUBLE:
-        if (remaining_at_least(t, 8))
-            t->p += 8;
-        break;
-    case VF_TC_BINARY: {
-        uint32_t n;
-        (void)vf_pq_tr_binary(t, &n);
-        break;
-    }
-    case VF_TC_LIST:
-    case VF_TC_SET: {
-        int elem;
-        uint32_t n = vf_pq_tr_list_begin(t, &elem);
-        if (n && (elem == VF_TC_STOP || elem > VF_TC_STRUCT)) {
-            vf_pq_tr_fail(t, "bad list element type");
-            break;
-        }
-        /* Containers count towards the depth limit like structs. */
-        vf_pq_tr_struct_begin(t);
-        for (uint32_t i = 0; i < n && !t->err; i++)
-            skip_value(t, elem, 1);
-        vf_pq_tr_struct_end(t);
-        break;
-    }
-    case VF_TC_MAP: {
-        uint64_t n = vf_pq_tr_varint(t);
-        if (t->err || n == 0)
-            break;
-        if (!remaining_at_least(t, 1))
-            break;
-        uint8_t kv = *t->p++;
-        int kt = kv >> 4, vt = kv & 0x0f;
-        if (kt == VF_TC_STOP || kt > VF_TC_STRUCT || vt == VF_TC_STOP || vt > VF_TC_STRUCT) {
-            vf_pq_tr_fail(t, "bad map element type");
-            break;
-        }
-        if (n > (uint64_t)(t->end - t->p)) {
-            vf_pq_tr_fail(t, "map size larger than the remaining data");
-            break;
-        }
-        vf_pq_tr_struct_begin(t);
-        for (uint64_t i = 0; i < n && !t->err; i++) {
-            skip_value(t, kt, 1);
-            skip_value(t, vt, 1);
-        }
-        vf_pq_tr_struct_end(t);
-        break;
-    }
-    case VF_TC_STRUCT:
-        skip_struct(t);
-        break;
-    default:
-        vf_pq_tr_fail(t, "unknown thrift type");
-        break;
-    }
-}
-
-/* The skipper used for whole unknown or unwanted values: the same checks
- * as skip_value() (bounds, element types, varint length, depth), but
- * iterative over an explicit stack and on local cursors, because a
- * projected footer open skips almost all of a wide file's footer (tens
- * of MB per LeRobot episodes file with small row groups). */
 typedef struct skip_frame {
     uint8_t kind;              /* VF_TC_STRUCT, VF_TC_LIST or VF_TC_MAP */
     uint8_t elem, val;         /* list element type; map key and value types */
@@ -335,16 +272,8 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
         case VF_TC_I16:
         case VF_TC_I32:
         case VF_TC_I64:
-            for (int k = 0;; k++) {
-                if (p >= end)
-                    goto truncated;
-                if (k == 10) {
-                    why = "varint longer than 10 bytes";
-                    goto fail;
-                }
-                if (!(*p++ & 0x80))
-                    break;
-            }
+            if ((why = skip_read_varint(&p, end, NULL)))
+                goto fail;
             break;
         case VF_TC_DOUBLE:
             if (end - p < 8)
@@ -363,21 +292,8 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                 h = *p++;
                 n = h >> 4;
             }
-            if ((cur != VF_TC_LIST && cur != VF_TC_SET) || n == 15) {
-                n = 0;
-                for (int shift = 0;; shift += 7) {
-                    if (p >= end)
-                        goto truncated;
-                    if (shift >= 64) {
-                        why = "varint longer than 10 bytes";
-                        goto fail;
-                    }
-                    uint8_t b = *p++;
-                    n |= (uint64_t)(b & 0x7f) << shift;
-                    if (!(b & 0x80))
-                        break;
-                }
-            }
+            if (((cur != VF_TC_LIST && cur != VF_TC_SET) || n == 15) && (why = skip_read_varint(&p, end, &n)))
+                goto fail;
             if (n > (uint64_t)(end - p)) {
                 why = cur == VF_TC_BINARY ? "binary length past the end"
                       : cur == VF_TC_MAP  ? "map size larger than the remaining data"
@@ -487,17 +403,8 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                     why = "unknown thrift field type";
                     goto fail;
                 }
-                if (!(h >> 4)) /* long-form field id: a zigzag varint */
-                    for (int k = 0;; k++) {
-                        if (p >= end)
-                            goto truncated;
-                        if (k == 10) {
-                            why = "varint longer than 10 bytes";
-                            goto fail;
-                        }
-                        if (!(*p++ & 0x80))
-                            break;
-                    }
+                if (!(h >> 4) && (why = skip_read_varint(&p, end, NULL))) /* long-form field id: a varint */
+                    goto fail;
                 in_container = 0;
                 break;
             }
