@@ -6,30 +6,12 @@
  * whose row groups do not match the episode index: errors naming file and
  * episode, found at open) and deferred file existence checks above VF_LAZY_FILE_CHECKS. */
 #include "dataset/dataset.h"
+#include "test_pq_helpers.h"
 #include "testutil.h"
 
 #include <stdlib.h>
 
 /* ---- writing datasets ------------------------------------------------------ */
-
-static vf_pq_array i64_array(const char *name, const int64_t *values, int64_t n)
-{
-    vf_pq_array a;
-    memset(&a, 0, sizeof a);
-    a.type = VF_PQ_T_INT64;
-    a.name = (char *)name;
-    a.length = n;
-    a.values = (void *)values;
-    return a;
-}
-
-static vf_pq_array f64_array(const char *name, const double *values, int64_t n)
-{
-    vf_pq_array a = i64_array(name, NULL, n);
-    a.type = VF_PQ_T_DOUBLE;
-    a.values = (void *)values;
-    return a;
-}
 
 static char *path_in(const char *dir, const char *rel)
 {
@@ -112,7 +94,7 @@ static void write_tasks(const char *dir)
     vf_pq_writer *w;
     CHECK_OK(vf_pq_writer_open(&w, path, NULL));
     int64_t ti[1] = {0}, offs[2] = {0, 4};
-    vf_pq_array f[2] = {i64_array("task_index", ti, 1), i64_array("task", NULL, 1)};
+    vf_pq_array f[2] = {int64_array("task_index", ti, 1), int64_array("task", NULL, 1)};
     f[1].type = VF_PQ_T_STRING;
     f[1].offsets = offs;
     f[1].data = (uint8_t *)"pick";
@@ -153,20 +135,20 @@ static void write_episodes_file(const char *dir, const char *rel, const ep_row *
                 stat[i * 4 + k] = (double)(e->episode + k);
             soffs[i + 1] = (i + 1) * 4;
         }
-        vf_pq_array child = f64_array("element", stat, m * 4);
+        vf_pq_array child = double_array("element", stat, m * 4);
         vf_pq_array f[12] = {
-            i64_array("episode_index", c[0], m),
-            i64_array("length", c[1], m),
-            i64_array("data/chunk_index", c[2], m),
-            i64_array("data/file_index", c[3], m),
-            i64_array("dataset_from_index", c[4], m),
-            i64_array("dataset_to_index", c[5], m),
-            i64_array("stats/action/mean", NULL, m),
-            i64_array("videos/cam/chunk_index", c[6], m),
-            i64_array("videos/cam/file_index", c[7], m),
-            f64_array("videos/cam/from_timestamp", vfrom, m),
-            f64_array("videos/cam/to_timestamp", vto, m),
-            i64_array("meta/episodes/file_index", c[2], m),
+            int64_array("episode_index", c[0], m),
+            int64_array("length", c[1], m),
+            int64_array("data/chunk_index", c[2], m),
+            int64_array("data/file_index", c[3], m),
+            int64_array("dataset_from_index", c[4], m),
+            int64_array("dataset_to_index", c[5], m),
+            int64_array("stats/action/mean", NULL, m),
+            int64_array("videos/cam/chunk_index", c[6], m),
+            int64_array("videos/cam/file_index", c[7], m),
+            double_array("videos/cam/from_timestamp", vfrom, m),
+            double_array("videos/cam/to_timestamp", vto, m),
+            int64_array("meta/episodes/file_index", c[2], m),
         };
         f[6].type = VF_PQ_T_LIST;
         f[6].offsets = soffs;
@@ -211,9 +193,9 @@ static void write_data_file(const char *dir, const char *rel, const ep_row *rows
             act[i] = (double)(e->from + i) * 0.5;
             ts[i] = (double)i / 10.0;
         }
-        vf_pq_array f[6] = {f64_array("action", act, m), f64_array("timestamp", ts, m),
-                            i64_array("frame_index", fi, m), i64_array("episode_index", ep, m),
-                            i64_array("index", idx, m),      i64_array("task_index", ti, m)};
+        vf_pq_array f[6] = {double_array("action", act, m), double_array("timestamp", ts, m),
+                            int64_array("frame_index", fi, m), int64_array("episode_index", ep, m),
+                            int64_array("index", idx, m),      int64_array("task_index", ti, m)};
         CHECK_OK(vf_pq_writer_write_row_group(w, f, 6));
     }
     CHECK_OK(vf_pq_writer_close(w));
@@ -448,9 +430,9 @@ static void test_locator_many_row_groups(void)
                 act[i] = (double)g * 0.5;
                 ts[i] = (double)fi[i] / 10.0;
             }
-            vf_pq_array fl[6] = {f64_array("action", act, m), f64_array("timestamp", ts, m),
-                                 i64_array("frame_index", fi, m), i64_array("episode_index", ep, m),
-                                 i64_array("index", idx, m),      i64_array("task_index", ti, m)};
+            vf_pq_array fl[6] = {double_array("action", act, m), double_array("timestamp", ts, m),
+                                 int64_array("frame_index", fi, m), int64_array("episode_index", ep, m),
+                                 int64_array("index", idx, m),      int64_array("task_index", ti, m)};
             CHECK_OK(vf_pq_writer_write_row_group(w, fl, 6));
         }
         CHECK_OK(vf_pq_writer_close(w));

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "parquet/writer_internal.h"
+#include "test_pq_helpers.h"
 #include "testutil.h"
 
 #include <dirent.h>
@@ -16,25 +17,6 @@
 #include <sys/resource.h>
 
 /* ---- helpers ---- */
-
-static vf_pq_array int64_array(const char *name, const int64_t *values, int64_t n)
-{
-    vf_pq_array a;
-    memset(&a, 0, sizeof a);
-    a.type = VF_PQ_T_INT64;
-    a.name = (char *)name;
-    a.length = n;
-    a.values = (void *)values;
-    return a;
-}
-
-static vf_pq_array double_array(const char *name, const double *values, int64_t n)
-{
-    vf_pq_array a = int64_array(name, NULL, n);
-    a.type = VF_PQ_T_DOUBLE;
-    a.values = (void *)values;
-    return a;
-}
 
 /* Number of directory entries whose name starts with prefix. */
 static int count_entries(const char *dir, const char *prefix)
