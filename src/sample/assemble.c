@@ -286,16 +286,9 @@ static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters
         int64_t first = s->episode_start[ep], end = s->episode_start[ep + 1];
         size_t out = dest->first + i;
         const vf_sample_rows *er = NULL;
-        if (s->num_table) {
-            size_t lo = 0, hi = num_eps;
-            while (hi - lo > 1) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (eps[mid] <= ep)
-                    lo = mid;
-                else
-                    hi = mid;
-            }
-            er = ep_rows[lo];
+        if (s->num_table) { /* the batch's episodes are sorted and distinct, ep among them */
+            const size_t *hit = bsearch(&ep, eps, num_eps, sizeof *eps, cmp_sz);
+            er = ep_rows[hit - eps];
         }
         for (size_t ci = 0; ci < s->num_columns; ci++) {
             const vf_sample_column *c = &s->columns[ci];

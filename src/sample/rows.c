@@ -51,10 +51,9 @@ static void rows_free(vf_sample_rows *r, size_t ncols)
 
 /* Splits a table of several episodes (in request order) into per-episode
  * rows, checks task_index, makes NUL-terminated string copies. */
-static int split_table(const vf_sample_spec *s, const vf_ds_table *t, const size_t *eps, size_t n, int64_t file_rows,
+static int split_table(const vf_sample_spec *s, const vf_ds_table *t, const size_t *eps, size_t n,
                        vf_sample_rows **out)
 {
-    (void)file_rows;
     for (size_t i = 0; i < n; i++)
         out[i] = NULL;
     size_t ntasks = vf_dataset_num_tasks(s->dataset);
@@ -264,7 +263,7 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
                     : VF_ENOMEM;
             if (r == 0) {
                 groups = (uint64_t)t.row_groups_read;
-                r = split_table(s, &t, want, nw, t.rows, got);
+                r = split_table(s, &t, want, nw, got);
                 vf_ds_table_free(&t);
             }
             pthread_mutex_lock(&s->rows_lock);
