@@ -102,9 +102,9 @@
  * the epoch exactly once (plus the wrap padding of each run, without
  * drop_last). The state then carries the remaining ranges (above), so a
  * second restore, elastic or not, continues from there. Replaying costs
- * O(samples of the epoch) time once per restore (it is integer work:
- * about 10^8 samples per second of the plan arithmetic) and memory for
- * the delivered ranges; the next epoch starts from the whole sequence.
+ * O(samples of the epoch) time once per restore (integer work over the
+ * plan, no reads; unmeasured at 10^8 samples) and memory for the
+ * delivered ranges; the next epoch starts from the whole sequence.
  * The other order settings must still match.
  *
  * Workers: a loader with consumer = c restored at a state k batches into
