@@ -95,7 +95,7 @@ def test_cli(cli):
 def test_colocated_baseline_improves_without_ray():
     rep = rl.train(RLConfig(colocated=True, steps=25, **FAST))
     assert rep["mode"] == "sync colocated"
-    assert rep["optimizer_steps"] == 40 and rep["trained_trajectories"] == 40 * 8
+    assert rep["optimizer_steps"] == 25 and rep["trained_trajectories"] == 25 * 8
     assert rep["last_return"] > rep["first_return"] + 0.15, (rep["first_return"], rep["last_return"])
     assert rep["lag_max"] == 0
 
