@@ -591,11 +591,18 @@ def test_property_random_schemas(tmp_path, data):
     path = tmp_path / "prop.parquet"
     pq.write_table(table, path, write_batch_size=8, **opts)
     try:
-        pq.read_table(path)
+        back = pq.read_table(path)
     except pa.ArrowInvalid:
-        # pyarrow 26 cannot always read back what it wrote (seen: a 1-row
-        # list<bool> column in tiny v2 pages reads as 0 rows). The oracle
-        # itself fails there, so the example says nothing about our reader.
+        # pyarrow 26 cannot always read back what it wrote. The oracle itself
+        # fails there, so the example says nothing about our reader.
+        assume(False)
+    if back.num_rows != rows:
+        # Seen in CI: a 1-row list<bool> column holding one null list, in
+        # tiny v2 pages, reads back as 0 rows although the footer says 1.
+        # The oracle contradicts its own footer; ours must still give the
+        # footer's row count, and the example is not compared further.
+        assert pq.ParquetFile(path).metadata.num_rows == rows
+        assert all(len(v) == rows for v in _native.parquet_read(str(path)).values())
         assume(False)
     assert_matches_pyarrow(path)
 
@@ -712,3 +719,18 @@ def test_map_reads_as_list_of_key_value_structs(tmp_path):
     pq.write_table(pa.table({"m": pa.array(values, pa.map_(pa.string(), pa.int32()))}), path)
     expected = [None if row is None else [{"key": k, "value": v} for k, v in row] for row in values]
     assert _native.parquet_read(str(path))["m"] == expected
+
+
+def test_null_list_bool_in_tiny_v2_page(tmp_path):
+    """The CI example where pyarrow 26 reads back 0 rows from a file whose
+    footer says 1: one null list<bool> row in a v2 page. We give the footer's
+    row, and it is null, as written."""
+    path = tmp_path / "one_null_list.parquet"
+    pq.write_table(pa.table({"c0": pa.array([None], pa.list_(pa.bool_()))}), path, write_batch_size=8,
+                   compression="none", data_page_version="2.0", use_dictionary=False, row_group_size=1,
+                   data_page_size=64)
+    assert pq.ParquetFile(path).metadata.num_rows == 1
+    assert _native.parquet_read(str(path))["c0"] == [None]
+    # Written as v1 instead, pyarrow reads it back and agrees with us.
+    pq.write_table(pa.table({"c0": pa.array([None], pa.list_(pa.bool_()))}), path, data_page_version="1.0")
+    assert assert_matches_pyarrow(path).column("c0").to_pylist() == [None]
