@@ -2,18 +2,21 @@
 # install-deps.sh: installs what vlafeed needs to build, test and run, on a
 # fresh Debian machine of this kind. Idempotent and quick when all is there.
 #   system (apt-get): compilers, FFmpeg libraries with libdav1d/libsvtav1,
-#                     snappy, zstd, zlib, libcurl, OpenSSL libcrypto, jansson, libarchive
+#                     snappy, zstd, zlib, libcurl, OpenSSL libcrypto, jansson, libarchive,
+#                     libjpeg-turbo (TurboJPEG API), libpng
 #   python (pip):     pyarrow, PyAV, numpy, pytest, hypothesis, tqdm, torch==2.13.0 (CPU),
 #                     matplotlib (bench/plot_bench.py charts only), safetensors (vlafeed.quant),
-#                     ray, gymnasium (vlafeed.rl)
+#                     ray[data,train] (vlafeed.ray, vlafeed.rl), gymnasium (vlafeed.rl),
+#                     webdataset (interop tests and the bench peer)
 set -euo pipefail
 
 APT_PACKAGES=(
   build-essential pkg-config clang libclang-rt-14-dev llvm
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libdav1d-dev ffmpeg
   libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
-PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray==2.60.0" gymnasium)
+PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -35,6 +38,7 @@ for spec in "${PIP_PACKAGES[@]}"; do
     scikit-build-core) mod=scikit_build_core ;;
     "moto[server]") mod=moto ;;
     pyyaml) mod=yaml ;;
+    "ray[data,train]") mod=ray ;;
   esac
   "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('${mod//-/_}') else 1)" 2>/dev/null || need_pip+=("$spec")
 done
