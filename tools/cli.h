@@ -21,6 +21,11 @@ int vf_cmd_bench(int argc, char **argv);
 int vf_cmd_parquet(int argc, char **argv);
 int vf_cmd_quantize(int argc, char **argv);
 int vf_cmd_rl(int argc, char **argv);
+int vf_cmd_convert(int argc, char **argv);
+/* The two targets of `vlafeed convert`, dispatched on --to by cmd_convert.c:
+ * argv is the whole `convert` argv (with --to and its value still in it). */
+int vf_cmd_convert_wds(int argc, char **argv);
+int vf_cmd_convert_v3(int argc, char **argv);
 
 /* Runs `$VF_PYTHON (or python3) -m MODULE argv[1..]` by exec, with the source
  * tree's python/ folder appended to PYTHONPATH; returns 1 only if exec fails. */
