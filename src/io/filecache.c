@@ -525,7 +525,7 @@ int vf_file_cache_open_source(vf_file_cache *c, const char *url, vf_source **out
     int r = path ? vf_source_open_file(&local, path) : VF_ENOMEM;
     free(path);
     if (r == 0) {
-        static const vf_source_ops ops = {named_read, named_destroy};
+        static const vf_source_ops ops = {named_read, named_destroy, NULL, NULL};
         r = vf_source_create(out, url, vf_source_size(local), &ops, local);
         if (r < 0)
             vf_source_close(local);

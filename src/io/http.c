@@ -1569,7 +1569,7 @@ int vf_http_open_source(vf_http_client *c, const char *url, uint64_t known_size,
     s->size = size;
     s->block_bytes = c->settings.block_bytes;
     pthread_mutex_init(&s->lock, NULL);
-    static const vf_source_ops ops = {http_source_read, http_source_destroy};
+    static const vf_source_ops ops = {http_source_read, http_source_destroy, NULL, NULL};
     r = vf_source_create(out, url, size, &ops, s);
     if (r < 0)
         http_source_destroy(s);

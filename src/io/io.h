@@ -27,6 +27,11 @@ typedef struct vf_source_ops {
      * end) or a negative code with the message set. */
     int64_t (*read_at)(void *impl, uint64_t offset, void *buf, size_t len);
     void (*destroy)(void *impl);
+    /* Optional (NULL: no views). A read-only pointer to [offset, offset+len)
+     * with no copy, or NULL when this range cannot be viewed (the caller
+     * then reads); *token is handed back to unview. */
+    const uint8_t *(*view)(void *impl, uint64_t offset, size_t len, int populate, void **token);
+    void (*unview)(void *impl, void *token);
 } vf_source_ops;
 
 /* Wraps an implementation. name is copied (used in error messages); size is
@@ -45,6 +50,19 @@ int vf_source_open_memory(vf_source **out, const char *name, const void *data, s
 int vf_source_read_at(vf_source *s, uint64_t offset, void *buf, size_t len);
 /* Up to len bytes; returns the count read or a negative code. */
 int64_t vf_source_read_upto(vf_source *s, uint64_t offset, void *buf, size_t len);
+
+/* A read-only view of [offset, offset+len) without a copy, where the source
+ * can give one: a memory source's own buffer, or a local file mapped with
+ * mmap (ranges of at least VF_SOURCE_VIEW_MIN bytes; smaller reads are
+ * cheaper through pread). NULL otherwise (remote sources, small ranges, a
+ * failed mapping): read with vf_source_read_at instead. populate asks for
+ * the pages up front (MAP_POPULATE), for ranges that will be read whole.
+ * Release with vf_source_unview(). A mapped local file that another process
+ * truncates while it is viewed raises SIGBUS: views are for files the
+ * engine only reads (a dataset's files), not for files being written. */
+#define VF_SOURCE_VIEW_MIN ((size_t)1 << 20)
+const uint8_t *vf_source_view(vf_source *s, uint64_t offset, size_t len, int populate, void **token);
+void vf_source_unview(vf_source *s, void *token);
 
 uint64_t vf_source_size(const vf_source *s);
 const char *vf_source_name(const vf_source *s);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +66,44 @@ static int64_t file_read_at(void *impl, uint64_t offset, void *buf, size_t len)
     return (int64_t)done;
 }
 
+typedef struct file_view {
+    void *addr;
+    size_t len;
+} file_view;
+
+static const uint8_t *file_view_range(void *impl, uint64_t offset, size_t len, int populate, void **token)
+{
+    file_impl *f = impl;
+    *token = NULL;
+    if (len < VF_SOURCE_VIEW_MIN || getenv("VF_NO_MMAP"))
+        return NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t start = offset - offset % (uint64_t)(page > 0 ? page : 4096);
+    size_t maplen = (size_t)(offset - start) + len;
+    file_view *v = malloc(sizeof *v);
+    if (!v)
+        return NULL;
+    void *addr = mmap(NULL, maplen, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), f->fd, (off_t)start);
+    if (addr == MAP_FAILED) {
+        free(v);
+        return NULL;
+    }
+    v->addr = addr;
+    v->len = maplen;
+    *token = v;
+    return (const uint8_t *)addr + (offset - start);
+}
+
+static void file_unview(void *impl, void *token)
+{
+    (void)impl;
+    file_view *v = token;
+    if (v) {
+        munmap(v->addr, v->len);
+        free(v);
+    }
+}
+
 static void file_destroy(void *impl)
 {
     file_impl *f = impl;
@@ -88,7 +127,7 @@ int vf_source_open_file(vf_source **out, const char *path)
         return VF_ENOMEM;
     }
     f->fd = fd;
-    static const vf_source_ops ops = {file_read_at, file_destroy};
+    static const vf_source_ops ops = {file_read_at, file_destroy, file_view_range, file_unview};
     r = vf_source_create(out, path, size, &ops, f);
     if (r < 0)
         file_destroy(f);
@@ -111,6 +150,14 @@ static int64_t mem_read_at(void *impl, uint64_t offset, void *buf, size_t len)
     size_t n = VF_MIN(len, (size_t)(m->len - offset));
     memcpy(buf, m->data + offset, n);
     return (int64_t)n;
+}
+
+static const uint8_t *mem_view(void *impl, uint64_t offset, size_t len, int populate, void **token)
+{
+    (void)populate;
+    mem_impl *m = impl;
+    *token = NULL;
+    return offset <= m->len && len <= m->len - offset ? m->data + offset : NULL;
 }
 
 static void mem_destroy(void *impl)
@@ -139,7 +186,7 @@ int vf_source_open_memory(vf_source **out, const char *name, const void *data, s
         m->data = data;
     }
     m->len = len;
-    static const vf_source_ops ops = {mem_read_at, mem_destroy};
+    static const vf_source_ops ops = {mem_read_at, mem_destroy, mem_view, NULL};
     int r = vf_source_create(out, name ? name : "(memory)", len, &ops, m);
     if (r < 0)
         mem_destroy(m);
@@ -170,6 +217,20 @@ int vf_source_read_at(vf_source *s, uint64_t offset, void *buf, size_t len)
         return vf_error(VF_ECORRUPT, "%s: truncated: short read at offset %llu (%lld of %zu bytes)", s->name,
                         (unsigned long long)offset, (long long)n, len);
     return 0;
+}
+
+const uint8_t *vf_source_view(vf_source *s, uint64_t offset, size_t len, int populate, void **token)
+{
+    *token = NULL;
+    if (!s->ops.view || offset > s->size || len > s->size - offset || len == 0)
+        return NULL;
+    return s->ops.view(s->impl, offset, len, populate, token);
+}
+
+void vf_source_unview(vf_source *s, void *token)
+{
+    if (token && s->ops.unview)
+        s->ops.unview(s->impl, token);
 }
 
 uint64_t vf_source_size(const vf_source *s) { return s->size; }

@@ -105,6 +105,8 @@ static int fail(chunk_ctx *c, int code, const char *fmt, ...)
 
 void vf_pq_scratch_free(vf_pq_scratch *s)
 {
+    if (s->view_src)
+        vf_source_unview(s->view_src, s->view_token);
     free(s->saved);
     free(s->levels);
     free(s->window);
@@ -254,6 +256,11 @@ static int reserve_data(chunk_ctx *c, vf_pq_column *col, int64_t extra)
 static int fetch(chunk_ctx *c, int64_t off, int64_t len, const uint8_t **p, int64_t *avail)
 {
     vf_pq_scratch *s = c->s;
+    if (s->view && off >= s->view_start && len <= s->view_start + s->view_len - off) {
+        *p = s->view + (off - s->view_start);
+        *avail = VF_MIN(s->view_start + s->view_len, c->chunk_end) - off;
+        return 0;
+    }
     if (!(s->window && off >= s->window_start && off + len <= s->window_start + s->window_len)) {
         int64_t want = VF_MAX(len, VF_MIN(WINDOW_BYTES, c->chunk_end - off));
         if ((size_t)want > s->window_cap) {

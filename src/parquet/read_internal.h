@@ -225,6 +225,12 @@ typedef struct vf_pq_scratch {
     uint8_t *window;
     size_t window_cap;
     int64_t window_start, window_len;
+    /* A view of the file (vf_source_view) that pages are decoded from in
+     * place when it covers them; released by vf_pq_scratch_free. */
+    const uint8_t *view;
+    void *view_token;
+    struct vf_source *view_src;
+    int64_t view_start, view_len;
     uint8_t *page;
     size_t page_cap;
     uint8_t *split;

@@ -43,16 +43,23 @@ int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fi
     if (footer_len == 0 || footer_len > size - 12)
         return vf_error(VF_ECORRUPT, "%s: footer length %u does not fit in the file (%llu bytes)", name, footer_len,
                         (unsigned long long)size);
-    uint8_t *footer = vf_malloc(footer_len);
-    if (!footer)
-        return VF_ENOMEM;
-    if ((r = vf_source_read_at(src, size - 8 - footer_len, footer, footer_len)) < 0) {
-        free(footer);
-        return r;
+    /* A big footer (a wide file with many row groups: tens of MB) is parsed
+     * in place from a view of the file when the source gives one. */
+    void *view_token = NULL;
+    const uint8_t *view = vf_source_view(src, size - 8 - footer_len, footer_len, 1, &view_token);
+    uint8_t *footer = NULL;
+    if (!view) {
+        if (!(footer = vf_malloc(footer_len)))
+            return VF_ENOMEM;
+        if ((r = vf_source_read_at(src, size - 8 - footer_len, footer, footer_len)) < 0) {
+            free(footer);
+            return r;
+        }
     }
     vf_pq_file *f = vf_calloc(1, sizeof *f);
     if (!f) {
         free(footer);
+        vf_source_unview(src, view_token);
         return VF_ENOMEM;
     }
     f->src = vf_source_ref(src);
@@ -60,8 +67,9 @@ int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fi
     f->size = size;
     f->max_entries = DEFAULT_MAX_ENTRIES;
     f->max_bytes = DEFAULT_MAX_BYTES;
-    r = vf_pq_parse_metadata(f, footer, footer_len, fields, fields ? num_fields : 0);
+    r = vf_pq_parse_metadata(f, view ? view : footer, footer_len, fields, fields ? num_fields : 0);
     free(footer);
+    vf_source_unview(src, view_token);
     if (r < 0) {
         vf_pq_close(f);
         return r;
@@ -400,6 +408,27 @@ int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields,
     vf_pq_scratch scratch;
     memset(&scratch, 0, sizeof scratch);
     int r = 0;
+    /* Where the source can view the file (a local file: mmap), the chunks
+     * are decoded in place from one view of the span they occupy. */
+    int64_t span_lo = INT64_MAX, span_hi = 0;
+    for (int g = 0; g < f->num_row_groups; g++)
+        for (int k = 0; k < num_fields; k++) {
+            const vf_pq_plan *plan = &f->fields[field_index[k]];
+            for (int i = 0; i < plan->num_leaves; i++) {
+                int64_t a, b;
+                if (chunk_range(f, g, plan->first_leaf + i, &a, &b)) {
+                    span_lo = VF_MIN(span_lo, a);
+                    span_hi = VF_MAX(span_hi, b);
+                }
+            }
+        }
+    if (span_hi > span_lo)
+        scratch.view = vf_source_view(f->src, (uint64_t)span_lo, (size_t)(span_hi - span_lo), 0, &scratch.view_token);
+    if (scratch.view) {
+        scratch.view_src = f->src;
+        scratch.view_start = span_lo;
+        scratch.view_len = span_hi - span_lo;
+    }
     for (int g = 0; g < f->num_row_groups && r == 0; g++) {
         /* One read for the row group's wanted chunks when they lie close
          * together (a wide file's small row groups: one pread instead of
@@ -415,7 +444,7 @@ int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields,
                 }
             }
         }
-        if (hi > lo && hi - lo <= PREFETCH_BYTES) {
+        if (!scratch.view && hi > lo && hi - lo <= PREFETCH_BYTES) {
             size_t want = (size_t)(hi - lo);
             if (want > scratch.window_cap) {
                 free(scratch.window);

@@ -1,4 +1,5 @@
 /* test_base.c: error messages, buffers, paths and byte sources. */
+#define _POSIX_C_SOURCE 200809L
 #include "io/io.h"
 #include "testutil.h"
 
@@ -63,10 +64,59 @@ static void test_sources(void)
     free(dir);
 }
 
+/* Views: a memory source's own bytes; a local file mapped at an unaligned
+ * offset gives the same bytes as pread; small or out-of-range views and
+ * VF_NO_MMAP give NULL (the caller reads instead). */
+static void test_views(void)
+{
+    const char text[] = "hello world";
+    vf_source *s;
+    void *tok;
+    CHECK_OK(vf_source_open_memory(&s, "mem", text, 11, 0));
+    const uint8_t *v = vf_source_view(s, 6, 5, 0, &tok);
+    CHECK(v == (const uint8_t *)text + 6);
+    vf_source_unview(s, tok);
+    CHECK(vf_source_view(s, 8, 5, 0, &tok) == NULL && tok == NULL);
+    vf_source_close(s);
+
+    char *dir = vf_test_tmpdir("views");
+    char *path = vf_path_join(dir, "big.bin");
+    size_t n = 3 * VF_SOURCE_VIEW_MIN + 123;
+    uint8_t *data = malloc(n), *back = malloc(n);
+    CHECK(data && back);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(data, 1, n, f) == n);
+    fclose(f);
+    CHECK_OK(vf_source_open_file(&s, path));
+    for (int populate = 0; populate <= 1; populate++) {
+        uint64_t off = 4097 + (uint64_t)populate;
+        size_t len = n - off;
+        v = vf_source_view(s, off, len, populate, &tok);
+        CHECK(v != NULL);
+        CHECK_OK(vf_source_read_at(s, off, back, len));
+        CHECK(v && memcmp(v, back, len) == 0 && memcmp(v, data + off, len) == 0);
+        vf_source_unview(s, tok);
+    }
+    CHECK(vf_source_view(s, 0, 4096, 1, &tok) == NULL);           /* small: read it */
+    CHECK(vf_source_view(s, 10, n, 1, &tok) == NULL);             /* past the end */
+    setenv("VF_NO_MMAP", "1", 1);
+    CHECK(vf_source_view(s, 0, n, 1, &tok) == NULL);
+    unsetenv("VF_NO_MMAP");
+    vf_source_close(s);
+    free(data);
+    free(back);
+    vf_test_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
 int main(void)
 {
     test_errors();
     test_buf();
     test_sources();
+    test_views();
     return vf_test_finish("test_base");
 }

@@ -237,7 +237,7 @@ static void test_sources(const char *dir)
         vf_video_close(r);
     }
     /* Failing early: the open reports the source's message. */
-    static const vf_source_ops ops = {flaky_read, flaky_destroy};
+    static const vf_source_ops ops = {flaky_read, flaky_destroy, NULL, NULL};
     flaky f = {data, len, 300};
     vf_source *src = NULL;
     CHECK_OK(vf_source_create(&src, "https://example.invalid/cam.mp4", len, &ops, &f));
