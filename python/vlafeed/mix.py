@@ -154,6 +154,19 @@ def window_order(fractions, window, seed, window_index):
     return q, smooth_order(q, prio)
 
 
+def seed_matters(fractions, window):
+    """Whether the seeded tie order can change a window: remainders tied across the cut of
+    the largest-remainder rounding, or equal quotas (their order in the window). When it
+    cannot, every window has the same order."""
+    exact = [f * window for f in fractions]
+    rem = sorted((e - math.floor(e) for e in exact), reverse=True)
+    extra = window - sum(math.floor(e) for e in exact)
+    if 0 < extra < len(rem) and rem[extra - 1] == rem[extra]:
+        return True
+    q = largest_remainder(fractions, window, list(range(len(fractions))))
+    return len(set(q.tolist())) < len(q)
+
+
 def column_kind(value):
     if isinstance(value, np.ndarray):
         return "numpy"
@@ -162,6 +175,17 @@ def column_kind(value):
     if type(value).__module__.startswith("torch") and hasattr(value, "dtype") and hasattr(value, "shape"):
         return "torch"
     return None
+
+
+_NP_DTYPES = {}
+
+
+def numpy_dtype_of(torch, dtype):
+    """NumPy's dtype for a torch dtype (TypeError when NumPy has none, e.g. bfloat16)."""
+    got = _NP_DTYPES.get(dtype)
+    if got is None:
+        got = _NP_DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+    return got
 
 
 class _Src:
@@ -256,7 +280,8 @@ class Mix:
         self._batches = 0
         self._pass_done = 0          # samples of the current pass (samples_per_window)
         self._passes_completed = 0
-        self._order_cache = (None, None, None)
+        self._order_cache = {}
+        self._seed_matters = seed_matters(self.fractions, window)
         k = len(sources)
         self._window_counts = np.zeros(k, dtype=np.int64)   # current window so far
         self._last_window = np.zeros(k, dtype=np.int64)     # last completed window
@@ -265,16 +290,20 @@ class Mix:
 
     def order(self, window_index):
         """Dataset index of every position of mixing window `window_index` (no data read)."""
-        w, _, order = self._order_cache
-        if w != window_index:
-            q, order = window_order(self.fractions, self.window, self.seed, window_index)
-            self._order_cache = (window_index, q, order)
-        return self._order_cache[2]
+        if not self._seed_matters:
+            window_index = -1   # every window is the same; computed once (with window 0's ties)
+        hit = self._order_cache.get(window_index)
+        if hit is None:
+            if len(self._order_cache) >= 4:
+                self._order_cache.pop(next(iter(self._order_cache)))
+            hit = self._order_cache[window_index] = window_order(self.fractions, self.window, self.seed,
+                                                                 max(window_index, 0))
+        return hit[1]
 
     def quotas(self, window_index):
         """Samples of each source in mixing window `window_index`."""
         self.order(window_index)
-        return self._order_cache[1].copy()
+        return self._order_cache[window_index if self._seed_matters else -1][0].copy()
 
     def _next_indices(self, n):
         parts, pos = [], self._pos
@@ -422,13 +451,12 @@ class Mix:
             s.taken += need
         out = self._assemble(pieces, d)
         # counters
-        pos, left = self._pos, n
-        while left:   # window bookkeeping, possibly across a window boundary
-            w, off = divmod(pos, self.window)
-            m = min(left, self.window - off)
-            self._window_counts += np.bincount(self.order(w)[off:off + m], minlength=len(self._src))
+        pos, at = self._pos, 0
+        while at < n:   # window bookkeeping, possibly across a window boundary
+            m = min(n - at, self.window - pos % self.window)
+            self._window_counts += np.bincount(d[at:at + m], minlength=len(self._src))
             pos += m
-            left -= m
+            at += m
             if pos % self.window == 0:
                 self._last_window = self._window_counts
                 self._window_counts = np.zeros(len(self._src), dtype=np.int64)
@@ -438,6 +466,9 @@ class Mix:
         return out
 
     def _assemble(self, pieces, d):
+        """Output columns: rows copied once, straight to their positions. Torch columns on the
+        CPU go through NumPy views (a plain row copy; torch's index_copy_ runs on its thread
+        pool, which costs far more than the copy on a busy machine)."""
         n = len(d)
         out = {}
         torch = None
@@ -454,9 +485,19 @@ class Mix:
             else:
                 if torch is None:
                     import torch
-                col = torch.empty((n,) + shape, dtype=dtype)
-                for _, batch, a, b, pos in pieces:
-                    col.index_copy_(0, torch.from_numpy(pos), batch[name][a:b])
+                col = None
+                if all(batch[name].device.type == "cpu" for _, batch, _, _, _ in pieces):
+                    try:
+                        np_col = np.empty((n,) + shape, dtype=numpy_dtype_of(torch, dtype))
+                        for _, batch, a, b, pos in pieces:
+                            np_col[pos] = batch[name][a:b].detach().numpy()
+                        col = torch.from_numpy(np_col)
+                    except TypeError:   # a dtype NumPy lacks (bfloat16): torch's own copy
+                        col = None
+                if col is None:
+                    col = torch.empty((n,) + shape, dtype=dtype, device=pieces[0][1][name].device)
+                    for _, batch, a, b, pos in pieces:
+                        col.index_copy_(0, torch.from_numpy(pos).to(col.device), batch[name][a:b])
             out[name] = col
         di = d.astype(np.int64, copy=True)
         if torch is not None:

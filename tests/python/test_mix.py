@@ -503,3 +503,17 @@ def test_against_vla_foundry_documented_mixing(capsys):
     assert v1["single_dataset_global_batches"] == v1["steps"]
     with capsys.disabled():
         print("\n" + mc.table(runs))
+
+
+@settings(max_examples=150, deadline=None)
+@given(weight_lists, st.integers(2, 200), st.integers(0, 1000))
+def test_windows_without_ties_share_one_order(weights, window, seed):
+    """Mix computes the order once when the seed cannot change it; that shortcut must agree
+    with the order function for every window."""
+    fr = normalized_weights(weights)
+    if any(f * window < 1 for f in fr):
+        return
+    mix = Mix([ListSource(3, 2, i) for i in range(len(fr))], weights, batch_size=4, window=window, seed=seed)
+    for w in (0, 1, 2, 7, 1000):
+        assert np.array_equal(mix.order(w), window_order(fr, window, seed, w)[1]), w
+        assert mix.quotas(w).tolist() == window_order(fr, window, seed, w)[0].tolist()
