@@ -517,3 +517,18 @@ def test_windows_without_ties_share_one_order(weights, window, seed):
     for w in (0, 1, 2, 7, 1000):
         assert np.array_equal(mix.order(w), window_order(fr, window, seed, w)[1]), w
         assert mix.quotas(w).tolist() == window_order(fr, window, seed, w)[0].tolist()
+
+
+def test_mix_bench_reports_realised_proportions(root):
+    """bench/mix_bench.py runs (tiny) and its realised proportions are the requested ones."""
+    import sys
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "mix_bench.py"),
+                        str(root), "--samples", "200", "--batch-size", "8", "--window", "20", "--repeats", "1",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["samples"] == 200
+    assert [p["samples"] for p in res["proportions"]] == [140, 60]
+    assert [p["realised"] for p in res["proportions"]] == [0.7, 0.3]
+    assert [p["last_window"] for p in res["proportions"]] == [0.7, 0.3]
+    assert res["mix"]["samples_per_cpu_s"] > 0 and res["sources_alone"]["samples_per_cpu_s"] > 0
