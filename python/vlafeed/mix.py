@@ -280,6 +280,8 @@ class Mix:
         self._batches = 0
         self._pass_done = 0          # samples of the current pass (samples_per_window)
         self._passes_completed = 0
+        self._epoch = 0              # pass number, for trainers that call set_epoch
+        self._awaiting_next = False  # a pass ended and set_epoch() has not named the next one
         self._order_cache = {}
         self._seed_matters = seed_matters(self.fractions, window)
         k = len(sources)
@@ -418,10 +420,27 @@ class Mix:
             raise TypeError("Mix without samples_per_window is an endless stream and has no len()")
         return -(-self.samples_per_window // self.batch_size)
 
+    @property
+    def epoch(self):
+        """The pass number: set by set_epoch(), or counted up when a new pass starts without it."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """Records the pass number (trainers call this between epochs; it also makes a Mix with
+        samples_per_window usable as a source of another Mix). The stream never restarts: a
+        pass in progress continues, a finished one is followed by the next."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"Mix.set_epoch: epoch must be a non-negative integer, got {epoch!r}")
+        self._epoch = epoch
+        self._awaiting_next = False
+
     def __iter__(self):
         S = self.samples_per_window
         if S is not None and self._pass_done >= S:
             self._pass_done = 0
+            if self._awaiting_next:     # iterated again without set_epoch: the next pass
+                self._epoch += 1
+            self._awaiting_next = False
         while True:
             n = self.batch_size if S is None else min(self.batch_size, S - self._pass_done)
             if n <= 0:
@@ -429,6 +448,7 @@ class Mix:
             batch = self._next_batch(n)
             if S is not None and self._pass_done >= S:
                 self._passes_completed += 1
+                self._awaiting_next = True
             yield batch
             if S is not None and self._pass_done >= S:
                 return
@@ -527,7 +547,8 @@ class Mix:
                         "batches_pulled": s.batches_pulled})
         st = self._fingerprint()
         st.update({"position": self._pos, "batches": self._batches, "pass_done": self._pass_done,
-                   "passes_completed": self._passes_completed,
+                   "passes_completed": self._passes_completed, "epoch": self._epoch,
+                   "awaiting_next": self._awaiting_next,
                    "window_counts": self._window_counts.tolist(), "last_window": self._last_window.tolist(),
                    "source_states": src})
         return st
@@ -567,6 +588,8 @@ class Mix:
         self._batches = int(state["batches"])
         self._pass_done = int(state["pass_done"])
         self._passes_completed = int(state["passes_completed"])
+        self._epoch = int(state["epoch"])
+        self._awaiting_next = bool(state["awaiting_next"])
         self._window_counts = np.asarray(state["window_counts"], dtype=np.int64)
         self._last_window = np.asarray(state["last_window"], dtype=np.int64)
 
@@ -592,7 +615,7 @@ class Mix:
             if callable(fn):
                 entry["source_stats"] = self._call(s, "stats()", fn)
             per.append(entry)
-        return {"samples": total, "batches": self._batches, "window": self.window,
+        return {"samples": total, "batches": self._batches, "window": self.window, "epoch": self._epoch,
                 "windows_completed": total // self.window, "batch_size": self.batch_size,
                 "samples_per_window": self.samples_per_window, "passes_completed": self._passes_completed,
                 "sources": per}

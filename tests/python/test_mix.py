@@ -544,3 +544,38 @@ def test_mix_bench_reports_realised_proportions(root):
     assert [p["realised"] for p in res["proportions"]] == [0.7, 0.3]
     assert [p["last_window"] for p in res["proportions"]] == [0.7, 0.3]
     assert res["mix"]["samples_per_cpu_s"] > 0 and res["sources_alone"]["samples_per_cpu_s"] > 0
+
+
+def test_epoch_surface_and_a_mix_as_a_source():
+    """Mix has Loader's epoch surface (epoch, set_epoch, state with 'epoch'), so a trainer's
+    set_epoch loop works and a Mix with a budget can itself be a source of another Mix."""
+    def inner():
+        return Mix([ListSource(7, 3, 0, seed=1), ListSource(5, 2, 1, seed=2)], [3, 1], batch_size=3, window=4,
+                   seed=1, samples_per_window=8)
+
+    m = inner()
+    assert m.epoch == 0
+    for e in range(3):               # the trainer pattern: set_epoch(e), one pass
+        m.set_epoch(e)
+        assert sum(len(b["id"]) for b in m) == 8 and m.epoch == e
+    list(m)                          # iterated again without set_epoch: the next pass, counted
+    assert m.epoch == 3 and m.stats()["passes_completed"] == 4
+    with pytest.raises(ValueError, match="non-negative integer"):
+        m.set_epoch(-1)
+
+    def outer():
+        return Mix([inner(), ListSource(6, 4, 2, seed=3)], [1, 1], batch_size=5, window=2, seed=2,
+                   transforms=[lambda b: {k: v for k, v in b.items() if k != "dataset_index"}, None])
+    ref = collect(outer(), 24)
+    ids = column(ref, "id")
+    assert np.bincount(column(ref, "dataset_index")).tolist() == [60, 60]
+    inner_ids = ids[column(ref, "dataset_index") == 0]
+    solo = inner()                   # the inner stream on its own, pass after pass
+    solo_ids = column([b for _ in range(8) for b in solo], "id")
+    assert np.array_equal(inner_ids, solo_ids[:60])
+    for cut in (1, 5, 11, 17, 23):
+        first = outer()
+        head = collect(first, cut)
+        second = outer()
+        second.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        assert np.array_equal(column(head + collect(second, 24 - cut), "id"), ids), cut
