@@ -292,6 +292,9 @@ class Mix:
 
     def order(self, window_index):
         """Dataset index of every position of mixing window `window_index` (no data read)."""
+        return self._order(window_index).copy()
+
+    def _order(self, window_index):
         if not self._seed_matters:
             window_index = -1   # every window is the same; computed once (with window 0's ties)
         hit = self._order_cache.get(window_index)
@@ -304,7 +307,7 @@ class Mix:
 
     def quotas(self, window_index):
         """Samples of each source in mixing window `window_index`."""
-        self.order(window_index)
+        self._order(window_index)
         return self._order_cache[window_index if self._seed_matters else -1][0].copy()
 
     def _next_indices(self, n):
@@ -312,7 +315,7 @@ class Mix:
         while n:
             w, off = divmod(pos, self.window)
             m = min(n, self.window - off)
-            parts.append(self.order(w)[off:off + m])
+            parts.append(self._order(w)[off:off + m])
             pos += m
             n -= m
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
