@@ -32,6 +32,9 @@ batches (the last one short when B does not divide S), like VLA Foundry's
 checkpoint window but exact: S samples, S / N whole mixing windows, each with
 its exact shares. Without it a pass never ends; stop by step count.
 Breaking out of a pass and iterating again continues the same stream.
+``epoch`` / ``set_epoch(e)`` number the passes (trainer loops call them; a
+Mix with a budget can so be a source of another Mix); the stream never
+restarts.
 
 Resume. ``state_dict()`` holds, for every source, its own state as of the
 batch Mix is slicing (taken before that batch was pulled) and how many of
