@@ -579,3 +579,22 @@ def test_epoch_surface_and_a_mix_as_a_source():
         second = outer()
         second.load_state_dict(json.loads(json.dumps(first.state_dict())))
         assert np.array_equal(column(head + collect(second, 24 - cut), "id"), ids), cut
+
+
+def test_per_rank_mixes_share_the_order_and_split_the_data(root):
+    """Mix runs per rank over per-rank loaders: every rank deals the same dataset order (so
+    per-rank exact shares make global exact shares) from its own disjoint part of each dataset."""
+    world, per_rank = 2, []
+    for rank in range(world):
+        srcs = [vlafeed.Loader(str(root), batch_size=3, seed=1, episodes=eps, keys=KEYS, threads=1, rank=rank,
+                               world_size=world) for eps in ([0, 1, 2], [3, 4, 5])]
+        mix = Mix(srcs, [0.7, 0.3], batch_size=5, window=10, seed=4)
+        # 14 + 6 samples per rank below: each source stays inside its epoch 0 ...
+        assert mix.sources[0].num_samples >= 14 and mix.sources[1].num_samples >= 6
+        per_rank.append(collect(mix, 4))
+    di = [column(b, "dataset_index") for b in per_rank]
+    assert np.array_equal(di[0], di[1])
+    assert np.bincount(np.concatenate(di)).tolist() == [28, 12]       # exact globally: 2 x (14 + 6)
+    for i in range(2):
+        taken = [column(b, "index")[d == i] for b, d in zip(per_rank, di)]
+        assert not set(taken[0].tolist()) & set(taken[1].tolist())   # ... and the ranks' rows are disjoint
