@@ -20,6 +20,7 @@ not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F401
 from vlafeed.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.loader import Loader
+from vlafeed.mix import Mix
 
 set_log_level()
 
