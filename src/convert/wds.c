@@ -41,6 +41,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,7 +154,7 @@ typedef struct cv_job {
     _Atomic int abort;
     int64_t progress_done, progress_total;
 
-    _Atomic uint64_t frames_needed, frames_decoded, jpegs, records, shards_written;
+    _Atomic uint64_t units_finished, frames_needed, frames_decoded, jpegs, records, shards_written;
     uint64_t shards_kept, units_skipped, spill_bytes;
 } cv_job;
 
@@ -741,6 +742,18 @@ static int run_video_unit(cv_job *j, uint32_t unit_id)
     return r;
 }
 
+/* Test hook, for the resume tests: VF_CONVERT_KILL_AFTER="decode:N" or
+ * "assemble:N" kills the process with SIGKILL (no clean-up of any kind)
+ * right after the N-th unit of work or shard of this run has been
+ * journaled, so a test can interrupt a conversion at an exact point. */
+static void maybe_kill_for_test(const char *phase, uint64_t done)
+{
+    const char *spec = getenv("VF_CONVERT_KILL_AFTER");
+    size_t n = strlen(phase);
+    if (spec && !strncmp(spec, phase, n) && spec[n] == ':' && strtoull(spec + n + 1, NULL, 10) == done)
+        raise(SIGKILL);
+}
+
 typedef struct unit_arg {
     cv_job *j;
     uint32_t unit;
@@ -760,8 +773,10 @@ static void unit_job(void *p)
         char line[64];
         snprintf(line, sizeof line, "%u %u\n", a->unit, j->run);
         r = journal_append(j->journal_units_fd, line);
-        if (r == 0)
+        if (r == 0) {
             u->done_run = j->run;
+            maybe_kill_for_test("decode", atomic_fetch_add(&j->units_finished, 1) + 1);
+        }
     }
     if (r < 0)
         job_fail(j, r);
@@ -865,7 +880,7 @@ static int assemble_shard(cv_job *j, size_t bucket, uint64_t shard, const vf_cv_
         j->shard_bytes[shard] = bytes;
         j->shard_crc[shard] = crc;
         j->shard_done[shard] = 1;
-        atomic_fetch_add(&j->shards_written, 1);
+        maybe_kill_for_test("assemble", atomic_fetch_add(&j->shards_written, 1) + 1);
     } else if (tmp) {
         unlink(tmp);
     }
