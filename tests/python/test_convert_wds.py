@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import zipfile
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -205,6 +206,12 @@ def test_lowdim_windows_masks_and_padding(converted, truth):
         n = truth["lengths"][e]
         z = np.load(io.BytesIO(m["lowdim.npz"]))
         assert sorted(z.files) == ["action", "future_mask", "observation.state", "past_mask"]
+        with zipfile.ZipFile(io.BytesIO(m["lowdim.npz"])) as zf:  # what np.savez_compressed writes
+            for info in zf.infolist():
+                assert info.compress_type == zipfile.ZIP_DEFLATED
+                buf = io.BytesIO()
+                np.save(buf, z[info.filename[:-4]])
+                assert zf.read(info) == buf.getvalue()
         for col in ("observation.state", "action"):
             assert z[col].dtype == np.float32 and z[col].shape == (T, 6)
             np.testing.assert_array_equal(z[col], window(truth, e, t, col))
