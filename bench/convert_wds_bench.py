@@ -15,8 +15,9 @@ Decode cost per frame, each per CPU second of the decoding process:
   video: build/bench_video's seq_rgb (sequential decode + RGB24, the
          cheapest way to read video; random access costs more with GOP 2)
          on every camera file of the dataset;
-  JPEG:  PIL (libjpeg-turbo) decoding every `<cam>_t0.jpg` of the shards to
-         an RGB numpy array, as webdataset's .decode("rgb8") does.
+  JPEG:  build/bench_jpeg (TurboJPEG into RGB24, C, like the video figure)
+         and PIL (libjpeg-turbo) decoding every `<cam>_t0.jpg` of the shards
+         to an RGB numpy array, as webdataset's .decode("rgb8") does.
 Bytes: videos/ + data/ of the LeRobot dataset against the shard tars, for the
 default image offsets -1,0 (each frame stored twice per camera) and for 0.
 """
@@ -26,6 +27,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import tarfile
 import time
@@ -33,6 +35,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI = os.environ.get("VF_CLI", str(ROOT / "build" / "vlafeed"))
 BENCH_VIDEO = str(ROOT / "build" / "bench_video")
+BENCH_JPEG = str(ROOT / "build" / "bench_jpeg")
 FIXTURE = ROOT.parent / "shared" / "fixtures" / "lerobot-g1-v21"
 
 
@@ -53,6 +56,7 @@ def du(paths):
 
 
 def convert(src, out, extra):
+    shutil.rmtree(out, ignore_errors=True)  # a complete output would only be re-verified
     stdout, wall, cpu, rss, _ = timed([CLI, "convert", src, out, "--to", "wds", "--json", "--quiet"] + extra)
     s = json.loads(stdout.strip().splitlines()[-1])
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": rss, "samples": s["samples"],
@@ -71,6 +75,13 @@ def video_decode_cost(mp4s):
                 rates.append(float(line.split()[1]))
     per_s = sum(rates) / len(rates)
     return 1e6 / per_s
+
+
+def turbojpeg_decode_cost(shards_dir, camera):
+    """CPU microseconds per frame of TurboJPEG decode to RGB24 (build/bench_jpeg)."""
+    r = subprocess.run([BENCH_JPEG, f".{camera}_t0.jpg"] + sorted(glob.glob(f"{shards_dir}/shard_*.tar")),
+                       capture_output=True, text=True, check=True)
+    return 1e6 / float(r.stdout.split()[1])
 
 
 def jpeg_decode_cost(shards_dir, camera):
@@ -100,13 +111,14 @@ def one_dataset(name, src, out, extra, cameras, video_glob, data_glob):
     mp4s = sorted(glob.glob(video_glob, recursive=True))
     video_us = video_decode_cost(mp4s)
     jpeg_us, jpeg_bytes, n = jpeg_decode_cost(shards, cameras[0])
+    turbo_us = turbojpeg_decode_cost(shards, cameras[0])
     res = {"dataset": name, "frames_per_camera": frames, "cameras": len(cameras), "convert": full,
            "convert_offset0": only_t0,
            "bytes": {"lerobot_video": video_bytes, "lerobot_data": data_bytes,
                      "wds_offsets_-1_0": full["output_bytes"], "wds_offset_0": only_t0["output_bytes"],
                      "video_per_frame": video_bytes / (frames * len(cameras)),
                      "jpeg_per_frame": jpeg_bytes},
-           "decode_cpu_us_per_frame": {"video_seq_rgb": video_us, "jpeg_pil": jpeg_us, "jpeg_frames_timed": n}}
+           "decode_cpu_us_per_frame": {"video_seq_rgb": video_us, "jpeg_turbojpeg": turbo_us, "jpeg_pil": jpeg_us, "jpeg_frames_timed": n}}
     print(json.dumps(res, indent=1), flush=True)
     return res
 
@@ -131,14 +143,14 @@ def main():
                                    f"{FIXTURE}/data/chunk-000/episode_00000[124].parquet"))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print("\n| dataset | frames/s | samples/s | output MB/s | CPU s | peak RSS MiB | LeRobot video+data MB | "
-          "WDS MB (offsets -1,0) | WDS MB (offset 0) | video decode us/frame | JPEG decode us/frame |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "WDS MB (offsets -1,0) | WDS MB (offset 0) | video decode us/frame | TurboJPEG us/frame | PIL us/frame |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         c, b, d = r["convert"], r["bytes"], r["decode_cpu_us_per_frame"]
         print(f"| {r['dataset']} | {c['frames_per_s']:.0f} | {c['samples_per_s']:.0f} | {c['output_mb_per_s']:.1f} | "
               f"{c['cpu_s']:.1f} | {c['peak_rss_mib']:.0f} | {(b['lerobot_video'] + b['lerobot_data']) / 1e6:.1f} | "
               f"{b['wds_offsets_-1_0'] / 1e6:.1f} | {b['wds_offset_0'] / 1e6:.1f} | {d['video_seq_rgb']:.0f} | "
-              f"{d['jpeg_pil']:.0f} |")
+              f"{d['jpeg_turbojpeg']:.0f} | {d['jpeg_pil']:.0f} |")
 
 
 if __name__ == "__main__":
