@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,7 +108,7 @@ static void test_convert(const char *tmp)
     ms.fps = 10;
     ms.min_length = 8;
     ms.max_length = 16;
-    ms.max_video_mb = 0.01; /* several files per camera */
+    ms.max_video_mb = 0.001; /* a file per episode and camera */
     CHECK_OK(vf_make_sample(local, &ms));
 
     vf_wds_convert_settings s;
@@ -119,6 +120,17 @@ static void test_convert(const char *tmp)
     char *summary = NULL;
     CHECK_OK(vf_wds_convert(local, out_local, &s, &summary));
     CHECK(summary && strstr(summary, "\"ok\":true"));
+    /* several files per camera (the Python tests cover episodes sharing one): one decode per frame used */
+    json_t *js = summary ? json_loads(summary, 0, NULL) : NULL;
+    CHECK(js != NULL);
+    if (js) {
+        json_int_t needed = json_integer_value(json_object_get(js, "frames_needed"));
+        json_int_t decoded = json_integer_value(json_object_get(js, "frames_decoded"));
+        json_int_t samples = json_integer_value(json_object_get(js, "samples"));
+        CHECK(needed > 0 && decoded == needed && needed == 2 * samples);
+        CHECK(json_integer_value(json_object_get(js, "units")) > 3); /* > 1 file per camera */
+        json_decref(js);
+    }
     free(summary);
 
     canned_files files = {.root = tmp, .count_suffix = ".mp4"};
