@@ -71,9 +71,9 @@ void vf_wds_convert_defaults(vf_wds_convert_settings *s);
  * option; what was finished stays on disk for a resume.
  *
  * Memory bound: per worker thread, one decoded batch of up to 16 frames at
- * the source size plus their JPEGs, one data-table slice of up to 65,536
- * rows of the numeric columns, and while assembling one member at a time;
- * plus 256 open spill files and O(episodes + cameras x video files) of
+ * the source size plus their JPEGs, one data-table slice of the numeric
+ * columns (65,536 rows, or one episode if it is longer), and while
+ * assembling one member at a time; plus 256 open spill files and O(episodes + cameras x video files) of
  * plan. Disk: the spill holds about the size of the output until the
  * shards are written, then it is removed. */
 int vf_wds_convert(const char *source, const char *out_dir, const vf_wds_convert_settings *settings,

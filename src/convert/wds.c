@@ -45,6 +45,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -146,7 +147,7 @@ typedef struct cv_job {
     uint8_t *shard_done;
     uint64_t *shard_bytes;
     uint32_t *shard_crc;
-    int journal_units_fd, journal_shards_fd;
+    int journal_units_fd, journal_shards_fd, lock_fd;
 
     pthread_mutex_t lock;
     int err;
@@ -1648,7 +1649,7 @@ int vf_wds_convert(const char *source, const char *out_dir, const vf_wds_convert
     cv_job *j = &job;
     j->s = settings;
     j->source = source;
-    j->journal_units_fd = j->journal_shards_fd = -1;
+    j->journal_units_fd = j->journal_shards_fd = j->lock_fd = -1;
     pthread_mutex_init(&j->lock, NULL);
     json_t *options = NULL, *pm = NULL;
     vf_thread_pool *pool = NULL;
@@ -1723,6 +1724,15 @@ int vf_wds_convert(const char *source, const char *out_dir, const vf_wds_convert
             r = text ? write_atomic(opt_path, text, strlen(text)) : VF_ENOMEM;
             free(text);
         }
+        if (r == 0) { /* one converter per output at a time */
+            char *lock_path = state_path(j, "lock");
+            j->lock_fd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+            if (j->lock_fd < 0)
+                r = vf_error(VF_EIO, "%s: cannot create: %s", lock_path ? lock_path : j->state_dir, strerror(errno));
+            else if (flock(j->lock_fd, LOCK_EX | LOCK_NB) < 0)
+                r = vf_error(VF_EAGAIN, "%s: another vlafeed convert is writing this output now", j->shards_dir);
+            free(lock_path);
+        }
         if (r == 0)
             r = load_state(j);
         char *up = state_path(j, "units.done"), *sp = state_path(j, "shards.done");
@@ -1794,6 +1804,8 @@ int vf_wds_convert(const char *source, const char *out_dir, const vf_wds_convert
         close(j->journal_units_fd);
     if (j->journal_shards_fd >= 0)
         close(j->journal_shards_fd);
+    if (j->lock_fd >= 0)
+        close(j->lock_fd);
     json_decref(options);
     json_decref(pm);
     free(pm_path);

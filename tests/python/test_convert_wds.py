@@ -411,6 +411,13 @@ def test_refuses_changed_options_and_rechecks_a_complete_output(cli, sample_ds, 
     r = convert(cli, sample_ds, partial, "--jpeg-quality", "80")
     assert r.returncode == 1
     assert "different options: jpeg_quality was 95, now 80" in r.stderr
+    # a converter already writing this output (holding the lock) is not joined by a second one
+    import fcntl
+    with open(partial / "shards" / ".vlafeed-convert" / "lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = convert(cli, sample_ds, partial)
+        assert r.returncode == 1 and "another vlafeed convert is writing this output" in r.stderr
+    summary_of(convert(cli, sample_ds, partial))  # and once it is free, the resume works
     # a complete output: same options -> verified and kept; other options -> refused
     out, _ = converted
     copy = tmp_path / "copy"
