@@ -554,3 +554,24 @@ def test_s3_source_gives_the_same_shards(cli, sample_ds, converted, tmp_path):
             assert ja == jb
         else:
             assert a[name] == b[name], name
+
+
+def test_many_shards_share_spill_buckets(cli, sample_ds, truth, tmp_path):
+    """More shards than spill buckets (256): buckets hold consecutive shards; a kill in the middle of a
+    bucket resumes with the bucket's finished shard kept and the rest made."""
+    full = tmp_path / "full"
+    s = summary_of(run(cli, "convert", sample_ds, full, "--to", "wds", "--samples-per-shard", "1", "--json"))
+    total = sum(truth["lengths"].values())
+    assert s["shards"] == total > 256
+    manifest, samples = all_samples(full)
+    assert [m["num_sequences"] for m in manifest] == [1] * total and len(samples) == total
+    seen = {(json.loads(m["metadata.json"])["episode_index"], json.loads(m["metadata.json"])["frame_index"])
+            for _, _, m in samples}
+    assert len(seen) == total
+    part = tmp_path / "part"
+    env = dict(os.environ, VF_CONVERT_KILL_AFTER="assemble:51")  # bucket 25 = shards 50, 51: stop between them
+    r = run(cli, "convert", sample_ds, part, "--to", "wds", "--samples-per-shard", "1", "--threads", "1", env=env)
+    assert r.returncode == -9
+    s = summary_of(run(cli, "convert", sample_ds, part, "--to", "wds", "--samples-per-shard", "1", "--json"))
+    assert s["shards_kept"] == 51 and s["shards_written"] == total - 51
+    assert tree_bytes(part) == tree_bytes(full)
