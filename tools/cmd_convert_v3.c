@@ -34,6 +34,21 @@ static void usage(FILE *f)
             "  --quiet            no progress bar\n");
 }
 
+/* s as a JSON string literal (quotes, backslashes and control bytes escaped). */
+static void print_json_string(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
 typedef struct progress_ctx {
     vf_cli_progress bar;
 } progress_ctx;
@@ -122,11 +137,15 @@ int vf_cmd_convert_v3(int argc, char **argv)
     double mb_in = (double)rep.bytes_read / (1024.0 * 1024.0);
     double secs = rep.seconds > 0 ? rep.seconds : 1e-9;
     if (json) {
-        printf("{\"source\": \"%s\", \"output\": \"%s\", \"format_version\": \"v3.0\", \"episodes\": %lld, "
+        printf("{\"source\": ");
+        print_json_string(positional[0]);
+        printf(", \"output\": ");
+        print_json_string(positional[1]);
+        printf(", \"format_version\": \"v3.0\", \"episodes\": %lld, "
                "\"frames\": %lld, \"cameras\": %lld, \"data_files\": %lld, \"video_files\": %lld, "
                "\"video_packets\": %lld, \"bytes_read\": %lld, \"bytes_written\": %lld, \"seconds\": %.6f, "
                "\"episodes_per_s\": %.3f, \"mb_per_s\": %.3f, \"max_abs_drift_ms\": %.6f, \"verified\": %s}\n",
-               positional[0], positional[1], (long long)rep.episodes, (long long)rep.frames, (long long)rep.cameras,
+               (long long)rep.episodes, (long long)rep.frames, (long long)rep.cameras,
                (long long)rep.data_files, (long long)rep.video_files, (long long)rep.video_packets,
                (long long)rep.bytes_read, (long long)rep.bytes_written, rep.seconds,
                (double)rep.episodes / secs, mb_in / secs, rep.max_abs_drift_ms, s.verify ? "true" : "false");

@@ -419,6 +419,29 @@ def test_wrong_length_source_mp4_is_refused(cli, v21, tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+def test_codec_change_starts_a_new_file(cli, v21, tmp_path):
+    """An episode whose stream parameters differ from the current file's
+    (here: another resolution) cannot be stream-copied into it: it starts a
+    new file, and so does the next episode (back to the first parameters)."""
+    src = copy_v21(v21, tmp_path / "mixed")
+    other = make_v21(cli, tmp_path / "small", episodes=4, cameras=1, size="128x96", min_length=20, max_length=45,
+                     seed=2)
+    assert [e["length"] for e in v21_episodes(other)] == [e["length"] for e in v21_episodes(src)][:4]
+    shutil.copyfile(other / f"videos/chunk-000/{CAMS[0]}/episode_000003.mp4",
+                    src / f"videos/chunk-000/{CAMS[0]}/episode_000003.mp4")
+    out = tmp_path / "out"
+    r = convert(cli, src, out)
+    assert r.returncode == 0, r.stderr
+    eps = episodes_meta(out)
+    assert [e[f"videos/{CAMS[0]}/file_index"] for e in eps] == [0, 0, 0, 1, 2, 2, 2]
+    assert [e[f"videos/{CAMS[1]}/file_index"] for e in eps] == [0] * 7
+    assert eps[3][f"videos/{CAMS[0]}/from_timestamp"] == eps[4][f"videos/{CAMS[0]}/from_timestamp"] == 0.0
+    frames = R.ffmpeg_cli_frames(out / f"videos/{CAMS[0]}/chunk-000/file-001.mp4")
+    assert frames.shape[1:3] == (96, 128) and R.read_identity(frames[0]) == (3, 0, 0)
+    report = json.loads(run(cli, "decode-check", out, "--json").stdout)
+    assert report["errors"] == 0
+
+
 def test_usage_errors(cli, v21, tmp_path):
     r = run(cli, "convert", v21, "--to", "lerobot-v3")
     assert r.returncode == 2 and "SRC and OUT" in r.stderr
