@@ -467,8 +467,7 @@ static int write_data(conv *c)
         }
         e->data_chunk = chunk;
         e->data_file = file;
-        if ((r = vf_pq_writer_write_row_group(pw, fields, nf)) < 0)
-            r = vf_error_context(r, "episode %lld", (long long)e->source_index);
+        r = vf_pq_writer_write_row_group(pw, fields, nf);
         in_file += src_bytes;
         step(c, "data");
     episode_done:
@@ -1210,6 +1209,15 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
         return r;
     if (vf_is_url(out))
         return vf_error(VF_EINVAL, "%s: the output must be a local folder", out);
+    if (!vf_is_url(src)) {
+        /* OUT == SRC with --force would delete the source once converted */
+        char *a = realpath(src, NULL), *b = realpath(out, NULL);
+        int same = a && b && !strcmp(a, b);
+        free(a);
+        free(b);
+        if (same)
+            return vf_error(VF_EINVAL, "%s: the output is the source folder; choose another OUT", out);
+    }
 
     conv c;
     memset(&c, 0, sizeof c);

@@ -381,6 +381,10 @@ def test_existing_output_needs_force(cli, v21, tmp_path):
     assert r.returncode == 0, r.stderr
     assert not (out / "keep").exists() and (out / "meta/info.json").exists()
     assert not list(tmp_path.glob("out.old-*")) and not (tmp_path / "out.partial").exists()
+    # never over its own source, even with --force
+    r = convert(cli, v21, v21, "--force")
+    assert r.returncode == 1 and "the output is the source folder" in r.stderr
+    assert (v21 / "meta/episodes.jsonl").exists() and not (v21.parent / "v21.partial").exists()
 
 
 def test_foreign_partial_folder_is_refused(cli, v21, tmp_path):
