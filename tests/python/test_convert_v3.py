@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -285,6 +284,7 @@ def test_upstream_lerobot_loads_the_conversion(v21, v30, tmp_path):
 # ---- subsets, URLs, the real fixture ------------------------------------------------------------
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg command not installed")
 def test_episode_subset_is_renumbered(cli, v21, tmp_path):
     out = tmp_path / "sub"
     r = convert(cli, v21, out, "--episodes", "1,3,4")
@@ -423,6 +423,7 @@ def test_wrong_length_source_mp4_is_refused(cli, v21, tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg command not installed")
 def test_codec_change_starts_a_new_file(cli, v21, tmp_path):
     """An episode whose stream parameters differ from the current file's
     (here: another resolution) cannot be stream-copied into it: it starts a
