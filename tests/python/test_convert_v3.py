@@ -430,6 +430,12 @@ def test_foreign_partial_folder_is_refused(cli, v21, tmp_path):
     r = convert(cli, v21, tmp_path / "out", "--episodes", "0")
     assert r.returncode == 1 and "not a vlafeed partial output" in r.stderr
     assert (tmp_path / "out.partial" / "mine").exists()
+    # a partial output of ours (a run that was killed) is started over
+    (tmp_path / "out.partial" / ".vlafeed-convert-partial").write_text("")
+    r = convert(cli, v21, tmp_path / "out", "--episodes", "0")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "out.partial").exists() and not (tmp_path / "out" / "mine").exists()
+    assert not (tmp_path / "out" / ".vlafeed-convert-partial").exists()
 
 
 def copy_v21(v21, dst):
