@@ -466,6 +466,45 @@ def test_wrong_length_source_mp4_is_refused(cli, v21, tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+def test_image_and_string_columns_are_copied(cli, v21, tmp_path):
+    """`image` features (HF Image: struct of PNG bytes and path) and nullable
+    string columns go through the generic field copy unchanged."""
+    import io
+    from PIL import Image
+    src = copy_v21(v21, tmp_path / "img")
+    info = json.loads((src / "meta/info.json").read_text())
+    features = {}
+    for k, v in info["features"].items():
+        features[k] = v
+        if k == "observation.state":
+            features["observation.image"] = {"dtype": "image", "shape": [8, 8, 3],
+                                             "names": ["height", "width", "channel"]}
+            features["note"] = {"dtype": "string", "shape": [1], "names": None}
+    info["features"] = features
+    (src / "meta/info.json").write_text(json.dumps(info, indent=4))
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    for f in sorted(src.glob("data/*/*.parquet")):
+        t = pq.read_table(f)
+        images = []
+        for i in range(t.num_rows):
+            b = io.BytesIO()
+            Image.fromarray(np.full((8, 8, 3), i % 256, np.uint8)).save(b, format="PNG")
+            images.append({"bytes": b.getvalue(), "path": f"frame-{i:06d}.png"})
+        t = t.add_column(2, "observation.image", pa.array(images, image_type))
+        t = t.add_column(3, "note", pa.array([f"row {i}" if i % 3 else None for i in range(t.num_rows)]))
+        pq.write_table(t, f)
+    out = tmp_path / "out"
+    r = convert(cli, src, out)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(run(cli, "info", out, "--json").stdout)["problems"] == []
+    want = source_rows(src)
+    got, _ = output_rows(out)
+    assert got.schema.field("observation.image").type == image_type
+    assert got.schema.field("note").type == pa.string()
+    for name in want.column_names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+
+
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg command not installed")
 def test_codec_change_starts_a_new_file(cli, v21, tmp_path):
     """An episode whose stream parameters differ from the current file's
