@@ -30,6 +30,8 @@ static void usage(FILE *f)
             "                     renumbered 0..N-1 (episode_index and index columns too)\n"
             "  --force            replace an existing OUT\n"
             "  --no-verify        skip the check of every written video against its frame index\n"
+            "  --threads N        data and each camera converted as parallel jobs on up to N\n"
+            "                     threads (default: the number of cores; 1: one after another)\n"
             "  --json             print the summary as JSON\n"
             "  --quiet            no progress bar\n");
 }
@@ -95,6 +97,11 @@ int vf_cmd_convert_v3(int argc, char **argv)
                 s.data_files_size_in_mb = x;
             else
                 s.video_files_size_in_mb = x;
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (!v || vf_cli_int(a, v, 1, 1024, &n) < 0)
+                goto usage_error;
+            s.threads = (int)n;
             i++;
         } else if (!strcmp(a, "--chunks-size")) {
             if (!v || vf_cli_int(a, v, 1, 1000000, &n) < 0)

@@ -53,8 +53,10 @@ typedef struct vf_convert_v3_settings {
     size_t num_episodes;
     int force;                     /* 1: replace an existing OUT */
     int verify;                    /* 1 (default): check every written video against its frame index */
+    int threads;                   /* the data and each camera are converted as parallel jobs on up to
+                                    * this many threads; 0 (default): the number of cores; 1: in order */
     /* Called after each step (one episode's data, or one episode of one
-     * camera); may be NULL. */
+     * camera), from the job threads one at a time (serialised); may be NULL. */
     void (*progress)(void *ctx, int64_t done, int64_t total, const char *what);
     void *progress_ctx;
 } vf_convert_v3_settings;

@@ -29,6 +29,8 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +67,16 @@ typedef struct ep_out {
     json_t *stats;                     /* the episode's "stats" object (owned), NULL if none */
 } ep_out;
 
+/* Shared by the jobs (data, one per camera) running on the pool. */
+typedef struct conv_shared {
+    pthread_mutex_t lock;      /* guards steps and the progress callback */
+    int64_t steps, total_steps;
+    atomic_int stop;           /* set by the first job that fails: the others stop early */
+} conv_shared;
+
+/* Each job works on its own copy of the conv (its own report); everything
+ * it writes in eps is its own column (data_* for the data job, [camera]
+ * slots for a camera job). */
 typedef struct conv {
     const vf_convert_v3_settings *s;
     vf_dataset *d;
@@ -74,15 +86,23 @@ typedef struct conv {
     int64_t total_frames;
     int renumbered;            /* output episode/index numbering differs from the source's */
     int have_stats;            /* per-episode stats loaded (v2.1) */
-    int64_t steps, total_steps;
+    conv_shared *shared;
     vf_convert_v3_report *rep;
 } conv;
 
 static void step(conv *c, const char *what)
 {
-    c->steps++;
+    pthread_mutex_lock(&c->shared->lock);
+    c->shared->steps++;
     if (c->s->progress)
-        c->s->progress(c->s->progress_ctx, c->steps, c->total_steps, what);
+        c->s->progress(c->s->progress_ctx, c->shared->steps, c->shared->total_steps, what);
+    pthread_mutex_unlock(&c->shared->lock);
+}
+
+/* Another job failed: stop early (the caller reports that job's error). */
+static int stopped(conv *c)
+{
+    return atomic_load(&c->shared->stop) ? vf_error(VF_EAGAIN, "stopped after another job failed") : 0;
 }
 
 static void next_file(const conv *c, int64_t *chunk, int64_t *file)
@@ -421,7 +441,7 @@ static int write_data(conv *c)
         vf_pq_array *fields = NULL;
         int *idx = NULL;
         int nf = 0;
-        if ((r = vf_dataset_episode_data(d, pos, &span)) < 0 || (r = vf_ds_open_path(d, span.path, &src)) < 0)
+        if ((r = stopped(c)) < 0 || (r = vf_dataset_episode_data(d, pos, &span)) < 0 || (r = vf_ds_open_path(d, span.path, &src)) < 0)
             goto episode_done;
         int64_t src_bytes = (int64_t)vf_source_size(src);
         c->rep->bytes_read += src_bytes;
@@ -477,7 +497,7 @@ static int write_data(conv *c)
         free(idx);
         if (f)
             vf_pq_close(f);
-        if (r < 0 && r != VF_ENOMEM)
+        if (r < 0 && r != VF_ENOMEM && r != VF_EAGAIN)
             vf_error_context(r, "data of episode %lld", (long long)e->source_index);
     }
     if (pw) {
@@ -527,7 +547,7 @@ static int write_camera(conv *c, size_t cam)
         ep_out *e = &c->eps[pos];
         vf_video_span span;
         vf_source *src = NULL;
-        if ((r = vf_dataset_episode_video(d, pos, cam, &span)) < 0 || (r = vf_ds_open_path(d, span.path, &src)) < 0)
+        if ((r = stopped(c)) < 0 || (r = vf_dataset_episode_video(d, pos, cam, &span)) < 0 || (r = vf_ds_open_path(d, span.path, &src)) < 0)
             goto episode_done;
         int64_t size = (int64_t)vf_source_size(src);
         if (j && vf_lr3_join_episodes(j) > 0 && (double)(vf_lr3_join_bytes(j) + size) >= limit) {
@@ -563,7 +583,7 @@ static int write_camera(conv *c, size_t cam)
     episode_done:
         if (src)
             vf_source_close(src);
-        if (r < 0 && r != VF_ENOMEM)
+        if (r < 0 && r != VF_ENOMEM && r != VF_EAGAIN)
             vf_error_context(r, "episode %lld, camera %s", (long long)e->source_index, key);
     }
     if (j) {
@@ -1119,6 +1139,83 @@ static int write_info(conv *c)
     return r;
 }
 
+/* ---- the jobs: data, and one per camera (write + verify) ------------------------------ */
+
+typedef struct conv_job {
+    conv c;                    /* a copy with its own report */
+    vf_convert_v3_report rep;
+    long camera;               /* -1: the data job */
+    int result;
+    char message[2048];
+} conv_job;
+
+static void run_job(void *arg)
+{
+    conv_job *job = arg;
+    conv *c = &job->c;
+    c->rep = &job->rep;
+    int r;
+    if (job->camera < 0) {
+        r = write_data(c);
+    } else {
+        r = write_camera(c, (size_t)job->camera);
+        if (r == 0 && c->s->verify)
+            r = verify_camera(c, (size_t)job->camera);
+    }
+    job->result = r;
+    if (r < 0) {
+        snprintf(job->message, sizeof job->message, "%s", vf_last_error());
+        if (r != VF_EAGAIN)
+            atomic_store(&c->shared->stop, 1);
+    }
+}
+
+/* Runs the data job and the camera jobs, on up to `threads` threads (1:
+ * in order on the caller's thread). Sums the reports into c->rep; on
+ * failure reports the first failed job in order (data, camera 0, ...) that
+ * did not merely stop because another one failed. */
+static int run_jobs(conv *c, int threads)
+{
+    size_t njobs = 1 + c->ncams;
+    conv_job *jobs = vf_calloc(njobs, sizeof *jobs);
+    if (!jobs)
+        return VF_ENOMEM;
+    for (size_t i = 0; i < njobs; i++) {
+        jobs[i].c = *c;
+        jobs[i].camera = (long)i - 1;
+    }
+    vf_thread_pool *pool = NULL;
+    int r = 0;
+    if (threads > 1 && njobs > 1 && vf_thread_pool_create(&pool, threads < (int)njobs ? threads : (int)njobs) < 0)
+        pool = NULL; /* fall back to the caller's thread */
+    for (size_t i = 0; i < njobs; i++) {
+        if (!pool || vf_thread_pool_submit(pool, run_job, &jobs[i]) < 0)
+            run_job(&jobs[i]);
+    }
+    if (pool) {
+        vf_thread_pool_wait(pool);
+        vf_thread_pool_destroy(pool);
+    }
+    const conv_job *failed = NULL;
+    for (size_t i = 0; i < njobs; i++) {
+        const vf_convert_v3_report *j = &jobs[i].rep;
+        c->rep->bytes_read += j->bytes_read;
+        c->rep->bytes_written += j->bytes_written;
+        c->rep->data_files += j->data_files;
+        c->rep->video_files += j->video_files;
+        c->rep->video_packets += j->video_packets;
+        if (j->max_abs_drift_ms > c->rep->max_abs_drift_ms)
+            c->rep->max_abs_drift_ms = j->max_abs_drift_ms;
+        if (jobs[i].result < 0 && (!failed || (failed->result == VF_EAGAIN && jobs[i].result != VF_EAGAIN)))
+            failed = &jobs[i];
+    }
+    c->renumbered = jobs[0].c.renumbered;
+    if (failed)
+        r = vf_error(failed->result, "%s", failed->message);
+    free(jobs);
+    return r;
+}
+
 /* ---- entry point -------------------------------------------------------------------- */
 
 static int check_settings(const vf_convert_v3_settings *s)
@@ -1223,6 +1320,11 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
     memset(&c, 0, sizeof c);
     c.s = settings;
     c.rep = report;
+    conv_shared shared;
+    memset(&shared, 0, sizeof shared);
+    pthread_mutex_init(&shared.lock, NULL);
+    atomic_init(&shared.stop, 0);
+    c.shared = &shared;
     char *partial = NULL;
     int partial_made = 0;
     stat_column *stats = NULL;
@@ -1272,7 +1374,7 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
             goto done;
         }
     }
-    c.total_steps = (int64_t)(c.n * (1 + c.ncams));
+    shared.total_steps = (int64_t)(c.n * (1 + c.ncams));
     report->episodes = (int64_t)c.n;
     report->frames = c.total_frames;
     report->cameras = (int64_t)c.ncams;
@@ -1286,14 +1388,9 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
     partial_made = 1;
     c.root = partial;
 
-    if ((r = load_episode_stats(&c)) < 0 || (r = write_data(&c)) < 0 || (r = renumber_stats(&c)) < 0)
+    int threads = settings->threads > 0 ? settings->threads : vf_cpu_count();
+    if ((r = load_episode_stats(&c)) < 0 || (r = run_jobs(&c, threads)) < 0 || (r = renumber_stats(&c)) < 0)
         goto done;
-    for (size_t cam = 0; cam < c.ncams; cam++)
-        if ((r = write_camera(&c, cam)) < 0)
-            goto done;
-    for (size_t cam = 0; settings->verify && cam < c.ncams; cam++)
-        if ((r = verify_camera(&c, cam)) < 0)
-            goto done;
     r = gather_stats(&c, &stats, &num_stats);
     if (r == 0)
         r = write_episodes_meta(&c, stats, num_stats);
@@ -1325,6 +1422,7 @@ done:
         free(c.eps);
     }
     free_stats(stats, num_stats);
+    pthread_mutex_destroy(&shared.lock);
     vf_dataset_close(c.d);
     free(partial);
     report->seconds = vf_now_seconds() - started;

@@ -361,6 +361,18 @@ def test_s3_source(cli, v21, tmp_path):
             assert (out / a).read_bytes() == (local / a).read_bytes(), a
 
 
+def test_threads_do_not_change_the_output(cli, v21, tmp_path):
+    """The data and each camera run as parallel jobs; the files are the same
+    bytes whatever the thread count."""
+    trees = []
+    for threads in (1, 3):
+        out = tmp_path / f"t{threads}"
+        r = convert(cli, v21, out, "--threads", threads, "--video-mb", "0.05")
+        assert r.returncode == 0, r.stderr
+        trees.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
+    assert trees[0] == trees[1] and len(trees[0]) > 8
+
+
 def test_real_v21_fixture(cli, g1_dir, tmp_path):
     """The real LeRobot v2.1 fixture (read in place): only episodes 1, 2 and 4
     have their videos in the snapshot, so those are converted."""
