@@ -1281,7 +1281,7 @@ static int next_batch(vf_loader *l, vf_batch **out)
             l->first_batch_seconds = ready_at - l->started_at; /* ready, whenever the caller asked */
         }
         l->samples += b->size;
-        l->batches++;
+        l->batches += b->size > 0; /* a batch whose samples were all skipped is not delivered */
         if (l->seg_state)
             evict_until(l, want);
     }

@@ -110,6 +110,7 @@ def test_skip_serves_every_other_sample_exactly_and_counts(base, tmp_path, name)
 
     n_bad = len(want_all) - len(want)
     st = ld.stats()
+    assert st["samples"] == len(want) and st["batches"] == len(got_batches)
     assert st["skipped"] == n_bad and len(ld.skipped) == n_bad
     want_by_ep = {}
     for _, item in want_all:
