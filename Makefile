@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan build-fuzz python py-inplace test test-c test-asan fuzz test-py demo bench clean
+.PHONY: all deps build build-asan build-tsan build-fuzz python py-inplace test test-c test-asan test-tsan fuzz test-py demo bench clean lerobot06
 
 all: build
 
@@ -19,6 +19,13 @@ build: deps
 build-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DVF_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-asan -j $(JOBS)
+
+# ThreadSanitizer: only the library and the tests that race teardown against
+# work in flight (TSan is slow; the other suites run under ASan + UBSan).
+TSAN_TESTS = test_close test_base_runtime test_video_cache test_filecache
+build-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVF_TSAN=ON -DVF_TOOLS=OFF $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)
 
 build-fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVF_FUZZ=ON -DVF_TESTS=OFF -DVF_TOOLS=OFF >/dev/null
@@ -35,6 +42,10 @@ test-asan: build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
+test-tsan: build-tsan
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -R '^($(subst $() ,|,$(TSAN_TESTS)))$$'
+
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
@@ -44,14 +55,21 @@ py-inplace: deps
 	cmake --build build-py -j $(JOBS)
 	cp build-py/_native*.so python/vlafeed/
 
-test-py: py-inplace build
+# Upstream LeRobot 0.6 + Ray Data in build-lerobot/venv312 (Python 3.12, torch
+# 2.11 CUDA build from PyPI: ~2.5 GB of downloads, ~5.6 GB on disk, ~5 min).
+# Opt-in for make test: VF_LEROBOT06=1 make test. Without the venv the
+# upstream parity tests skip with the reason printed.
+lerobot06:
+	tests/python/install_lerobot06.sh
+
+test-py: py-inplace build $(if $(filter 1,$(VF_LEROBOT06)),lerobot06)
 	PYTHONPATH=$(CURDIR)/python VF_CLI=$(CURDIR)/build/vlafeed $(PY) -m pytest -q tests/python
 
-test: test-c test-asan fuzz test-py
+test: test-c test-asan test-tsan fuzz test-py
 	@echo "make test: all suites passed"
 
 demo: python build
 	scripts/demo.sh
 
 clean:
-	rm -rf build build-asan build-fuzz build-python build-py tests/fuzz/work python/vlafeed/*.so
+	rm -rf build build-asan build-tsan build-fuzz build-python build-py tests/fuzz/work python/vlafeed/*.so

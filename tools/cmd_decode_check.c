@@ -137,10 +137,16 @@ int vf_cmd_decode_check(int argc, char **argv)
         size_t pi;
         json_array_foreach(json_object_get(root, "problems"), pi, p)
         {
-            printf("%-7s %s: %s (episode %lld): %s\n", json_string_value(json_object_get(p, "severity")),
-                   json_string_value(json_object_get(p, "file")), json_string_value(json_object_get(p, "kind")),
-                   (long long)json_integer_value(json_object_get(p, "episode")),
-                   json_string_value(json_object_get(p, "message")));
+            /* episode -1: the problem is the whole file's, not one episode's */
+            long long episode = (long long)json_integer_value(json_object_get(p, "episode"));
+            const char *camera = json_string_value(json_object_get(p, "camera"));
+            printf("%-7s %s: %s", json_string_value(json_object_get(p, "severity")),
+                   json_string_value(json_object_get(p, "file")), json_string_value(json_object_get(p, "kind")));
+            if (camera && *camera)
+                printf(" (camera %s)", camera);
+            if (episode >= 0)
+                printf(" (episode %lld)", episode);
+            printf(": %s\n", json_string_value(json_object_get(p, "message")));
         }
         printf("frames %lld, decoded %lld, %zu error(s)\n",
                (long long)json_integer_value(json_object_get(root, "frames")),

@@ -247,6 +247,17 @@ typedef struct vf_loader_state {
                                 * (and, for the ranges, over their values) */
 } vf_loader_state;
 
+/* What iteration (vf_loader_next) does with a sample whose frame or table
+ * row cannot be read (a damaged, missing or refused video or data file):
+ * RAISE fails the batch with the error (naming file, camera/column and
+ * episode); SKIP leaves the sample out of its batch, which is then shorter
+ * (a batch left empty is not delivered), and records it (vf_loader_skip).
+ * The order and the batch sequence are unchanged, so a resume state taken
+ * under SKIP resumes exactly (samples_consumed counts skipped samples as
+ * consumed). Out of memory always fails. vf_loader_get_items always fails
+ * on such a sample: its positions are asked for explicitly. */
+typedef enum vf_on_error { VF_ON_ERROR_RAISE = 0, VF_ON_ERROR_SKIP = 1 } vf_on_error;
+
 typedef struct vf_loader_settings {
     vf_mode mode;
     size_t batch_size;         /* default 32 */
@@ -283,6 +294,7 @@ typedef struct vf_loader_settings {
                                 * when a batch needs them); 0 (default) = 256 MiB */
     const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
                                     * vf_loader_set_state; overrides epoch) */
+    vf_on_error on_error;      /* VF_ON_ERROR_RAISE (default) or VF_ON_ERROR_SKIP (see below) */
     vf_sample_settings sample;
 } vf_loader_settings;
 
@@ -428,6 +440,21 @@ typedef struct vf_loader_stats {
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);
+
+/* A sample left out under VF_ON_ERROR_SKIP, recorded when the batch it was
+ * cut from is delivered (so the list depends only on what the caller
+ * received). file: the video or data file that failed; column: the output
+ * column (a camera's) or NULL for table rows; message: the error. Strings
+ * are owned by the loader and valid until it is closed. At most 65,536
+ * records are kept; vf_loader_stats.skipped counts them all. */
+typedef struct vf_loader_skip {
+    int64_t position;          /* global frame position (index column) */
+    int64_t episode_index;
+    const char *file, *column, *message;
+} vf_loader_skip;
+
+size_t vf_loader_num_skips(const vf_loader *l);
+const vf_loader_skip *vf_loader_get_skip(const vf_loader *l, size_t i); /* NULL when out of range */
 
 /* ---- partition plan (vlafeed plan) --------------------------------------- */
 

@@ -129,6 +129,17 @@ class Loader:
     table_cache_bytes (bound of the table rows held in memory; 0: 256 MiB;
     rows are read lazily, only for the episodes this loader emits).
     ``output="numpy"`` yields NumPy arrays instead of tensors.
+
+    on_error: "raise" (default): a sample whose frame or row cannot be read
+    (a damaged, missing or refused video or data file) raises the error,
+    which names the file, column/camera and episode. "skip": that sample is
+    left out of its batch (the batch is shorter; a batch left empty is not
+    yielded), one ``LoaderWarning`` per (file, episode), and it is counted:
+    ``stats()["skipped"]`` and ``stats()["skipped_by_file" | "_by_episode" |
+    "_by_column"]``, each skip listed in ``loader.skipped``. Order, batch
+    sequence and resume states are those of "raise" (a skipped sample counts
+    as consumed), so resuming is still exact. ``get_items`` always raises:
+    its positions are asked for explicitly.
     """
 
     def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,
@@ -137,7 +148,9 @@ class Loader:
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
-                 prefetch_cache_bytes=0, table_cache_bytes=0):
+                 prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise"):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
         native, defaults = native_dataset(dataset_or_root, episodes)
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
@@ -166,7 +179,10 @@ class Loader:
             resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
             episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
-            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes)
+            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes, on_error=on_error)
+        self.on_error = on_error
+        self._skips_seen = 0
+        self._skip_warned = set()
         self._warned = emit_warnings(self._native)
         if state is not None:
             self._resumed(state)
@@ -205,9 +221,24 @@ class Loader:
             self._resume_pending = False
         elif self._consumed:
             self.set_epoch(self._epoch + 1)
+        skipping = self.on_error == "skip"
         for batch in self._native:
             self._consumed += 1
+            if skipping:
+                self._warn_skips()
             yield batch_to_dict(batch, self.output)
+        if skipping:  # the skips of the epoch's last batches, or of an epoch with nothing left
+            self._warn_skips()
+
+    def _warn_skips(self):
+        skips = self._native.skips
+        for k in skips[self._skips_seen:]:
+            key = (k["file"], k["episode_index"])
+            if key not in self._skip_warned:
+                self._skip_warned.add(key)
+                warnings.warn(f"vlafeed: skipping samples of episode {k['episode_index']} (on_error=\"skip\"): "
+                              f"{k['message']}", LoaderWarning, stacklevel=3)
+        self._skips_seen = len(skips)
 
     def state_dict(self):
         """The loader's position: {version, mode, fingerprint, selection, positions, seed, epoch,
@@ -240,10 +271,26 @@ class Loader:
         """The samples at these positions (rows of the selected frames) as one batch dict."""
         return batch_to_dict(self._native.get_items(list(positions)), self.output)
 
+    @property
+    def skipped(self):
+        """on_error="skip": the samples left out so far, as dicts (position, episode_index,
+        file, column (None for table rows), message), in delivery order."""
+        return self._native.skips
+
     def stats(self):
         """Engine metrics: samples, batches, frames decoded vs delivered, video opens,
-        cache counters, wait time, first-batch latency, p50/p95/p99 sample latency."""
-        return self._native.stats()
+        cache counters, wait time, first-batch latency, p50/p95/p99 sample latency;
+        skipped (samples left out under on_error="skip") with skipped_by_file,
+        skipped_by_episode and skipped_by_column ({name: count})."""
+        st = self._native.stats()
+        by_file, by_episode, by_column = {}, {}, {}
+        for k in self._native.skips:
+            by_file[k["file"]] = by_file.get(k["file"], 0) + 1
+            by_episode[k["episode_index"]] = by_episode.get(k["episode_index"], 0) + 1
+            col = k["column"] if k["column"] is not None else "(table rows)"
+            by_column[col] = by_column.get(col, 0) + 1
+        st.update(skipped_by_file=by_file, skipped_by_episode=by_episode, skipped_by_column=by_column)
+        return st
 
     def close(self):
         """Stops the engine threads now (also done when the loader is collected)."""

@@ -803,7 +803,8 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
                                "shuffle_buffer", "partition", "episode_pool_size", "delta_timestamps", "keys",
                                "renames", "image_format", "resize", "normalize", "lerobot_shapes", "include_task",
                                "tolerance_s", "decoder_cache_entries", "state", "prefetch_cache_dir",
-                               "prefetch_cache_bytes", "table_cache_bytes", NULL};
+                               "prefetch_cache_bytes", "table_cache_bytes", "on_error", NULL};
+    PyObject *on_error = NULL;
     PyObject *dataset = NULL, *mode = NULL, *partition = NULL, *deltas = NULL, *keys = NULL, *renames = NULL,
              *image_format = NULL, *resize = NULL, *normalize = NULL, *state = NULL, *prefetch_dir = NULL;
     unsigned long long prefetch_bytes = 0, table_cache_bytes = 0;
@@ -813,12 +814,13 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     int shuffle = 1, drop_last = 0, rank = 0, world_size = 1, num_consumers = 1, consumer = -1, threads = 0,
         decode_threads = 1, lerobot_shapes = 1, include_task = 1;
     double tolerance_s = 1e-4;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnOOKK:Loader", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|$OnKppLiiiiiinnOnOOOOOOppdnOOKKO:Loader", keywords,
                                      &Dataset_Type, &dataset, &mode, &batch_size, &seed, &shuffle, &drop_last, &epoch,
                                      &rank, &world_size, &num_consumers, &consumer, &threads, &decode_threads,
                                      &prefetch, &shuffle_buffer, &partition, &pool_size, &deltas, &keys, &renames,
                                      &image_format, &resize, &normalize, &lerobot_shapes, &include_task, &tolerance_s,
-                                     &cache_entries, &state, &prefetch_dir, &prefetch_bytes, &table_cache_bytes))
+                                     &cache_entries, &state, &prefetch_dir, &prefetch_bytes, &table_cache_bytes,
+                                     &on_error))
         return -1;
     vf_loader_state resume;
     if (state && state != Py_None && dict_to_state(state, &resume) < 0)
@@ -837,12 +839,14 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     static const char *const modes[] = {"map", "stream", "pool"};
     static const char *const partitions[] = {"file_group", "episode", "sequential"};
     static const char *const formats[] = {"float32", "uint8", "uint8_hwc"};
-    int mode_i = 0, part_i = 0, fmt_i = 0;
+    static const char *const policies[] = {"raise", "skip"};
+    int mode_i = 0, part_i = 0, fmt_i = 0, policy_i = 0;
     settings_memory mem = {0};
     PyObject *keys_hold = NULL;
     int ok = parse_choice(mode, "mode", modes, 3, &mode_i) == 0 &&
              parse_choice(partition, "partition", partitions, 3, &part_i) == 0 &&
              parse_choice(image_format, "image_format", formats, 3, &fmt_i) == 0 &&
+             parse_choice(on_error, "on_error", policies, 2, &policy_i) == 0 &&
              parse_deltas(deltas, &s.sample, &mem) == 0 && parse_keys(keys, &s.sample, &mem, &keys_hold) == 0 &&
              parse_renames(renames, &s.sample, &mem) == 0 && parse_normalize(normalize, &s.sample, &mem) == 0;
     if (ok && resize && resize != Py_None) {
@@ -876,6 +880,7 @@ static int Loader_init(LoaderObject *self, PyObject *args, PyObject *kwargs)
     s.episode_pool_size = (size_t)pool_size;
     s.decoder_cache_entries = (size_t)cache_entries;
     s.table_cache_bytes = (size_t)table_cache_bytes;
+    s.on_error = (vf_on_error)policy_i;
     s.sample.lerobot_shapes = lerobot_shapes;
     s.sample.include_task = include_task;
     s.sample.tolerance_s = tolerance_s;
@@ -1077,6 +1082,27 @@ static PyObject *Loader_get_warnings(LoaderObject *self, void *c)
     return list;
 }
 
+static PyObject *Loader_get_skips(LoaderObject *self, void *c)
+{
+    (void)c;
+    if (!loader_ready(self))
+        return NULL;
+    size_t n = vf_loader_num_skips(self->l);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        const vf_loader_skip *k = vf_loader_get_skip(self->l, i);
+        PyObject *d = Py_BuildValue("{sLsLszszss}", "position", (long long)k->position, "episode_index",
+                                    (long long)k->episode_index, "file", k->file, "column", k->column, "message",
+                                    k->message);
+        if (!d) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+    }
+    return list;
+}
+
 static PyObject *Loader_get_batches_delivered(LoaderObject *self, void *c)
 {
     (void)c;
@@ -1182,6 +1208,9 @@ static PyGetSetDef Loader_getset[] = {
     {"dataset", (getter)Loader_get_dataset, NULL, "the Dataset", NULL},
     {"warnings", (getter)Loader_get_warnings, NULL, "warnings the loader logged (uneven splits, empty consumers)",
      NULL},
+    {"skips", (getter)Loader_get_skips, NULL,
+     "on_error='skip': the samples left out of delivered batches, as dicts (position, episode_index, file,\n"
+     "column or None, message); at most 65,536 (stats()['skipped'] counts all)", NULL},
     {"batches_delivered", (getter)Loader_get_batches_delivered, NULL,
      "batches of the current epoch delivered (a restored loader counts the skipped ones)", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -164,6 +164,12 @@ int vf_engine_batch_acquire(vf_engine_core *core, size_t n, vf_batch **out)
     return 0;
 }
 
+void vf_engine_batch_shrink(vf_batch *b, size_t n)
+{
+    if (n < b->size)
+        batch_set_size(b, b->core->spec, n);
+}
+
 void vf_engine_batch_dest(vf_batch *b, vf_sample_dest *dest)
 {
     dest->data = b->data;

@@ -61,6 +61,9 @@ void vf_engine_core_unref(vf_engine_core *core);
  * with one reference for the caller and one core reference. */
 int vf_engine_batch_acquire(vf_engine_core *core, size_t n, vf_batch **out);
 
+/* Makes a batch hold its first n samples (n <= its size). */
+void vf_engine_batch_shrink(vf_batch *b, size_t n);
+
 /* The destinations of a batch for vf_sample_assemble. */
 void vf_engine_batch_dest(vf_batch *b, vf_sample_dest *dest);
 

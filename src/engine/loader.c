@@ -45,7 +45,11 @@ typedef struct job {
     int rc;
     char *message;
     double done_at;            /* when the batch was ready (first-batch latency) */
+    vf_loader_skip *skips;     /* on_error = SKIP: the samples left out of this batch (strings owned) */
+    size_t num_skips;
 } job;
+
+#define MAX_SKIP_RECORDS 65536
 
 struct vf_loader {
     vf_dataset *dataset;
@@ -66,6 +70,9 @@ struct vf_loader {
     size_t cache_capacity;
     char **warnings;           /* logged once each */
     size_t num_warnings;
+    vf_loader_skip *skips;     /* on_error = SKIP: samples left out of delivered batches (<= MAX_SKIP_RECORDS) */
+    size_t num_skips;
+    uint64_t skipped;          /* all of them, records kept or not */
 
     /* the current epoch */
     int64_t epoch;
@@ -141,6 +148,8 @@ static int env_int(const char *name, int fallback, int *out)
 
 static int check_settings(vf_loader_settings *s)
 {
+    if (s->on_error != VF_ON_ERROR_RAISE && s->on_error != VF_ON_ERROR_SKIP)
+        return vf_error(VF_EINVAL, "loader: unknown on_error policy %d", (int)s->on_error);
     if ((unsigned)s->mode > VF_MODE_POOL)
         return vf_error(VF_EINVAL, "loader: unknown mode %d", (int)s->mode);
     if (s->mode == VF_MODE_POOL && (s->episode_pool_size < 1 || s->episode_pool_size > (1u << 20)))
@@ -178,6 +187,54 @@ static int check_settings(vf_loader_settings *s)
 
 /* ---- production ------------------------------------------------------------------- */
 
+static void free_skip(vf_loader_skip *k)
+{
+    free((char *)k->file);
+    free((char *)k->column);
+    free((char *)k->message);
+}
+
+/* on_error = SKIP, after the batch failed as a whole: assembles its samples
+ * one at a time, keeping those that succeed (compacted to the front, in
+ * order) and recording the others in the job. Fails only on out of memory. */
+static int assemble_skipping(vf_loader *l, job *j, size_t n, vf_sample_dest *dest)
+{
+    int64_t *pos = j->batch->positions;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t p = pos[i];
+        vf_sample_failure fail;
+        dest->first = kept;
+        int r = vf_sample_assemble_ex(l->spec, l->cache, &l->counters, &p, 1, dest, NULL, &fail);
+        if (r == 0) {
+            pos[kept++] = p;
+            continue;
+        }
+        if (r == VF_ENOMEM) {
+            free(fail.file);
+            free(fail.column);
+            return r;
+        }
+        vf_loader_skip *grown = realloc(j->skips, (j->num_skips + 1) * sizeof *grown);
+        char *message = vf_strdup(vf_last_error());
+        if (!grown || !message) {
+            if (grown)
+                j->skips = grown;
+            free(message);
+            free(fail.file);
+            free(fail.column);
+            return vf_error(VF_ENOMEM, "out of memory recording a skipped sample");
+        }
+        j->skips = grown;
+        size_t ep = vf_sample_episode_of(l->spec, p);
+        j->skips[j->num_skips++] = (vf_loader_skip){p, vf_dataset_episode(l->dataset, ep)->episode_index, fail.file,
+                                                    fail.column, message};
+    }
+    dest->first = 0;
+    vf_engine_batch_shrink(j->batch, kept);
+    return 0;
+}
+
 static void produce(void *arg)
 {
     job *j = arg;
@@ -194,6 +251,8 @@ static void produce(void *arg)
             vf_sample_dest dest;
             vf_engine_batch_dest(j->batch, &dest);
             r = vf_sample_assemble(l->spec, l->cache, &l->counters, j->batch->positions, n, &dest, NULL);
+            if (r < 0 && r != VF_ENOMEM && l->settings.on_error == VF_ON_ERROR_SKIP)
+                r = assemble_skipping(l, j, n, &dest);
         }
         if (r < 0) {
             j->message = vf_strdup(vf_last_error());
@@ -213,6 +272,9 @@ static void produce(void *arg)
     if (vf_queue_push(l->done, j) < 0) {
         vf_batch_release(j->batch);
         free(j->message);
+        for (size_t i = 0; i < j->num_skips; i++)
+            free_skip(&j->skips[i]);
+        free(j->skips);
         free(j);
     }
 }
@@ -223,6 +285,9 @@ static void free_job(job *j)
         return;
     vf_batch_release(j->batch);
     free(j->message);
+    for (size_t i = 0; i < j->num_skips; i++)
+        free_skip(&j->skips[i]);
+    free(j->skips);
     free(j);
 }
 
@@ -872,6 +937,9 @@ void vf_loader_close(vf_loader *l)
     for (size_t i = 0; i < l->num_warnings; i++)
         free(l->warnings[i]);
     free(l->warnings);
+    for (size_t i = 0; i < l->num_skips; i++)
+        free_skip(&l->skips[i]);
+    free(l->skips);
     if (l->done)
         vf_queue_destroy(l->done);
     free(l->stash);
@@ -1120,7 +1188,49 @@ int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
     return restart(l, epoch, 0);
 }
 
+/* Moves a delivered job's skip records to the loader (they pass to it, or
+ * are dropped beyond MAX_SKIP_RECORDS). */
+static void take_skips(vf_loader *l, job *j)
+{
+    l->skipped += j->num_skips;
+    size_t room = l->num_skips < MAX_SKIP_RECORDS ? MAX_SKIP_RECORDS - l->num_skips : 0;
+    size_t take = VF_MIN(room, j->num_skips);
+    vf_loader_skip *grown = take ? realloc(l->skips, (l->num_skips + take) * sizeof *grown) : NULL;
+    if (grown) {
+        l->skips = grown;
+        memcpy(l->skips + l->num_skips, j->skips, take * sizeof *grown);
+        l->num_skips += take;
+    } else {
+        take = 0;
+    }
+    for (size_t i = take; i < j->num_skips; i++)
+        free_skip(&j->skips[i]);
+    free(j->skips);
+    j->skips = NULL;
+    j->num_skips = 0;
+}
+
+size_t vf_loader_num_skips(const vf_loader *l) { return l->num_skips; }
+
+const vf_loader_skip *vf_loader_get_skip(const vf_loader *l, size_t i)
+{
+    return i < l->num_skips ? &l->skips[i] : NULL;
+}
+
+static int next_batch(vf_loader *l, vf_batch **out);
+
 int vf_loader_next(vf_loader *l, vf_batch **out)
+{
+    for (;;) {
+        int r = next_batch(l, out);
+        if (r < 0 || (*out)->size > 0)
+            return r;
+        vf_batch_release(*out); /* every sample of it was skipped: on to the next one */
+        *out = NULL;
+    }
+}
+
+static int next_batch(vf_loader *l, vf_batch **out)
 {
     *out = NULL;
     int r = check_process(l);
@@ -1162,6 +1272,8 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
     j->batch = NULL;
     if (rc < 0)
         vf_error(rc, "%s", j->message ? j->message : "batch assembly failed");
+    else
+        take_skips(l, j);
     free_job(j);
     if (rc == 0) {
         if (!l->have_first) {
@@ -1169,7 +1281,7 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
             l->first_batch_seconds = ready_at - l->started_at; /* ready, whenever the caller asked */
         }
         l->samples += b->size;
-        l->batches++;
+        l->batches += b->size > 0; /* a batch whose samples were all skipped is not delivered */
         if (l->seg_state)
             evict_until(l, want);
     }
@@ -1254,6 +1366,7 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     st->dropped_samples = l->plan.dropped_samples;
     st->empty_consumers = l->plan.empty_consumers;
     st->warnings = l->num_warnings;
+    st->skipped = l->skipped;
     st->pool_segments = l->live_segments;
     st->pool_admitted = l->admitted;
     st->pool_evicted = l->evicted;

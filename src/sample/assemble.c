@@ -222,12 +222,31 @@ static int cmp_sz(const void *a, const void *b)
 
 static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters, const int64_t *positions,
                     size_t n, const vf_sample_dest *dest, const vf_sample_parallel *parallel, const size_t *eps,
-                    vf_sample_rows *const *ep_rows, size_t num_eps);
+                    vf_sample_rows *const *ep_rows, size_t num_eps, vf_sample_failure *failure);
 
 int vf_sample_assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters,
                        const int64_t *positions, size_t n, const vf_sample_dest *dest,
                        const vf_sample_parallel *parallel)
 {
+    return vf_sample_assemble_ex(s, cache, counters, positions, n, dest, parallel, NULL);
+}
+
+/* The data file holding a selected episode's rows (a copy), or NULL. */
+static char *episode_data_file(const vf_sample_spec *s, size_t ep)
+{
+    vf_data_span span;
+    if (vf_dataset_episode_data(s->dataset, ep, &span) < 0)
+        return NULL;
+    const char *path = vf_dataset_data_file(s->dataset, span.file);
+    return path ? vf_strdup(path) : NULL;
+}
+
+int vf_sample_assemble_ex(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters,
+                          const int64_t *positions, size_t n, const vf_sample_dest *dest,
+                          const vf_sample_parallel *parallel, vf_sample_failure *failure)
+{
+    if (failure)
+        failure->file = failure->column = NULL;
     for (size_t i = 0; i < n; i++)
         if (positions[i] < 0 || positions[i] >= s->num_positions)
             return vf_error(VF_ERANGE, "position %lld is out of range (the selected episodes hold %lld frames)",
@@ -248,8 +267,16 @@ int vf_sample_assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_count
         if (ne == 0 || eps[ne - 1] != eps[i])
             eps[ne++] = eps[i];
     int r = vf_sample_rows_acquire(s, eps, ne, rows);
+    if (r < 0 && failure && ne == 1) {
+        char *keep = vf_strdup(vf_last_error()); /* vf_dataset calls may not touch it, but be safe */
+        failure->file = episode_data_file(s, eps[0]);
+        if (keep) {
+            vf_error(r, "%s", keep);
+            free(keep);
+        }
+    }
     if (r == 0)
-        r = assemble(s, cache, counters, positions, n, dest, parallel, eps, rows, ne);
+        r = assemble(s, cache, counters, positions, n, dest, parallel, eps, rows, ne, failure);
     vf_sample_rows_release(s, rows, ne);
     free(eps);
     free(rows);
@@ -258,7 +285,7 @@ int vf_sample_assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_count
 
 static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters *counters, const int64_t *positions,
                     size_t n, const vf_sample_dest *dest, const vf_sample_parallel *parallel, const size_t *eps,
-                    vf_sample_rows *const *ep_rows, size_t num_eps)
+                    vf_sample_rows *const *ep_rows, size_t num_eps, vf_sample_failure *failure)
 {
     /* Count frame requests. */
     size_t max_steps = 1;
@@ -365,8 +392,14 @@ static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters
             for (size_t g = 0; g < x.num_groups; g++)
                 group_task(&x, g);
         for (size_t g = 0; g < x.num_groups; g++) {
-            if (x.results[g].rc < 0 && r == 0)
+            if (x.results[g].rc < 0 && r == 0) {
                 r = vf_error(x.results[g].rc, "%s", x.results[g].message ? x.results[g].message : "decode failed");
+                if (failure) {
+                    const frame_job *j = &jobs[x.group_start[g]];
+                    failure->file = vf_strdup(j->file->path);
+                    failure->column = vf_strdup(j->column->name);
+                }
+            }
             free(x.results[g].message);
         }
         free(x.results);

@@ -232,4 +232,18 @@ int vf_sample_assemble(vf_sample_spec *spec, vf_video_cache *cache, vf_sample_co
                        const int64_t *positions, size_t n, const vf_sample_dest *dest,
                        const vf_sample_parallel *parallel);
 
+/* Where a failed vf_sample_assemble_ex call failed: the file it could not
+ * read (a video file, or the episode's data file for table rows) and the
+ * output column (a camera's column; NULL for table rows). Both are copies
+ * the caller frees; NULL when unknown (e.g. out of memory). */
+typedef struct vf_sample_failure {
+    char *file;
+    char *column;
+} vf_sample_failure;
+
+/* vf_sample_assemble, and on failure fills *failure (when not NULL). */
+int vf_sample_assemble_ex(vf_sample_spec *spec, vf_video_cache *cache, vf_sample_counters *counters,
+                          const int64_t *positions, size_t n, const vf_sample_dest *dest,
+                          const vf_sample_parallel *parallel, vf_sample_failure *failure);
+
 #endif

@@ -66,7 +66,18 @@ int vf_vid_av_error_named(const char *name, int averror, const char *what)
     av_strerror(averror, reason, sizeof reason);
     int code;
     if (averror == AVERROR(ENOMEM))
-        code = VF_ENOMEM;
+        /* FFmpeg sizes its tables from the file: an allocation that fails
+         * while reading one is almost always an absurd count or size in a
+         * damaged file, so it is reported as such (naming the file), not as
+         * a bare out-of-memory. */
+        return vf_error(VF_ECORRUPT, "%s: %s: FFmpeg could not allocate memory for it (a corrupt count or size in "
+                        "the file?)", name, what);
+    else if (averror == AVERROR(EPERM))
+        /* AVERROR(EPERM) is -1, FFmpeg's generic failure (e.g. a seek the
+         * container's index cannot serve): errno's "Operation not permitted"
+         * would mislead. */
+        return vf_error(VF_ECORRUPT, "%s: %s: the container's index cannot serve it (corrupt or inconsistent sample "
+                        "table in the moov box?)", name, what);
     else if (averror == AVERROR_INVALIDDATA || averror == AVERROR_EOF || averror == AVERROR(EIO))
         code = VF_ECORRUPT;
     else if (averror == AVERROR_DECODER_NOT_FOUND || averror == AVERROR_DEMUXER_NOT_FOUND ||

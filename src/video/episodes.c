@@ -182,9 +182,9 @@ static int map_by_timestamp(const vf_video_index *ix, vf_video_episode *ep, doub
         int64_t near = vf_video_index_nearest(ix, t);
         double near_s = near >= 0 ? vf_video_index_seconds(ix, near) : NAN;
         int r = add_problem(problems, VF_VIDEO_PROBLEM_MISSING_FRAMES, ep->episode_index, k, end - k, t, near_s,
-                            "%s%s%sepisode %lld: frames %lld..%lld (%lld of %lld) have no video frame within %.2f ms "
+                            "%s%s%s: episode %lld: frames %lld..%lld (%lld of %lld) have no video frame within %.2f ms "
                             "of their time (first expected at %.6f s, nearest frame at %.6f s)",
-                            ix->name, camera ? ": camera " : ": ", camera ? camera : "", (long long)ep->episode_index,
+                            ix->name, camera ? ": camera " : "", camera ? camera : "", (long long)ep->episode_index,
                             (long long)k, (long long)end - 1, (long long)(end - k), (long long)n, tol * 1000.0, t,
                             near_s);
         if (r < 0) {
@@ -325,9 +325,9 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
             }
             if (r == 0 && fabs(real - ep->from_timestamp) > tol)
                 r = add_problem(&problems, VF_VIDEO_PROBLEM_DRIFT, ep->episode_index, 0, 0, ep->from_timestamp, real,
-                                "%s%s%sepisode %lld: starts at frame %lld, pts %.6f s, but from_timestamp says %.6f s "
+                                "%s%s%s: episode %lld: starts at frame %lld, pts %.6f s, but from_timestamp says %.6f s "
                                 "(drift %.3f ms; the frame-ordinal mapping is used)",
-                                ix->name, camera ? ": camera " : ": ", camera ? camera : "",
+                                ix->name, camera ? ": camera " : "", camera ? camera : "",
                                 (long long)ep->episode_index, (long long)start, real, ep->from_timestamp,
                                 ep->drift_ms);
             start += ep->length;

@@ -313,6 +313,8 @@ static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left
                        (long long)r->pkt->dts, r->pkt->flags);
             if (r->pkt->flags & AV_PKT_FLAG_CORRUPT) {
                 av_packet_unref(r->pkt);
+                if (d->io_error < 0) /* a short read: the source's own error (HTTP status, ...) is the cause */
+                    return vf_vid_av_error(d, AVERROR(EIO), "cannot read a video packet");
                 return vf_error(VF_ECORRUPT, "%s%s%s: corrupt (truncated?) video packet", d->name, cam_sep(r),
                                 cam_name(r));
             }

@@ -1,8 +1,10 @@
 """Runs upstream LeRobot's LeRobotDataset in its own venv and dumps items.
 
 Executed by tests/python/test_upstream_lerobot.py with the python of
-build-lerobot/venv (tests/python/install_lerobot.sh), never imported by the
-main test process, so LeRobot's dependencies stay out of it.
+build-lerobot/venv312 (LeRobot 0.6 on Python 3.12,
+tests/python/install_lerobot06.sh) or build-lerobot/venv (LeRobot 0.4.4 on
+3.11, tests/python/install_lerobot.sh), never imported by the main test
+process, so LeRobot's dependencies stay out of it.
 
   python lerobot_upstream.py --check
   python lerobot_upstream.py REQUESTS.json OUT.pt
@@ -10,13 +12,16 @@ main test process, so LeRobot's dependencies stay out of it.
 REQUESTS: a list of {"root", "episodes", "delta_timestamps", "positions",
 "return_uint8", "tolerance_s", "video_backend"}. OUT (torch.save): a list of
 {"len", "meta": {...}, "items": {position: item dict | {"__error__": type,
-"message": str}}}, one per request (one process serves them all: importing
-LeRobot takes seconds).
+"message": str}}} or {"__open_error__": type, "message": str} when the
+dataset does not open, one per request (one process serves them all:
+importing LeRobot takes seconds).
 
-torchvision's PyPI build for torch 2.13 is CUDA-linked: its C++ ops do not
-load on CPU torch, and its meta-kernel registrations for them then raise at
-import. LeRobot's dataset code needs only torchvision.transforms, so the
-registrations module is replaced by an empty one before the import.
+In the 0.4.4 venv, torchvision's PyPI build for torch 2.13 is CUDA-linked:
+its C++ ops do not load on CPU torch, and its meta-kernel registrations for
+them then raise at import. LeRobot's dataset code needs only
+torchvision.transforms, so there (torch 2.13 only) the registrations module
+is replaced by an empty one before the import. The 0.6 venv has torch 2.11
+with its own paired torchvision and needs nothing of the kind.
 """
 import json
 import sys
@@ -24,7 +29,9 @@ import types
 
 
 def _import_lerobot():
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    import torch
+    if torch.__version__.startswith("2.13"):
+        sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
     import lerobot  # noqa: F401
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     return LeRobotDataset
@@ -36,7 +43,8 @@ def main(argv):
         import lerobot
         import torch
         import torchcodec  # noqa: F401
-        print(f"lerobot {getattr(lerobot, '__version__', '?')} importable; torch {torch.__version__}")
+        import importlib.metadata as md
+        print(f"lerobot {md.version('lerobot')} importable; torch {torch.__version__}")
         return 0
     req_path, out_path = argv[1], argv[2]
     with open(req_path, encoding="utf-8") as f:
@@ -52,8 +60,14 @@ def serve(LeRobotDataset, req):
                   video_backend=req.get("video_backend", "torchcodec"))
     if req.get("tolerance_s") is not None:
         kwargs["tolerance_s"] = req["tolerance_s"]
-    ds = LeRobotDataset("local/vlafeed-parity", **kwargs)
-    if req.get("return_uint8"):
+    import inspect
+    if req.get("return_uint8") and "return_uint8" in inspect.signature(LeRobotDataset.__init__).parameters:
+        kwargs["return_uint8"] = True  # 0.6: a constructor argument
+    try:
+        ds = LeRobotDataset("local/vlafeed-parity", **kwargs)
+    except Exception as e:  # recorded, compared by the test
+        return {"__open_error__": type(e).__name__, "message": str(e)[:2000]}
+    if req.get("return_uint8") and not getattr(ds, "return_uint8", getattr(ds, "_return_uint8", False)):
         # LeRobot's flag (lerobot-train sets it); older releases lack it
         if not hasattr(ds, "return_uint8"):
             raise SystemExit("this LeRobot has no return_uint8")

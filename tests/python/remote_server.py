@@ -11,7 +11,9 @@ inject faults into the responses to chosen paths:
   send half the body and close;
 * ``slow_s``: every matching response waits this long first (bounded);
 * ``no_range``: ignore Range headers (answer 200 with the whole file);
-* ``always_fail``: every matching request answers 503.
+* ``always_fail``: every matching request answers 503;
+* ``fail_after``: after N matching requests served, every further one
+  answers 503 (an outage in the middle of reading a file).
 
 Every request is logged (method, path, Range). The server stops by itself
 after ``lifetime_s`` even if a test forgets to stop it, and ``stop()`` /
@@ -33,7 +35,7 @@ class Faults:
     """Fault plan, shared by the handler threads (guarded by a lock)."""
 
     def __init__(self, match="", fail_first=0, reset_first=0, truncate_first=0, slow_s=0.0, no_range=False,
-                 always_fail=False):
+                 always_fail=False, fail_after=None):
         self.match = match
         self.fail_first = fail_first
         self.reset_first = reset_first
@@ -41,6 +43,7 @@ class Faults:
         self.slow_s = min(float(slow_s), 30.0)
         self.no_range = no_range
         self.always_fail = always_fail
+        self.fail_after = fail_after
         self.injected = {"500": 0, "503": 0, "reset": 0, "truncate": 0, "slow": 0}
         self.lock = threading.Lock()
 
@@ -49,6 +52,12 @@ class Faults:
         if self.match not in path:
             return None
         with self.lock:
+            if self.fail_after is not None:
+                if self.fail_after > 0:
+                    self.fail_after -= 1
+                    return None
+                self.injected["503"] += 1
+                return "503"
             if self.always_fail:
                 self.injected["503"] += 1
                 return "503"
