@@ -56,13 +56,16 @@ py-inplace: deps
 	cp build-py/_native*.so python/vlafeed/
 
 # Upstream LeRobot 0.6 + Ray Data in build-lerobot/venv312 (Python 3.12, torch
-# 2.11 CUDA build from PyPI: ~2.5 GB of downloads, ~5.6 GB on disk, ~5 min).
-# Opt-in for make test: VF_LEROBOT06=1 make test. Without the venv the
-# upstream parity tests skip with the reason printed.
+# 2.11 CUDA build from PyPI: ~2.5 GB of downloads, ~5.6 GB on disk, 5-11 min
+# the first time, seconds once installed). make test installs it unless
+# VF_LEROBOT06=0; if the install fails (no network, no disk), the upstream
+# parity tests skip with the reason printed instead of failing the suite.
 lerobot06:
 	tests/python/install_lerobot06.sh
 
-test-py: py-inplace build $(if $(filter 1,$(VF_LEROBOT06)),lerobot06)
+test-py: py-inplace build
+	@if [ "$(VF_LEROBOT06)" != 0 ]; then tests/python/install_lerobot06.sh || \
+	  echo "make test: the LeRobot 0.6 venv could not be installed (see above); the upstream parity tests will skip"; fi
 	PYTHONPATH=$(CURDIR)/python VF_CLI=$(CURDIR)/build/vlafeed $(PY) -m pytest -q tests/python
 
 test: test-c test-asan test-tsan fuzz test-py

@@ -234,10 +234,14 @@ def test_loader_yields_the_same_samples(v21, v30):
 
 
 def lerobot_python():
-    cand = os.environ.get("VF_LEROBOT_PYTHON") or str(ROOT / "build-lerobot" / "venv" / "bin" / "python")
-    if not os.path.isfile(cand):
-        return None, f"no LeRobot venv at {cand} (run tests/python/install_lerobot.sh)"
-    return cand, ""
+    # LeRobot 0.6 (make test installs it: tests/python/install_lerobot06.sh), else 0.4.4
+    # (tests/python/install_lerobot.sh); both read v3.0.
+    cands = [os.environ.get("VF_LEROBOT_PYTHON")] if os.environ.get("VF_LEROBOT_PYTHON") else [
+        str(ROOT / "build-lerobot" / "venv312" / "bin" / "python"), str(ROOT / "build-lerobot" / "venv" / "bin" / "python")]
+    for cand in cands:
+        if os.path.isfile(cand):
+            return cand, ""
+    return None, f"no LeRobot venv at {' or '.join(cands)} (run tests/python/install_lerobot06.sh)"
 
 
 def run_lerobot(py, tmp_path, requests):
