@@ -20,7 +20,8 @@ not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F401
 from vlafeed.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.loader import Loader
+from vlafeed.wds import ShardLoader
 
 set_log_level()
 
-__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "set_log_level"]
+__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "ShardLoader", "set_log_level"]

@@ -63,6 +63,7 @@ typedef struct consumer {
     size_t num_needed;
     vf_wds_reader *reader;
     size_t reader_task;
+    size_t reader_piece;       /* the piece the reader serves (a later piece of the same shard may reuse it) */
     int64_t reader_pos;        /* global position of the sample the reader returns next */
     stored_sample **store;
     size_t num_store, cap_store;
@@ -280,7 +281,8 @@ static int ensure_position(vf_wds_loader *l, consumer *c, int64_t p)
             c->piece_i++;
             continue;
         }
-        if (!c->reader || c->reader_task != piece->task || c->reader_pos > piece->first_position) {
+        if (!c->reader || c->reader_task != piece->task ||
+            (c->reader_piece != c->piece_i && c->reader_pos > piece->first_position)) {
             vf_wds_reader_close(c->reader);
             c->reader = NULL;
             int rc = vf_wds_reader_open(&c->reader, url);
@@ -296,6 +298,7 @@ static int ensure_position(vf_wds_loader *l, consumer *c, int64_t p)
             c->reader_task = piece->task;
             c->reader_pos = task->first_position;
         }
+        c->reader_piece = c->piece_i;
         if (c->reader_pos >= piece_end) {
             if (piece_end == task_end && c->reader_pos == task_end) {
                 /* the tail of the shard is ours: the tar must end here */
