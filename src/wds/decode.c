@@ -346,12 +346,11 @@ static int decode_rgb(void **tj_handle, const uint8_t *data, size_t size, int wi
             *tj_handle = tj;
     }
     int rc = 0;
-    if (tjDecompress2(tj, data, (unsigned long)size, rgb, width, 0, height, TJPF_RGB, 0) < 0) {
-        /* warnings (e.g. extraneous bytes) still give a whole image; real
-         * errors (corrupt data, premature end) fail */
-        if (tjGetErrorCode(tj) == TJERR_FATAL || !tj_handle)
-            rc = vf_error(VF_ECORRUPT, "JPEG: %s", tjGetErrorStr2(tj));
-    }
+    /* libjpeg's warnings (premature end of data, corrupt entropy data)
+     * fail too: the image would be partly gray, and PIL refuses a truncated
+     * JPEG as well */
+    if (tjDecompress2(tj, data, (unsigned long)size, rgb, width, 0, height, TJPF_RGB, 0) < 0)
+        rc = vf_error(VF_ECORRUPT, "JPEG: %s", tjGetErrorStr2(tj));
     if (!tj_handle)
         tjDestroy(tj);
     return rc;

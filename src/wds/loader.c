@@ -71,6 +71,13 @@ typedef struct consumer {
     size_t num_bad;
 } consumer;
 
+/* Which part holds a position: a rank's slice holds each position once,
+ * so the pieces of its parts are disjoint. */
+typedef struct piece_ref {
+    int64_t first, end;
+    int part;
+} piece_ref;
+
 struct vf_wds_loader {
     vf_wds_loader_settings s;
     char *fields_copy;
@@ -86,7 +93,9 @@ struct vf_wds_loader {
     vf_plan_epoch plan;
     size_t next_batch;         /* index into plan batches */
     int64_t resume_base;       /* consumer loaders: rank-level batches skipped by the resume */
-    consumer *consumers;       /* indexed by consumer id (num_consumers) */
+    consumer *consumers;       /* the rank's consumer parts, by consumer id (num_consumers) */
+    piece_ref *piece_index;    /* every piece of the rank's parts, sorted by first position */
+    size_t num_piece_index;
     int threads;
     vf_thread_pool *pool;
     vf_wds_stats stats;
@@ -380,6 +389,13 @@ static int collect_pieces(void *ctx, int rank, int consumer_id, const vf_plan_pi
         return VF_ENOMEM;
     memcpy(c->pieces, pieces, count * sizeof *pieces);
     c->num_pieces = count;
+    piece_ref *grown = vf_realloc(l->piece_index, (l->num_piece_index + count + 1) * sizeof *grown);
+    if (!grown)
+        return VF_ENOMEM;
+    l->piece_index = grown;
+    for (size_t i = 0; i < count; i++)
+        l->piece_index[l->num_piece_index++] =
+            (piece_ref){pieces[i].first_position, pieces[i].first_position + pieces[i].num_samples, consumer_id};
     return 0;
 }
 
@@ -399,8 +415,33 @@ static void epoch_settings(const vf_wds_loader *l, int64_t epoch, int64_t resume
     ps->resume_batch = resume_batch;
 }
 
+static int cmp_piece_ref(const void *a, const void *b)
+{
+    int64_t x = ((const piece_ref *)a)->first, y = ((const piece_ref *)b)->first;
+    return (x > y) - (x < y);
+}
+
+/* The part (consumer id) whose pieces hold position p, or -1. */
+static int owner_part(const vf_wds_loader *l, int64_t p)
+{
+    size_t lo = 0, hi = l->num_piece_index;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (l->piece_index[mid].first <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0 || p >= l->piece_index[lo - 1].end)
+        return -1;
+    return l->piece_index[lo - 1].part;
+}
+
 static void drop_plan(vf_wds_loader *l)
 {
+    free(l->piece_index);
+    l->piece_index = NULL;
+    l->num_piece_index = 0;
     vf_plan_epoch_free(&l->plan);
     memset(&l->plan, 0, sizeof l->plan);
     if (l->consumers)
@@ -423,14 +464,23 @@ static int start_epoch(vf_wds_loader *l, int64_t epoch, int64_t resume_batch)
     l->resume_base = l->s.consumer >= 0 ? resume_batch : 0;
     pieces_ctx ctx = {l};
     vf_plan_epoch_settings each = ps;
+    each.consumer = -1; /* a resumed consumer loader serves batches of its rank's other parts too */
     if ((rc = vf_plan_each_consumer(&each, l->num_positions, l->tasks, l->num_tasks, collect_pieces, &ctx)) < 0)
         return rc;
-    /* what each consumer still delivers */
+    qsort(l->piece_index, l->num_piece_index, sizeof *l->piece_index, cmp_piece_ref);
+    /* what each part still delivers */
     size_t *counts = vf_calloc((size_t)l->s.num_consumers, sizeof *counts);
     if (!counts)
         return VF_ENOMEM;
-    for (size_t b = l->plan.first_batch; b < l->plan.num_batches; b++)
-        counts[l->plan.batch_consumer[b]] += (size_t)(l->plan.batch_start[b + 1] - l->plan.batch_start[b]);
+    for (int64_t k = l->plan.batch_start[l->plan.first_batch]; k < l->plan.batch_start[l->plan.num_batches]; k++) {
+        int part = owner_part(l, l->plan.positions[k]);
+        if (part < 0) {
+            free(counts);
+            return vf_error(VF_ECORRUPT, "wds loader: position %lld is in no part of this rank (internal)",
+                            (long long)l->plan.positions[k]);
+        }
+        counts[part]++;
+    }
     for (int ci = 0; ci < l->s.num_consumers; ci++) {
         consumer *c = &l->consumers[ci];
         c->needed = vf_malloc_array(counts[ci] ? counts[ci] : 1, sizeof *c->needed);
@@ -440,10 +490,9 @@ static int start_epoch(vf_wds_loader *l, int64_t epoch, int64_t resume_batch)
         }
     }
     free(counts);
-    for (size_t b = l->plan.first_batch; b < l->plan.num_batches; b++) {
-        consumer *c = &l->consumers[l->plan.batch_consumer[b]];
-        for (int64_t k = l->plan.batch_start[b]; k < l->plan.batch_start[b + 1]; k++)
-            c->needed[c->num_needed++] = l->plan.positions[k];
+    for (int64_t k = l->plan.batch_start[l->plan.first_batch]; k < l->plan.batch_start[l->plan.num_batches]; k++) {
+        consumer *c = &l->consumers[owner_part(l, l->plan.positions[k])];
+        c->needed[c->num_needed++] = l->plan.positions[k];
     }
     for (int ci = 0; ci < l->s.num_consumers; ci++) {
         consumer *c = &l->consumers[ci];
@@ -1263,7 +1312,6 @@ int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out)
         return VF_EOF;
     size_t bi = l->next_batch;
     int64_t begin = l->plan.batch_start[bi], end = l->plan.batch_start[bi + 1];
-    consumer *c = &l->consumers[l->plan.batch_consumer[bi]];
     assembly a;
     memset(&a, 0, sizeof a);
     a.l = l;
@@ -1289,7 +1337,7 @@ int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out)
         if (!sl->field_member || !sl->npz || !sl->npy || !sl->npy_ok || !sl->img_w || !sl->img_h)
             rc = VF_ENOMEM;
         else
-            rc = take_sample(l, c, a.batch->positions[i], sl);
+            rc = take_sample(l, &l->consumers[owner_part(l, a.batch->positions[i])], a.batch->positions[i], sl);
     }
     double t0 = vf_now_seconds();
     if (rc == 0)
