@@ -221,7 +221,11 @@ static int read_header(vf_wds_reader *r)
         int ar = archive_read_next_header(r->archive, &entry);
         if (ar == ARCHIVE_EOF)
             return 0;
-        if (ar < ARCHIVE_WARN) {
+        /* ARCHIVE_RETRY is libarchive's "damaged header" (bad checksum):
+         * it would resynchronise past it, silently losing members, so it
+         * is an error here like ARCHIVE_FATAL. The sample before it counts
+         * as bad too: its last members may be the ones lost. */
+        if (ar == ARCHIVE_RETRY || ar < ARCHIVE_WARN) {
             const char *msg = archive_error_string(r->archive);
             char *copy = vf_strdup(msg ? msg : "unreadable tar header");
             int rc = reader_error(r, VF_ECORRUPT, NULL, copy ? copy : "unreadable tar header");
