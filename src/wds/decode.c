@@ -309,6 +309,8 @@ int vf_wds_image_size(const uint8_t *data, size_t size, int *width, int *height)
     int subsamp = 0, colorspace = 0;
     int r = size > 0x7fffffff ? -1 : tjDecompressHeader3(tj, data, (unsigned long)size, width, height, &subsamp, &colorspace);
     int rc = r < 0 ? vf_error(VF_ECORRUPT, "not a JPEG or PNG image: %s", tjGetErrorStr2(tj)) : 0;
+    if (rc == 0 && (*width <= 0 || *height <= 0 || *width > 65535 || *height > 65535))
+        rc = vf_error(VF_ECORRUPT, "JPEG size %dx%d out of range", *width, *height);
     tjDestroy(tj);
     return rc;
 }
