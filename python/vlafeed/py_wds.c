@@ -53,6 +53,7 @@ typedef struct {
     vf_wds_loader *loader;
 } WdsLoaderObject;
 
+/* st->ranges, when the state has any, is PyMem-allocated: PyMem_Free((void *)st->ranges). */
 static int parse_state(PyObject *dict, vf_loader_state *st)
 {
     memset(st, 0, sizeof *st);
@@ -90,6 +91,20 @@ static int parse_state(PyObject *dict, vf_loader_state *st)
     GET("drop_last", drop_last, int32_t);
     GET("shuffle_buffer", shuffle_buffer, int64_t);
 #undef GET
+    PyObject *ranges = PyDict_GetItemString(dict, "ranges");
+    if (ranges && ranges != Py_None) {
+        int64_t *values = NULL;
+        size_t count = 0;
+        if (vf_py_int64_list(ranges, "state['ranges'] must be a list of integers", &values, &count) < 0)
+            return -1;
+        if (count % 2) {
+            PyMem_Free(values);
+            PyErr_SetString(PyExc_ValueError, "state['ranges'] must hold [start, end) pairs");
+            return -1;
+        }
+        st->ranges = values;
+        st->num_ranges = count / 2;
+    }
     st->mode = VF_MODE_STREAM;
     st->selection = st->fingerprint;
     st->partition = VF_PARTITION_EPISODE;
@@ -98,13 +113,18 @@ static int parse_state(PyObject *dict, vf_loader_state *st)
 
 static PyObject *state_to_dict(const vf_loader_state *st)
 {
-    return Py_BuildValue("{s:s,s:I,s:K,s:L,s:K,s:L,s:L,s:L,s:i,s:i,s:i,s:i,s:L}", "kind", "wds", "version",
+    PyObject *ranges = PyList_New((Py_ssize_t)(2 * st->num_ranges));
+    for (size_t i = 0; ranges && i < 2 * st->num_ranges; i++)
+        PyList_SET_ITEM(ranges, (Py_ssize_t)i, PyLong_FromLongLong(st->ranges[i]));
+    if (!ranges)
+        return NULL;
+    return Py_BuildValue("{s:s,s:I,s:K,s:L,s:K,s:L,s:L,s:L,s:i,s:i,s:i,s:i,s:L,s:N}", "kind", "wds", "version",
                          (unsigned)st->version, "fingerprint", (unsigned long long)st->fingerprint, "positions",
                          (long long)st->positions, "seed", (unsigned long long)st->seed, "epoch",
                          (long long)st->epoch, "samples_consumed", (long long)st->samples_consumed, "batch_size",
                          (long long)st->batch_size, "world_size", (int)st->world_size, "consumers",
                          (int)st->consumers, "shuffle", (int)st->shuffle, "drop_last", (int)st->drop_last,
-                         "shuffle_buffer", (long long)st->shuffle_buffer);
+                         "shuffle_buffer", (long long)st->shuffle_buffer, "ranges", ranges);
 }
 
 static int WdsLoader_init(WdsLoaderObject *self, PyObject *args, PyObject *kwargs)
@@ -168,6 +188,8 @@ static int WdsLoader_init(WdsLoaderObject *self, PyObject *args, PyObject *kwarg
     Py_BEGIN_ALLOW_THREADS
     r = vf_wds_loader_open(&l, manifest, &s);
     Py_END_ALLOW_THREADS
+    if (s.resume)
+        PyMem_Free((void *)st.ranges);
     if (r < 0) {
         vf_py_raise(r);
         return -1;
@@ -335,6 +357,7 @@ static PyObject *WdsLoader_set_state(WdsLoaderObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     r = vf_wds_loader_set_state(self->loader, &st);
     Py_END_ALLOW_THREADS
+    PyMem_Free((void *)st.ranges);
     if (r < 0)
         return vf_py_raise(r);
     Py_RETURN_NONE;

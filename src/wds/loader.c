@@ -90,6 +90,9 @@ struct vf_wds_loader {
     int *field_kind;
     size_t num_fields;
     int64_t epoch;
+    int64_t *ranges;           /* elastic resume: what remains of this epoch (NULL: all of it) */
+    size_t num_ranges;
+    int epoch_done;            /* an elastic restore found nothing left of the epoch */
     vf_plan_epoch plan;
     size_t next_batch;         /* index into plan batches */
     int64_t resume_base;       /* consumer loaders: rank-level batches skipped by the resume */
@@ -413,6 +416,8 @@ static void epoch_settings(const vf_wds_loader *l, int64_t epoch, int64_t resume
     ps->drop_last = l->s.drop_last;
     ps->shuffle_buffer = l->s.shuffle ? l->s.shuffle_buffer : 0;
     ps->resume_batch = resume_batch;
+    ps->ranges = l->ranges;
+    ps->num_ranges = l->num_ranges;
 }
 
 static int cmp_piece_ref(const void *a, const void *b)
@@ -460,6 +465,7 @@ static int start_epoch(vf_wds_loader *l, int64_t epoch, int64_t resume_batch)
     if (rc < 0)
         return rc;
     l->epoch = epoch;
+    l->epoch_done = 0;
     l->next_batch = l->plan.first_batch;
     l->resume_base = l->s.consumer >= 0 ? resume_batch : 0;
     pieces_ctx ctx = {l};
@@ -673,6 +679,7 @@ void vf_wds_loader_close(vf_wds_loader *l)
         free(l->skip_messages[i]);
     free(l->skip_messages);
     free(l->failure);
+    free(l->ranges);
     free(l->tasks);
     free(l->task_shard);
     vf_wds_manifest_close(l->manifest);
@@ -694,6 +701,9 @@ int vf_wds_loader_set_epoch(vf_wds_loader *l, int64_t epoch)
 {
     if (epoch < 0)
         return vf_error(VF_EINVAL, "wds loader: epoch must be >= 0");
+    free(l->ranges);
+    l->ranges = NULL;
+    l->num_ranges = 0;
     return start_epoch(l, epoch, 0);
 }
 
@@ -742,8 +752,13 @@ int vf_wds_loader_get_state(const vf_wds_loader *l, vf_loader_state *out)
                                    "where every consumer's batches arrive",
                         l->s.consumer, l->s.num_consumers);
     state_from_loader(l, out);
-    int64_t per_rank = vf_plan_samples_after(l->num_positions, l->s.world_size, l->s.num_consumers,
-                                             l->s.batch_size, l->s.drop_last, k);
+    out->ranges = l->ranges;
+    out->num_ranges = l->num_ranges;
+    int64_t rn = vf_plan_ranges_samples(l->ranges, l->num_ranges, l->num_positions);
+    if (l->epoch_done)
+        k = vf_plan_rank_batches(rn, l->s.world_size, l->s.num_consumers, l->s.batch_size, l->s.drop_last);
+    int64_t per_rank = vf_plan_samples_after(rn, l->s.world_size, l->s.num_consumers, l->s.batch_size,
+                                             l->s.drop_last, k);
     if (per_rank < 0)
         return vf_error(VF_EINVAL, "wds loader: %lld batches delivered is past the epoch", (long long)k);
     out->samples_consumed = per_rank * l->s.world_size;
@@ -766,21 +781,54 @@ int vf_wds_loader_set_state(vf_wds_loader *l, const vf_loader_state *state)
     STATE_FIELD_CHECK(shuffle, "shuffle");
     STATE_FIELD_CHECK(drop_last, "drop_last");
     STATE_FIELD_CHECK(shuffle_buffer, "shuffle_buffer");
-    if (state->world_size != mine.world_size || state->consumers != mine.consumers ||
-        state->batch_size != mine.batch_size || state->num_ranges)
-        return vf_error(VF_EUNSUPPORTED, "wds loader: the state's layout (world_size %d, consumers %d, batch_size "
-                                         "%lld) differs from this loader's (%d, %d, %lld); elastic resume is not "
-                                         "implemented for shards",
-                        state->world_size, state->consumers, (long long)state->batch_size, mine.world_size,
-                        mine.consumers, (long long)mine.batch_size);
-    if (state->epoch < 0 || state->samples_consumed < 0 || state->samples_consumed % state->world_size)
-        return vf_error(VF_EINVAL, "wds loader: the state's epoch or samples_consumed is invalid");
-    int64_t k = vf_plan_batches_at(l->num_positions, l->s.world_size, l->s.num_consumers, l->s.batch_size,
-                                   l->s.drop_last, state->samples_consumed / state->world_size);
+    if (state->epoch < 0 || state->samples_consumed < 0 || state->world_size < 1 || state->consumers < 1 ||
+        state->batch_size < 1 || state->samples_consumed % state->world_size)
+        return vf_error(VF_EINVAL, "wds loader: the state's epoch, layout or samples_consumed is invalid");
+    if (state->num_ranges && (!state->ranges || vf_plan_ranges_check(state->ranges, state->num_ranges,
+                                                                     l->num_positions) < 0))
+        return vf_error(VF_EINVAL, "wds loader: the state's ranges are invalid");
+    int64_t rn = vf_plan_ranges_samples(state->ranges, state->num_ranges, l->num_positions);
+    int64_t k = vf_plan_batches_at(rn, state->world_size, state->consumers, (size_t)state->batch_size,
+                                   state->drop_last, state->samples_consumed / state->world_size);
     if (k < 0)
         return vf_error(VF_EINVAL, "wds loader: samples_consumed %lld does not fall on a batch boundary",
                         (long long)state->samples_consumed);
-    return start_epoch(l, state->epoch, k);
+    int64_t *ranges = NULL;
+    size_t nr = 0;
+    int same = state->world_size == mine.world_size && state->consumers == mine.consumers &&
+               state->batch_size == mine.batch_size;
+    if (same && state->num_ranges) {
+        ranges = vf_malloc_array(2 * state->num_ranges, sizeof *ranges);
+        if (!ranges)
+            return VF_ENOMEM;
+        memcpy(ranges, state->ranges, 2 * state->num_ranges * sizeof *ranges);
+        nr = state->num_ranges;
+    } else if (!same) {
+        /* elastic: replay what the state's layout had delivered, keep the rest */
+        vf_plan_epoch_settings old;
+        epoch_settings(l, state->epoch, 0, &old);
+        old.world_size = state->world_size;
+        old.num_consumers = state->consumers;
+        old.batch_size = (size_t)state->batch_size;
+        old.rank = 0;
+        old.consumer = -1;
+        old.ranges = state->ranges;
+        old.num_ranges = state->num_ranges;
+        int rc = vf_plan_remaining(&old, l->num_positions, l->tasks, l->num_tasks, k, &ranges, &nr);
+        if (rc < 0)
+            return rc;
+        k = 0;
+    }
+    int nothing_left = !same && nr == 0;
+    free(l->ranges);
+    l->ranges = ranges;
+    l->num_ranges = nr;
+    int rc = start_epoch(l, state->epoch, k);
+    if (rc == 0 && nothing_left) {
+        l->next_batch = l->plan.num_batches;
+        l->epoch_done = 1;
+    }
+    return rc;
 }
 
 /* ---- batches ---------------------------------------------------------------------- */
