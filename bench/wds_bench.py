@@ -19,6 +19,9 @@
    reaped at the end of the epoch, so their CPU counts); also wall seconds. Figures: samples/s,
    MB/s (tar bytes read) and both per CPU second; the ratio is vlafeed's samples per CPU second over
    the best webdataset setting's (by samples per CPU second).
+3. LeRobot video vs WDS JPEG for the same frames: bytes on disk per frame (MP4 bytes / frames x cameras
+   against the mean JPEG member) and decode CPU per frame (vlafeed.Loader stream mode over the MP4s,
+   one frame per camera per sample, against vlafeed.ShardLoader decoding only the JPEG fields).
 """
 import argparse
 import io
@@ -154,6 +157,40 @@ def run_webdataset(urls, workers):
     return measure(go)
 
 
+def video_vs_jpeg(work, manifest):
+    """Bytes on disk and decode CPU per frame: the LeRobot dataset's MP4s (vlafeed.Loader, stream mode,
+    one frame per camera per sample, uint8) against the shards' JPEGs (vlafeed.ShardLoader, images only)."""
+    src = work / "lerobot"
+    video_bytes = sum(p.stat().st_size for p in (src / "videos").rglob("*.mp4"))
+    info = json.loads((src / "meta" / "info.json").read_text())
+    frames = info["total_frames"] * len(CAMS)
+
+    def lerobot():
+        n = 0
+        for b in vlafeed.Loader(str(src), mode="stream", batch_size=64, image_format="uint8_hwc", output="numpy",
+                                include_task=False, seed=0):
+            n += len(b[CAMS[0]]) * len(CAMS)
+        return n
+    n_video, _, cpu_video = measure(lerobot)
+    jpg_fields = [f"{cam.split('.')[-1]}_t{off}.jpg" for off in (-1, 0) for cam in CAMS]
+    jpeg_bytes = 0
+    import tarfile
+    for tar in manifest.parent.glob("shard_*.tar"):
+        with tarfile.open(tar) as t:
+            jpeg_bytes += sum(m.size for m in t.getmembers() if m.name.endswith(".jpg"))
+
+    def shards():
+        n = 0
+        for b in vlafeed.ShardLoader(str(manifest), batch_size=64, fields=jpg_fields, output="numpy"):
+            n += len(b["__key__"]) * len(jpg_fields)
+        return n
+    n_jpeg, _, cpu_jpeg = measure(shards)
+    return {"video_bytes_per_frame": round(video_bytes / frames), "jpeg_bytes_per_frame":
+            round(jpeg_bytes / n_jpeg), "video_decode_us_per_frame": round(cpu_video / n_video * 1e6, 1),
+            "jpeg_decode_us_per_frame": round(cpu_jpeg / n_jpeg * 1e6, 1), "video_frames": n_video,
+            "jpeg_frames": n_jpeg}
+
+
 def row(name, n, wall, cpu, mb):
     return {"reader": name, "samples": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "samples_per_s": round(n / wall, 1), "mb_per_s": round(mb / wall, 2),
@@ -189,8 +226,14 @@ def main():
         print(f"| {r['reader']} | {r['samples_per_s']} | {r['mb_per_s']} | {r['samples_per_cpu_s']} | "
               f"{r['mb_per_cpu_s']} | {r['wall_s']} | {r['cpu_s']} |")
     print(f"vlafeed.ShardLoader / best webdataset ({best['reader']}) per CPU second: {ratio:.2f}x")
+    vj = video_vs_jpeg(work, manifest)
+    print(f"LeRobot video (h264, make-sample) vs WDS JPEG (q95), {args.size}, per frame: "
+          f"{vj['video_bytes_per_frame']} vs {vj['jpeg_bytes_per_frame']} bytes on disk; decode "
+          f"{vj['video_decode_us_per_frame']} vs {vj['jpeg_decode_us_per_frame']} CPU us "
+          f"(vlafeed.Loader stream mode vs vlafeed.ShardLoader, uint8 frames)")
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "ratio_per_cpu_s": round(ratio, 2), "mb": mb,
+        Path(args.out).write_text(json.dumps({"rows": rows, "video_vs_jpeg": vj, "ratio_per_cpu_s": round(ratio, 2),
+                                              "mb": mb,
                                               "samples": args.samples, "size": args.size,
                                               "load": os.getloadavg()[0]}, indent=1) + "\n")
 
