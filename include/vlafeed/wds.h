@@ -229,6 +229,11 @@ void vf_wds_batch_free(vf_wds_batch *b);
 int vf_wds_loader_get_state(const vf_wds_loader *l, vf_loader_state *out);
 int vf_wds_loader_set_state(vf_wds_loader *l, const vf_loader_state *state);
 size_t vf_wds_loader_batches_delivered(const vf_wds_loader *l);
+/* The state after `batches` rank-level batches of the current epoch in this
+ * loader's layout (world_size, num_consumers, batch_size, and its ranges
+ * after an elastic restore), without iterating: for DataLoader workers,
+ * whose batches only the main process sees. */
+int vf_wds_loader_state_at(const vf_wds_loader *l, int64_t batches, vf_loader_state *out);
 
 typedef struct vf_wds_stats {
     uint64_t samples, batches;

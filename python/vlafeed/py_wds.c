@@ -346,6 +346,20 @@ static PyObject *WdsLoader_get_state(WdsLoaderObject *self, PyObject *unused)
     return state_to_dict(&st);
 }
 
+static PyObject *WdsLoader_state_at(WdsLoaderObject *self, PyObject *arg)
+{
+    if (check_open(self) < 0)
+        return NULL;
+    long long batches = PyLong_AsLongLong(arg);
+    if (batches == -1 && PyErr_Occurred())
+        return NULL;
+    vf_loader_state st;
+    int r = vf_wds_loader_state_at(self->loader, batches, &st);
+    if (r < 0)
+        return vf_py_raise(r);
+    return state_to_dict(&st);
+}
+
 static PyObject *WdsLoader_set_state(WdsLoaderObject *self, PyObject *arg)
 {
     if (check_open(self) < 0)
@@ -437,6 +451,7 @@ static PyMethodDef WdsLoader_methods[] = {
     {"set_epoch", (PyCFunction)WdsLoader_set_epoch, METH_O, "Starts epoch e."},
     {"get_state", (PyCFunction)WdsLoader_get_state, METH_NOARGS, "The resume state (dict)."},
     {"set_state", (PyCFunction)WdsLoader_set_state, METH_O, "Continues from a state dict."},
+    {"state_at", (PyCFunction)WdsLoader_state_at, METH_O, "The state after k rank-level batches of this epoch."},
     {"stats", (PyCFunction)WdsLoader_stats, METH_NOARGS, "Counters (dict)."},
     {"close", (PyCFunction)WdsLoader_close, METH_NOARGS, "Frees the loader."},
     {NULL, NULL, 0, NULL},

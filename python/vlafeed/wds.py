@@ -188,3 +188,4 @@ class ShardLoader:
     def __exit__(self, *exc):
         self.close()
         return False
+

@@ -765,6 +765,20 @@ int vf_wds_loader_get_state(const vf_wds_loader *l, vf_loader_state *out)
     return 0;
 }
 
+int vf_wds_loader_state_at(const vf_wds_loader *l, int64_t batches, vf_loader_state *out)
+{
+    state_from_loader(l, out);
+    out->ranges = l->ranges;
+    out->num_ranges = l->num_ranges;
+    int64_t rn = vf_plan_ranges_samples(l->ranges, l->num_ranges, l->num_positions);
+    int64_t per_rank = vf_plan_samples_after(rn, l->s.world_size, l->s.num_consumers, l->s.batch_size,
+                                             l->s.drop_last, batches);
+    if (batches < 0 || per_rank < 0)
+        return vf_error(VF_EINVAL, "wds loader: %lld batches is past the epoch", (long long)batches);
+    out->samples_consumed = per_rank * l->s.world_size;
+    return 0;
+}
+
 #define STATE_FIELD_CHECK(field, what)                                                                        \
     if (state->field != mine.field)                                                                          \
         return vf_error(VF_EINVAL, "wds loader: the state's %s (%lld) differs from this loader's (%lld)", what, \
