@@ -61,6 +61,7 @@ typedef struct consumer {
     int64_t *piece_needed;     /* needed positions per piece */
     int64_t *needed;           /* sorted needed positions (with repeats for repeated deliveries) */
     size_t num_needed;
+    size_t delivered;          /* needed positions taken so far */
     vf_wds_reader *reader;
     size_t reader_task;
     size_t reader_piece;       /* the piece the reader serves (a later piece of the same shard may reuse it) */
@@ -275,6 +276,41 @@ static int store_sample(consumer *c, const vf_wds_sample *smp, int64_t position,
     return 0;
 }
 
+/* When the reader has just passed the last sample of the current piece and
+ * that piece ends its shard, the tar must end there: a further sample means
+ * the manifest's count is too low. Checked once per piece. */
+static int check_tail(vf_wds_loader *l, consumer *c)
+{
+    if (!c->reader || c->piece_i >= c->num_pieces || c->reader_piece != c->piece_i)
+        return 0;
+    const vf_plan_piece *piece = &c->pieces[c->piece_i];
+    const vf_plan_task *task = &l->tasks[piece->task];
+    int64_t piece_end = piece->first_position + piece->num_samples;
+    int64_t task_end = task->first_position + task->num_samples;
+    if (piece_end != task_end || c->reader_pos != task_end)
+        return 0;
+    const char *url = vf_wds_manifest_shard_url(l->manifest, l->task_shard[piece->task]);
+    const vf_wds_sample *extra = NULL;
+    int rc = vf_wds_reader_next(c->reader, 0, &extra);
+    c->reader_pos++;
+    if (rc == 0) {
+        char *msg = vf_asprintf("shard %s: more samples than the manifest's num_sequences %lld (first extra key %s)",
+                                url, (long long)task->num_samples, extra->key);
+        if (!msg)
+            return VF_ENOMEM;
+        int ar = l->s.on_error == VF_WDS_SKIP ? add_bad(l, c, task_end, task_end, msg)
+                                              : vf_error(VF_ECORRUPT, "%s", msg);
+        free(msg);
+        return ar < 0 ? ar : 0;
+    }
+    if (rc != VF_EOF) {
+        if (l->s.on_error != VF_WDS_SKIP)
+            return rc;
+        return add_bad(l, c, task_end, task_end, vf_last_error());
+    }
+    return 0;
+}
+
 /* Reads the consumer's part forward until position p is stored or known bad. */
 static int ensure_position(vf_wds_loader *l, consumer *c, int64_t p)
 {
@@ -288,7 +324,6 @@ static int ensure_position(vf_wds_loader *l, consumer *c, int64_t p)
         size_t shard = l->task_shard[piece->task];
         const char *url = vf_wds_manifest_shard_url(l->manifest, shard);
         int64_t piece_end = piece->first_position + piece->num_samples;
-        int64_t task_end = task->first_position + task->num_samples;
         if (c->piece_needed[c->piece_i] == 0) {
             c->piece_i++;
             continue;
@@ -312,29 +347,9 @@ static int ensure_position(vf_wds_loader *l, consumer *c, int64_t p)
         }
         c->reader_piece = c->piece_i;
         if (c->reader_pos >= piece_end) {
-            if (piece_end == task_end && c->reader_pos == task_end) {
-                /* the tail of the shard is ours: the tar must end here */
-                const vf_wds_sample *extra = NULL;
-                int rc = vf_wds_reader_next(c->reader, 0, &extra);
-                c->reader_pos++;
-                if (rc == 0) {
-                    char *msg = vf_asprintf("shard %s: more samples than the manifest's num_sequences %lld "
-                                            "(first extra key %s)",
-                                            url, (long long)task->num_samples, extra->key);
-                    if (!msg)
-                        return VF_ENOMEM;
-                    int ar = l->s.on_error == VF_WDS_SKIP ? add_bad(l, c, task_end, task_end, msg)
-                                                          : vf_error(VF_ECORRUPT, "%s", msg);
-                    free(msg);
-                    if (ar < 0)
-                        return ar;
-                } else if (rc != VF_EOF) {
-                    if (l->s.on_error != VF_WDS_SKIP)
-                        return rc;
-                    if ((rc = add_bad(l, c, task_end, task_end, vf_last_error())) < 0)
-                        return rc;
-                }
-            }
+            int rc = check_tail(l, c);
+            if (rc < 0)
+                return rc;
             c->piece_i++;
             continue;
         }
@@ -1345,6 +1360,17 @@ static int take_sample(vf_wds_loader *l, consumer *c, int64_t p, slot *sl)
         return rc;
     size_t idx;
     stored_sample *st = find_stored(c, p, &idx);
+    if (++c->delivered == c->num_needed) {
+        /* nothing more to read: the part's last piece still gets its count check */
+        while (c->piece_i < c->num_pieces && c->reader && c->reader_piece == c->piece_i) {
+            const vf_plan_piece *piece = &c->pieces[c->piece_i];
+            if (c->reader_pos < piece->first_position + piece->num_samples)
+                break;
+            if ((rc = check_tail(l, c)) < 0)
+                return rc;
+            c->piece_i++;
+        }
+    }
     if (!st) {
         sl->error = vf_strdup(find_bad(c, p));
         return sl->error ? 0 : VF_ENOMEM;

@@ -114,6 +114,14 @@ def test_manifest_count_disagrees(tmp_path, count):
         assert st["skipped_shards"] == 1
 
 
+def test_manifest_count_too_low_in_last_shard(tmp_path):
+    """The last shard of the epoch is checked too (after its last sample is delivered)."""
+    manifest = build(tmp_path / "last", counts=[PER_SHARD, PER_SHARD, PER_SHARD - 1])
+    expect_raise(manifest, "shard_000002.tar", f"more samples than the manifest's num_sequences {PER_SHARD - 1}")
+    got, st = run(manifest, on_error="skip")
+    assert got == all_keys()[:-1] and st["skipped_shards"] == 1
+
+
 def test_missing_shard(tmp_path):
     manifest = build(tmp_path / "m")
     (tmp_path / "m" / "shard_000001.tar").unlink()
