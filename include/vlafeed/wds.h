@@ -167,6 +167,8 @@ typedef struct vf_wds_loader_settings {
     int resize_width, resize_height; /* 0 (default): images keep their size (must agree in a batch) */
     vf_wds_on_error on_error;
     int threads;               /* decode threads per batch, default 0 = min(4, CPUs) */
+    size_t prefetch;           /* batches a producer thread assembles ahead of the caller, default 2;
+                                * 0: each batch is assembled inside vf_wds_loader_next */
     const vf_loader_state *resume; /* NULL, or a state to start from (overrides epoch) */
 } vf_wds_loader_settings;
 
@@ -213,8 +215,12 @@ typedef struct vf_wds_batch {
 } vf_wds_batch;
 
 /* The next batch of the current epoch (0), VF_EOF at its end, or an error
- * naming the shard, member and key (under VF_WDS_RAISE). The batch is the
- * caller's (vf_wds_batch_free). */
+ * naming the shard, member and key (under VF_WDS_RAISE; the loader then
+ * returns the same error until set_epoch / set_state). The batch is the
+ * caller's (vf_wds_batch_free). With prefetch > 0 a producer thread
+ * (started by the first call) assembles up to `prefetch` batches ahead;
+ * set_epoch, set_state and close stop it and drop what it prefetched.
+ * One caller thread at a time. */
 int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out);
 void vf_wds_batch_free(vf_wds_batch *b);
 

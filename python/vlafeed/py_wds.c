@@ -131,21 +131,22 @@ static int WdsLoader_init(WdsLoaderObject *self, PyObject *args, PyObject *kwarg
 {
     static char *kwlist[] = {"manifest", "batch_size", "seed", "shuffle", "drop_last", "epoch", "rank",
                              "world_size", "num_consumers", "consumer", "shuffle_buffer", "fields",
-                             "image_format", "resize", "on_error", "threads", "state", NULL};
+                             "image_format", "resize", "on_error", "threads", "state", "prefetch", NULL};
     const char *manifest = NULL, *fields = NULL, *image_format = "uint8_hwc", *on_error = "raise";
-    Py_ssize_t batch_size = 32, shuffle_buffer = 1000;
+    Py_ssize_t batch_size = 32, shuffle_buffer = 1000, prefetch = 2;
     unsigned long long seed = 0;
     int shuffle = 1, drop_last = 0, rank = 0, world_size = 1, num_consumers = 1, consumer = -1, threads = 0;
     long long epoch = 0;
     PyObject *resize = Py_None, *state = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|nKppLiiiinzsOsiO", kwlist, &manifest, &batch_size, &seed,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|nKppLiiiinzsOsiOn", kwlist, &manifest, &batch_size, &seed,
                                      &shuffle, &drop_last, &epoch, &rank, &world_size, &num_consumers, &consumer,
-                                     &shuffle_buffer, &fields, &image_format, &resize, &on_error, &threads, &state))
+                                     &shuffle_buffer, &fields, &image_format, &resize, &on_error, &threads, &state,
+                                     &prefetch))
         return -1;
     vf_wds_loader_settings s;
     vf_wds_loader_defaults(&s);
-    if (batch_size < 1 || shuffle_buffer < 0 || epoch < 0) {
-        PyErr_SetString(PyExc_ValueError, "batch_size must be >= 1, shuffle_buffer and epoch >= 0");
+    if (batch_size < 1 || shuffle_buffer < 0 || epoch < 0 || prefetch < 0) {
+        PyErr_SetString(PyExc_ValueError, "batch_size must be >= 1, shuffle_buffer, prefetch and epoch >= 0");
         return -1;
     }
     s.batch_size = (size_t)batch_size;
@@ -160,6 +161,7 @@ static int WdsLoader_init(WdsLoaderObject *self, PyObject *args, PyObject *kwarg
     s.shuffle_buffer = (size_t)shuffle_buffer;
     s.fields = fields;
     s.threads = threads;
+    s.prefetch = (size_t)prefetch;
     if (!strcmp(image_format, "uint8_hwc") || !strcmp(image_format, "uint8")) {
         s.image_float_chw = 0;
     } else if (!strcmp(image_format, "float_chw") || !strcmp(image_format, "float32")) {
@@ -472,7 +474,7 @@ static PyTypeObject WdsLoader_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "WdsLoader(manifest, batch_size=32, seed=0, shuffle=True, drop_last=False, epoch=0, rank=0, "
               "world_size=1, num_consumers=1, consumer=-1, shuffle_buffer=1000, fields=None, "
-              "image_format='uint8_hwc', resize=None, on_error='raise', threads=0, state=None)",
+              "image_format='uint8_hwc', resize=None, on_error='raise', threads=0, state=None, prefetch=2)",
     .tp_methods = WdsLoader_methods,
     .tp_getset = WdsLoader_getset,
     .tp_init = (initproc)WdsLoader_init,

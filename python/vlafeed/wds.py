@@ -87,13 +87,15 @@ class ShardLoader:
     on_error ("raise", default: bad input raises VlafeedError naming the
     shard, member and key; "skip": the sample, or the rest of a damaged
     shard, is left out and counted in ``stats()``), threads (decode
-    threads; 0 = min(4, cores)), output ("torch" | "numpy"), state (a
-    ``state_dict()`` to start from).
+    threads; 0 = min(4, cores)), prefetch (batches a producer thread
+    assembles ahead, default 2; 0: each batch is built inside ``next``),
+    output ("torch" | "numpy"), state (a ``state_dict()`` to start from).
     """
 
     def __init__(self, manifest_or_url, batch_size=32, seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, *, epoch=0, num_consumers=1, consumer=None, shuffle_buffer=1000, fields=None,
-                 image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None):
+                 image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None,
+                 prefetch=2):
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
@@ -113,7 +115,7 @@ class ShardLoader:
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
             consumer=-1 if consumer is None else consumer, shuffle_buffer=shuffle_buffer, fields=fields,
             image_format=image_format, resize=None if resize is None else tuple(resize), on_error=on_error,
-            threads=threads, state=state)
+            threads=threads, state=state, prefetch=prefetch)
         if state is not None:
             self._resumed(state)
 

@@ -33,6 +33,7 @@
  * slots in parallel (images: TurboJPEG / libpng, one TurboJPEG handle per
  * job), and compact out samples that failed.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,7 +107,26 @@ struct vf_wds_loader {
     char **skip_messages;
     size_t num_skip_messages;
     char *failure;             /* set once a batch failed under VF_WDS_RAISE */
+    /* Prefetch: a producer thread assembles batches ahead into a bounded
+     * queue; everything above (plan, consumers, stats) belongs to it while
+     * it runs, under work_lock. The caller's side counts what it received. */
+    pthread_mutex_t work_lock;
+    vf_queue *queue;
+    pthread_t producer;
+    int producer_running;
+    size_t delivered;          /* batches of this epoch handed to the caller (from plan.first_batch) */
+    int terminal;              /* the caller received the epoch's end or an error: */
+    int terminal_rc;           /*   return this again */
+    char *terminal_message;
 };
+
+typedef struct produced {
+    vf_wds_batch *batch;
+    int rc;
+    char *message;
+} produced;
+
+static void stop_producer(vf_wds_loader *l);
 
 void vf_wds_loader_defaults(vf_wds_loader_settings *s)
 {
@@ -117,6 +137,7 @@ void vf_wds_loader_defaults(vf_wds_loader_settings *s)
     s->num_consumers = 1;
     s->consumer = -1;
     s->shuffle_buffer = 1000;
+    s->prefetch = 2;
 }
 
 static int kind_of(const char *suffix)
@@ -482,6 +503,10 @@ static int start_epoch(vf_wds_loader *l, int64_t epoch, int64_t resume_batch)
     l->epoch = epoch;
     l->epoch_done = 0;
     l->next_batch = l->plan.first_batch;
+    l->delivered = 0;
+    l->terminal = 0;
+    free(l->terminal_message);
+    l->terminal_message = NULL;
     l->resume_base = l->s.consumer >= 0 ? resume_batch : 0;
     pieces_ctx ctx = {l};
     vf_plan_epoch_settings each = ps;
@@ -636,6 +661,7 @@ int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_l
     vf_wds_loader *l = vf_calloc(1, sizeof *l);
     if (!l)
         return VF_ENOMEM;
+    pthread_mutex_init(&l->work_lock, NULL);
     l->s = *settings;
     l->s.resume = NULL;
     l->s.fields = NULL;
@@ -682,6 +708,7 @@ void vf_wds_loader_close(vf_wds_loader *l)
 {
     if (!l)
         return;
+    stop_producer(l);
     drop_plan(l);
     if (l->pool)
         vf_thread_pool_destroy(l->pool);
@@ -694,7 +721,9 @@ void vf_wds_loader_close(vf_wds_loader *l)
         free(l->skip_messages[i]);
     free(l->skip_messages);
     free(l->failure);
+    free(l->terminal_message);
     free(l->ranges);
+    pthread_mutex_destroy(&l->work_lock);
     free(l->tasks);
     free(l->task_shard);
     vf_wds_manifest_close(l->manifest);
@@ -716,6 +745,7 @@ int vf_wds_loader_set_epoch(vf_wds_loader *l, int64_t epoch)
 {
     if (epoch < 0)
         return vf_error(VF_EINVAL, "wds loader: epoch must be >= 0");
+    stop_producer(l);
     free(l->ranges);
     l->ranges = NULL;
     l->num_ranges = 0;
@@ -745,9 +775,9 @@ static void state_from_loader(const vf_wds_loader *l, vf_loader_state *out)
 
 static int64_t rank_batches(const vf_wds_loader *l)
 {
-    int64_t delivered = (int64_t)(l->next_batch - l->plan.first_batch);
+    int64_t delivered = (int64_t)l->delivered;
     if (l->s.consumer < 0)
-        return (int64_t)l->next_batch;
+        return (int64_t)l->plan.first_batch + delivered;
     if (l->s.num_consumers == 1)
         return l->resume_base + delivered;
     return -1;
@@ -756,7 +786,7 @@ static int64_t rank_batches(const vf_wds_loader *l)
 size_t vf_wds_loader_batches_delivered(const vf_wds_loader *l)
 {
     int64_t k = rank_batches(l);
-    return k >= 0 ? (size_t)k : l->next_batch - l->plan.first_batch;
+    return k >= 0 ? (size_t)k : l->delivered;
 }
 
 int vf_wds_loader_get_state(const vf_wds_loader *l, vf_loader_state *out)
@@ -849,12 +879,14 @@ int vf_wds_loader_set_state(vf_wds_loader *l, const vf_loader_state *state)
         k = 0;
     }
     int nothing_left = !same && nr == 0;
+    stop_producer(l);
     free(l->ranges);
     l->ranges = ranges;
     l->num_ranges = nr;
     int rc = start_epoch(l, state->epoch, k);
     if (rc == 0 && nothing_left) {
         l->next_batch = l->plan.num_batches;
+        l->delivered = l->plan.num_batches - l->plan.first_batch;
         l->epoch_done = 1;
     }
     return rc;
@@ -1391,7 +1423,7 @@ static int take_sample(vf_wds_loader *l, consumer *c, int64_t p, slot *sl)
     return 0;
 }
 
-int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out)
+static int produce(vf_wds_loader *l, vf_wds_batch **out)
 {
     *out = NULL;
     if (l->failure)
@@ -1482,9 +1514,132 @@ int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out)
     return 0;
 }
 
-void vf_wds_loader_stats(const vf_wds_loader *l, vf_wds_stats *out) { *out = l->stats; }
-size_t vf_wds_loader_num_skip_messages(const vf_wds_loader *l) { return l->num_skip_messages; }
+/* ---- prefetch ------------------------------------------------------------------------ */
+
+static void *producer_main(void *arg)
+{
+    vf_wds_loader *l = arg;
+    for (;;) {
+        produced *item = vf_calloc(1, sizeof *item);
+        if (!item)
+            break; /* the caller's pop then sees the queue closed */
+        pthread_mutex_lock(&l->work_lock);
+        item->rc = produce(l, &item->batch);
+        pthread_mutex_unlock(&l->work_lock);
+        if (item->rc < 0 && item->rc != VF_EOF)
+            item->message = vf_strdup(vf_last_error());
+        int last = item->rc < 0;
+        if (vf_queue_push(l->queue, item) < 0) {
+            vf_wds_batch_free(item->batch);
+            free(item->message);
+            free(item);
+            break;
+        }
+        if (last)
+            break;
+    }
+    vf_queue_close(l->queue);
+    return NULL;
+}
+
+static int start_producer(vf_wds_loader *l)
+{
+    int rc = vf_queue_create(&l->queue, l->s.prefetch);
+    if (rc < 0)
+        return rc;
+    if (pthread_create(&l->producer, NULL, producer_main, l) != 0) {
+        vf_queue_destroy(l->queue);
+        l->queue = NULL;
+        return vf_error(VF_ENOMEM, "wds loader: cannot start the prefetch thread");
+    }
+    l->producer_running = 1;
+    return 0;
+}
+
+/* Stops the producer (if any) and drops what it had prefetched. */
+static void stop_producer(vf_wds_loader *l)
+{
+    if (!l->producer_running)
+        return;
+    vf_queue_close(l->queue);
+    pthread_join(l->producer, NULL);
+    void *item;
+    while (vf_queue_pop(l->queue, &item) == 0) {
+        produced *p = item;
+        vf_wds_batch_free(p->batch);
+        free(p->message);
+        free(p);
+    }
+    vf_queue_destroy(l->queue);
+    l->queue = NULL;
+    l->producer_running = 0;
+}
+
+static int set_terminal(vf_wds_loader *l, int rc, const char *message)
+{
+    l->terminal = 1;
+    l->terminal_rc = rc;
+    free(l->terminal_message);
+    l->terminal_message = message ? vf_strdup(message) : NULL;
+    return rc == VF_EOF ? VF_EOF : vf_error(rc, "%s", message ? message : "wds loader: failed");
+}
+
+int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out)
+{
+    *out = NULL;
+    if (l->terminal)
+        return l->terminal_rc == VF_EOF ? VF_EOF
+                                        : vf_error(l->terminal_rc, "%s",
+                                                   l->terminal_message ? l->terminal_message : "wds loader: failed");
+    if (l->s.prefetch == 0) {
+        int rc = produce(l, out);
+        if (rc == 0)
+            l->delivered++;
+        return rc;
+    }
+    if (!l->producer_running) {
+        int rc = start_producer(l);
+        if (rc < 0)
+            return rc;
+    }
+    void *item = NULL;
+    if (vf_queue_pop(l->queue, &item) < 0)
+        return set_terminal(l, VF_ENOMEM, "wds loader: the prefetch thread stopped (out of memory)");
+    produced *p = item;
+    int rc = p->rc;
+    if (rc == 0) {
+        *out = p->batch;
+        l->delivered++;
+    } else {
+        rc = set_terminal(l, rc, p->message);
+    }
+    free(p->message);
+    free(p);
+    return rc;
+}
+
+void vf_wds_loader_stats(const vf_wds_loader *l, vf_wds_stats *out)
+{
+    vf_wds_loader *m = (vf_wds_loader *)l;
+    pthread_mutex_lock(&m->work_lock);
+    *out = l->stats;
+    pthread_mutex_unlock(&m->work_lock);
+}
+
+size_t vf_wds_loader_num_skip_messages(const vf_wds_loader *l)
+{
+    vf_wds_loader *m = (vf_wds_loader *)l;
+    pthread_mutex_lock(&m->work_lock);
+    size_t n = l->num_skip_messages;
+    pthread_mutex_unlock(&m->work_lock);
+    return n;
+}
+
 const char *vf_wds_loader_skip_message(const vf_wds_loader *l, size_t i)
 {
-    return i < l->num_skip_messages ? l->skip_messages[i] : NULL;
+    vf_wds_loader *m = (vf_wds_loader *)l;
+    pthread_mutex_lock(&m->work_lock);
+    const char *msg = i < l->num_skip_messages ? l->skip_messages[i] : NULL;
+    pthread_mutex_unlock(&m->work_lock);
+    return msg;
 }

@@ -232,6 +232,7 @@ static void test_bad(const char *dir, const char *manifest)
     vf_wds_loader_defaults(&s);
     s.shuffle = 0;
     s.batch_size = 4;
+    s.prefetch = 0; /* errors on the synchronous path here; the other tests run the prefetch thread */
     vf_wds_loader *l = NULL;
     CHECK_OK(vf_wds_loader_open(&l, manifest, &s));
     int ids[64], n = 0;
@@ -258,6 +259,35 @@ static void test_bad(const char *dir, const char *manifest)
     vf_wds_loader_close(l);
 }
 
+/* set_epoch and close while the producer holds prefetched batches; the
+ * same epoch with prefetch 0 and 3 gives the same batches. */
+static void test_prefetch(const char *manifest)
+{
+    int a[64], na = 0, b[64], nb = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        vf_wds_loader_settings s;
+        settings(&s, 0);
+        s.prefetch = pass ? 3 : 0;
+        vf_wds_loader *l = NULL;
+        CHECK_OK(vf_wds_loader_open(&l, manifest, &s));
+        if (!l)
+            return;
+        vf_wds_batch *batch;
+        CHECK_OK(vf_wds_loader_next(l, &batch));
+        vf_wds_batch_free(batch);
+        CHECK_OK(vf_wds_loader_set_epoch(l, 3)); /* drops what was prefetched */
+        CHECK(drain(l, pass ? b : a, pass ? &nb : &na) > 0);
+        CHECK(vf_wds_loader_next(l, &batch) == VF_EOF); /* stays at the end */
+        CHECK_OK(vf_wds_loader_set_epoch(l, 4));
+        CHECK_OK(vf_wds_loader_next(l, &batch)); /* close with a producer running */
+        vf_wds_batch_free(batch);
+        vf_wds_loader_close(l);
+    }
+    CHECK_EQ_INT(na, nb);
+    for (int i = 0; i < na && i < nb; i++)
+        CHECK_EQ_INT(a[i], b[i]);
+}
+
 int main(void)
 {
     char *dir = vf_test_tmpdir("wds_loader");
@@ -266,6 +296,7 @@ int main(void)
     write_set(dir, COUNTS);
     test_coverage_and_resume(manifest);
     test_elastic(manifest);
+    test_prefetch(manifest);
     test_bad(dir, manifest);
     vf_test_rmtree(dir);
     free(dir);

@@ -61,6 +61,8 @@ def test_exactly_once_per_epoch(manifest, world, consumers, buffer):
 def test_order_is_a_pure_function(manifest):
     a = keys(make(manifest, seed=1, shuffle_buffer=8))
     assert a == keys(make(manifest, seed=1, shuffle_buffer=8, threads=1))
+    assert a == keys(make(manifest, seed=1, shuffle_buffer=8, prefetch=0))  # no producer thread
+    assert a == keys(make(manifest, seed=1, shuffle_buffer=8, prefetch=5))
     assert a != keys(make(manifest, seed=2, shuffle_buffer=8))
     b = make(manifest, seed=1, shuffle_buffer=8)
     b.set_epoch(1)
