@@ -133,3 +133,22 @@ def test_grouping_like_webdataset(tmp_path):
     for ref in theirs:
         assert ours[ref["__key__"]]["txt"] == ref["txt"]
         assert ours[ref["__key__"]]["data.json"] == ref["data.json"]
+
+
+def test_gzip_compressed_shards(tmp_path, tarwriter_set):
+    """A gzip-compressed tar (webdataset opens with tarfile "r|*" and reads it too) gives the same samples."""
+    import gzip
+    import shutil
+    gz = tmp_path / "gz"
+    gz.mkdir()
+    for s in range(2):
+        with open(tarwriter_set.parent / f"shard_{s:06d}.tar", "rb") as f, \
+                gzip.open(gz / f"shard_{s:06d}.tar", "wb") as g:
+            shutil.copyfileobj(f, g)
+    shutil.copy(tarwriter_set, gz / "manifest.jsonl")
+    plain, _ = read_all(tarwriter_set)
+    packed, _ = read_all(gz / "manifest.jsonl")
+    assert sorted(plain) == sorted(packed)
+    for key in plain:
+        np.testing.assert_array_equal(plain[key]["jpg"], packed[key]["jpg"])
+        np.testing.assert_array_equal(plain[key]["npy"], packed[key]["npy"])
