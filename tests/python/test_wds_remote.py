@@ -1,4 +1,4 @@
-"""ShardLoader over http:// (tests/python/remote_server.py on loopback): the
+"""ShardLoader over http:// (tests/python/remote_server.py on loopback) and s3:// (moto): the
 same samples and values as the local read, through the io layer's range
 reads with small read-ahead blocks; a resume skips delivered samples
 without fetching all of their bytes; a missing remote shard and a server
@@ -74,3 +74,40 @@ def test_http_missing_and_failing_shards(shard_dir):
     keys = [k for b in batches for k in b["__key__"]]
     assert len(keys) == 10 and all(k.startswith(("00", "02")) for k in keys)
     assert loader.stats()["skipped_samples"] == 5
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    try:
+        from moto.server import ThreadedMotoServer
+    except Exception as e:  # pragma: no cover - depends on the environment
+        pytest.skip(f"moto is not installed: {e}")
+    try:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+    except Exception as e:  # pragma: no cover
+        pytest.skip(f"moto server cannot start: {e}")
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_s3_equals_local(shard_dir, moto_endpoint, monkeypatch):
+    """s3:// shards (moto's server, SigV4-signed requests) read like the local ones."""
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                      aws_secret_access_key="testing")
+    s3.create_bucket(Bucket="vf-wds")
+    for path in shard_dir.iterdir():
+        s3.upload_file(str(path), "vf-wds", f"set/shards/{path.name}")
+    for k, v in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    local, _ = read(str(shard_dir / "manifest.jsonl"))
+    remote, _ = read("s3://vf-wds/set/shards/manifest.jsonl")
+    assert [b["__key__"] for b in remote] == [b["__key__"] for b in local]
+    for a, b in zip(local, remote):
+        np.testing.assert_array_equal(a["observation.state"], b["observation.state"])
+        np.testing.assert_array_equal(a["top_t0"], b["top_t0"])
+    with pytest.raises(FileNotFoundError, match="s3://vf-wds/set/nope/manifest.jsonl"):
+        vlafeed.ShardLoader("s3://vf-wds/set/nope/manifest.jsonl")
