@@ -7,7 +7,7 @@
 #   python (pip):     pyarrow, PyAV, numpy, pytest, hypothesis, tqdm, torch==2.13.0 (CPU),
 #                     matplotlib (bench/plot_bench.py charts only), safetensors (vlafeed.quant),
 #                     ray[data,train] (vlafeed.ray, vlafeed.rl), gymnasium (vlafeed.rl),
-#                     webdataset (interop tests and the bench peer)
+#                     webdataset (interop tests and the bench peer), pillow (JPEG reference decodes)
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -16,7 +16,7 @@ APT_PACKAGES=(
   libsnappy-dev libzstd-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
-PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2")
+PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2" pillow)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -38,6 +38,7 @@ for spec in "${PIP_PACKAGES[@]}"; do
     scikit-build-core) mod=scikit_build_core ;;
     "moto[server]") mod=moto ;;
     pyyaml) mod=yaml ;;
+    pillow) mod=PIL ;;
     "ray[data,train]") mod=ray ;;
   esac
   "$PY" -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('${mod//-/_}') else 1)" 2>/dev/null || need_pip+=("$spec")

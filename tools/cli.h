@@ -18,6 +18,7 @@ int vf_cmd_frame(int argc, char **argv);
 int vf_cmd_decode_check(int argc, char **argv);
 int vf_cmd_plan(int argc, char **argv);
 int vf_cmd_bench(int argc, char **argv);
+int vf_cmd_bench_wds(int argc, char **argv); /* `vlafeed bench --source wds` (cmd_bench_wds.c) */
 int vf_cmd_parquet(int argc, char **argv);
 int vf_cmd_quantize(int argc, char **argv);
 int vf_cmd_rl(int argc, char **argv);

@@ -706,6 +706,9 @@ static int write_file(const char *path, const char *text)
 
 int vf_cmd_bench(int argc, char **argv)
 {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--source") && !strcmp(argv[i + 1], "wds"))
+            return vf_cmd_bench_wds(argc, argv);
     bench_opts o = {0};
     o.mode = VF_MODE_STREAM;
     o.loader_name = "stream";

@@ -21,7 +21,8 @@ from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F4
 from vlafeed.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.loader import Loader
 from vlafeed.mix import Mix
+from vlafeed.wds import ShardLoader
 
 set_log_level()
 
-__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "set_log_level"]
+__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "ShardLoader", "set_log_level"]

@@ -69,7 +69,7 @@ PyMODINIT_FUNC PyInit__native(void)
     if (!vf_py_error_type || PyModule_AddObject(m, "VlafeedError", vf_py_error_type) < 0 ||
         PyModule_AddStringConstant(m, "__version__", vf_version()) < 0 || vf_py_register_parquet_read(m) < 0 ||
         vf_py_register_parquet_write(m) < 0 || vf_py_register_dataset(m) < 0 || vf_py_register_video(m) < 0 ||
-        vf_py_register_loader(m) < 0 || vf_py_register_pack(m) < 0) {
+        vf_py_register_loader(m) < 0 || vf_py_register_pack(m) < 0 || vf_py_register_wds(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

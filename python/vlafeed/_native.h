@@ -36,5 +36,6 @@ int vf_py_register_dataset(PyObject *module);
 int vf_py_register_video(PyObject *module);
 int vf_py_register_loader(PyObject *module);
 int vf_py_register_pack(PyObject *module);
+int vf_py_register_wds(PyObject *module);
 
 #endif

@@ -1,0 +1,264 @@
+/*
+ * wds.h: the public API for WebDataset tar shards indexed by a
+ * manifest.jsonl (VLA Foundry's layout): the manifest, a sample reader over
+ * one shard, and a shard loader that yields batches of decoded columns.
+ *
+ *   vf_wds_loader_settings ws;  vf_wds_loader_defaults(&ws);
+ *   ws.batch_size = 64; ws.seed = 0; ws.shuffle_buffer = 1000;
+ *   vf_wds_loader *l;  if (vf_wds_loader_open(&l, "shards/manifest.jsonl", &ws) < 0) ... vf_last_error()
+ *   vf_wds_batch *b;
+ *   while ((r = vf_wds_loader_next(l, &b)) == 0) { ... vf_wds_batch_free(b); }
+ *   // r == VF_EOF: the epoch is over; vf_wds_loader_set_epoch(l, 1) starts the next
+ *   vf_wds_loader_close(l);
+ *
+ * Grouping (as webdataset 1.0.2 groups a tar stream): a member name is
+ * split at the first '.' after its last '/': the key is what comes before,
+ * the suffix (lower-cased) what comes after; names without such a '.' are
+ * ignored, as are non-regular members and webdataset's metadata names
+ * (`__*__`). The members of one key must be contiguous (a key seen again
+ * later starts a new sample, as in webdataset); a suffix twice in one
+ * sample is an error. A sample never spans two shards.
+ *
+ * Order: the loader uses the plan layer's stream mode with one task per
+ * shard: the shards in a seeded permutation per epoch, each shard's
+ * samples in tar order, cut into rank slices by the loader's remainder rule
+ * (include/vlafeed/loader.h), each consumer's part reordered by the bounded
+ * shuffle buffer. The emitted order is computed from the manifest counts
+ * alone, so it is a pure function of (manifest, seed, epoch, rank,
+ * world_size, consumers, batch_size, drop_last, shuffle_buffer), and a
+ * restored loader skips delivered samples without decoding them (their
+ * bytes are skipped in the tar stream, never read into memory).
+ *
+ * Ownership: strings in settings are copied at open. A batch belongs to
+ * the caller until vf_wds_batch_free. Everything returned by the manifest
+ * lives as long as the manifest.
+ */
+#ifndef VLAFEED_WDS_H
+#define VLAFEED_WDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vlafeed/loader.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- manifest ------------------------------------------------------------ */
+
+typedef struct vf_wds_manifest vf_wds_manifest;
+
+/* Reads manifest.jsonl (a local path or an http(s):// / s3:// URL): one
+ * JSON object per line with "shard" (a path relative to the manifest's
+ * directory, with or without ".tar": VLA Foundry's code writes stems, its
+ * docs show names with .tar; both resolve to <dir>/<stem>.tar) and
+ * "num_sequences" (samples in the shard, >= 0). Other fields are ignored;
+ * blank lines are skipped. Errors name the manifest and line. */
+int vf_wds_manifest_open(vf_wds_manifest **out, const char *path_or_url);
+/* The same from text in memory; `name` is the manifest's path or URL (its
+ * directory resolves the shards). */
+int vf_wds_manifest_parse(vf_wds_manifest **out, const char *name, const char *text, size_t len);
+size_t vf_wds_manifest_num_shards(const vf_wds_manifest *m);
+const char *vf_wds_manifest_shard_url(const vf_wds_manifest *m, size_t i);  /* path or URL of the .tar */
+const char *vf_wds_manifest_shard_name(const vf_wds_manifest *m, size_t i); /* "shard" as written */
+int64_t vf_wds_manifest_shard_samples(const vf_wds_manifest *m, size_t i);
+int64_t vf_wds_manifest_total_samples(const vf_wds_manifest *m);
+/* A hash of the shard names and counts (what a resume state must match). */
+uint64_t vf_wds_manifest_fingerprint(const vf_wds_manifest *m);
+void vf_wds_manifest_close(vf_wds_manifest *m);
+
+/* ---- one shard as a stream of samples ------------------------------------ */
+
+typedef struct vf_wds_member {
+    const char *suffix;        /* lower-cased, e.g. "top_t0.jpg", "lowdim.npz" */
+    const char *name;          /* the member's full name in the tar */
+    const uint8_t *data;       /* NULL when the sample was skipped (want = 0) */
+    size_t size;
+} vf_wds_member;
+
+typedef struct vf_wds_sample {
+    const char *key;
+    int64_t index;             /* 0-based sample number in the shard */
+    size_t num_members;
+    const vf_wds_member *members;
+} vf_wds_sample;
+
+typedef struct vf_wds_reader vf_wds_reader;
+
+/* Opens a shard (local path, http(s):// or s3:// through the byte-source
+ * layer; remote reads go through its read-ahead block cache). VF_ENOENT
+ * names a missing shard. */
+int vf_wds_reader_open(vf_wds_reader **out, const char *path_or_url);
+/* A shard in memory (tests, fuzzing); data must outlive the reader. */
+int vf_wds_reader_open_memory(vf_wds_reader **out, const char *name, const void *data, size_t len);
+/* The next sample: 0 with *out (valid until the next call), VF_EOF at the
+ * end of the shard, or an error naming the shard, the member and the key
+ * (truncated or damaged tar, duplicate suffix). want = 0 skips the
+ * sample's bytes without reading them into memory (members' data NULL). */
+int vf_wds_reader_next(vf_wds_reader *r, int want, const vf_wds_sample **out);
+void vf_wds_reader_close(vf_wds_reader *r);
+
+/* ---- field decoders (exposed for tests and fuzzing) ---------------------- */
+
+/* A .npy array (format 1.0, 2.0 or 3.0; little-endian or byte-order-free
+ * dtypes b1 u1 i1 i2 i4 i8 u2 u4 u8 f2 f4 f8; C order). data points into
+ * the input. Anything else is VF_EUNSUPPORTED (the Python layer then
+ * decodes the member with numpy), a malformed header VF_ECORRUPT. */
+typedef struct vf_wds_array {
+    char descr[8];             /* numpy dtype string, e.g. "<f4", "|b1" */
+    int itemsize;
+    int ndim;
+    int64_t shape[8];
+    const uint8_t *data;
+    size_t nbytes;
+} vf_wds_array;
+int vf_wds_parse_npy(const uint8_t *data, size_t size, vf_wds_array *out);
+
+/* The members of a .npz (zip, stored or deflated), each parsed as .npy.
+ * names[i] is the member name without ".npy"; storage[i] / sizes[i] the
+ * member's bytes (a .npy document); parsed[i] 1 when arrays[i] describes it
+ * (data pointing into storage[i]), 0 for a dtype left to numpy
+ * (VF_EUNSUPPORTED from vf_wds_parse_npy). A damaged zip, a CRC mismatch
+ * or a malformed .npy is VF_ECORRUPT. Everything newly allocated:
+ * vf_wds_npz_free. */
+typedef struct vf_wds_npz {
+    size_t count;
+    char **names;
+    vf_wds_array *arrays;
+    uint8_t **storage;
+    size_t *sizes;
+    int *parsed;
+} vf_wds_npz;
+int vf_wds_read_npz(const uint8_t *data, size_t size, vf_wds_npz *out);
+void vf_wds_npz_free(vf_wds_npz *z);
+
+/* Width and height of a JPEG (TurboJPEG header) or PNG (IHDR). */
+int vf_wds_image_size(const uint8_t *data, size_t size, int *width, int *height);
+/* Decodes a JPEG (libjpeg-turbo through TurboJPEG; accurate integer IDCT and
+ * fancy upsampling, the settings PIL uses) or a PNG (libpng; 8-bit output,
+ * alpha dropped, gray expanded) to RGB, resized with swscale (area) when
+ * (width, height) differ from the image's. float_chw = 0: uint8 [H][W][3]
+ * into out; 1: float32 [3][H][W] in [0, 1]. */
+int vf_wds_decode_image(const uint8_t *data, size_t size, int width, int height, int float_chw, void *out);
+
+/* ---- the shard loader ------------------------------------------------------ */
+
+typedef enum vf_wds_on_error {
+    VF_WDS_RAISE = 0,          /* the first bad sample or shard fails vf_wds_loader_next */
+    VF_WDS_SKIP = 1,           /* bad samples are left out of their batch and counted */
+} vf_wds_on_error;
+
+typedef struct vf_wds_loader_settings {
+    size_t batch_size;         /* default 32 */
+    uint64_t seed;             /* default 0 */
+    int shuffle;               /* default 1: shards permuted per epoch + the shuffle buffer */
+    int drop_last;             /* default 0 */
+    int64_t epoch;             /* first epoch, default 0 */
+    int rank, world_size;      /* default 0 / 1 */
+    int num_consumers;         /* consumers per rank, default 1 */
+    int consumer;              /* -1 (default): all of the rank's, batches round-robin */
+    size_t shuffle_buffer;     /* samples in each consumer's shuffle buffer; default 1000, 0 = off */
+    /* Fields (suffixes) to deliver, comma-separated, e.g. "lowdim.npz,top_t0.jpg";
+     * NULL (default): those of the first sample of the manifest's first
+     * non-empty shard. A sample lacking one is bad input. */
+    const char *fields;
+    int image_float_chw;       /* 0 (default): uint8 [B,H,W,3]; 1: float32 [B,3,H,W] in [0,1] */
+    int resize_width, resize_height; /* 0 (default): images keep their size (must agree in a batch) */
+    vf_wds_on_error on_error;
+    int threads;               /* decode threads per batch, default 0 = min(4, CPUs) */
+    size_t prefetch;           /* batches a producer thread assembles ahead of the caller, default 2;
+                                * 0: each batch is assembled inside vf_wds_loader_next */
+    const vf_loader_state *resume; /* NULL, or a state to start from (overrides epoch) */
+} vf_wds_loader_settings;
+
+typedef struct vf_wds_loader vf_wds_loader;
+
+void vf_wds_loader_defaults(vf_wds_loader_settings *s);
+/* Opens the manifest and plans the first epoch. VF_EINVAL for bad
+ * settings; errors of the manifest name it. */
+int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_loader_settings *s);
+void vf_wds_loader_close(vf_wds_loader *l);
+int64_t vf_wds_loader_num_samples(const vf_wds_loader *l); /* this loader's samples per epoch */
+size_t vf_wds_loader_num_batches(const vf_wds_loader *l);
+const vf_wds_manifest *vf_wds_loader_manifest(const vf_wds_loader *l);
+int vf_wds_loader_set_epoch(vf_wds_loader *l, int64_t epoch);
+
+/* A column of a batch. Numeric columns (npz arrays, .npy, images, .cls
+ * as int64) have type, shape and data; VF_WDS_BYTES columns hold the raw
+ * member bytes per sample (.json, .txt, .pth and any other suffix, and
+ * .npy / npz arrays of dtypes decoded in Python), for the caller to parse.
+ * A bytes column whose name ends in ".npy" inside an npz is named
+ * "<npz member name>" and flagged npy = 1. */
+#define VF_WDS_BYTES 100
+typedef struct vf_wds_column {
+    char *name;                /* npz array name, image suffix without extension, or the suffix */
+    int type;                  /* vf_column_type, or VF_WDS_BYTES */
+    char descr[8];             /* numeric: numpy dtype string ("<f4", "|u1", ...) */
+    int ndim;                  /* including the batch dimension */
+    int64_t shape[9];
+    uint8_t *data;             /* numeric: contiguous C order */
+    size_t nbytes;
+    uint8_t **items;           /* VF_WDS_BYTES: one buffer per sample */
+    size_t *item_sizes;
+    int npy;                   /* VF_WDS_BYTES holding a .npy document */
+    char *suffix;              /* the member suffix it comes from */
+} vf_wds_column;
+
+typedef struct vf_wds_batch {
+    size_t size;               /* samples */
+    size_t num_columns;
+    vf_wds_column *columns;
+    char **keys;               /* __key__ per sample */
+    char **shards;             /* the shard's manifest name per sample */
+    int64_t *positions;        /* global sample indices (manifest order) */
+} vf_wds_batch;
+
+/* The next batch of the current epoch (0), VF_EOF at its end, or an error
+ * naming the shard, member and key (under VF_WDS_RAISE; the loader then
+ * returns the same error until set_epoch / set_state). The batch is the
+ * caller's (vf_wds_batch_free). With prefetch > 0 a producer thread
+ * (started by the first call) assembles up to `prefetch` batches ahead;
+ * set_epoch, set_state and close stop it and drop what it prefetched.
+ * One caller thread at a time. */
+int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out);
+void vf_wds_batch_free(vf_wds_batch *b);
+
+/* Resume: the same vf_loader_state as vf_loader (mode VF_MODE_STREAM,
+ * fingerprint = the manifest's, positions = its total samples,
+ * partition "episode", pool size 0). samples_consumed counts what the
+ * callers of all ranks received; a state from another manifest or order
+ * settings is refused (VF_EINVAL naming what differs); a state from
+ * another world size, consumer count or batch size resumes elastically
+ * (the remaining ranges, as vf_loader does). out->ranges is borrowed from
+ * the loader (valid until its next set_state/set_epoch). */
+int vf_wds_loader_get_state(const vf_wds_loader *l, vf_loader_state *out);
+int vf_wds_loader_set_state(vf_wds_loader *l, const vf_loader_state *state);
+size_t vf_wds_loader_batches_delivered(const vf_wds_loader *l);
+/* The state after `batches` rank-level batches of the current epoch in this
+ * loader's layout (world_size, num_consumers, batch_size, and its ranges
+ * after an elastic restore), without iterating: for DataLoader workers,
+ * whose batches only the main process sees. */
+int vf_wds_loader_state_at(const vf_wds_loader *l, int64_t batches, vf_loader_state *out);
+
+typedef struct vf_wds_stats {
+    uint64_t samples, batches;
+    uint64_t skipped_samples;  /* bad samples left out under VF_WDS_SKIP */
+    uint64_t skipped_shards;   /* shards (or their rest) given up under VF_WDS_SKIP */
+    uint64_t samples_read;     /* samples whose bytes were read */
+    uint64_t samples_passed;   /* samples skipped in the stream (not this consumer's, or delivered before a resume) */
+    uint64_t shards_opened;
+    uint64_t bytes_read;       /* member bytes read */
+    uint64_t images_decoded;
+    double decode_seconds;     /* wall time of the decode phase */
+} vf_wds_stats;
+void vf_wds_loader_stats(const vf_wds_loader *l, vf_wds_stats *out);
+/* The message of the i-th skipped item (i < skipped_samples + skipped_shards, at most 64 kept). */
+size_t vf_wds_loader_num_skip_messages(const vf_wds_loader *l);
+const char *vf_wds_loader_skip_message(const vf_wds_loader *l, size_t i);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

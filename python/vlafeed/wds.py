@@ -1,0 +1,193 @@
+"""vlafeed.ShardLoader: batches from WebDataset tar shards (VLA Foundry's layout).
+
+    loader = vlafeed.ShardLoader("shards/manifest.jsonl", batch_size=64, seed=0, shuffle_buffer=1000)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:      # {"observation.state": [B,T,D], "top_t0": [B,H,W,3] uint8, ...}
+            ...
+
+The C engine (src/wds/) reads the tars (local, http(s)://, s3://), groups
+members into samples as webdataset does, and decodes JPEG/PNG, .npy, .npz
+and .cls in C. The Python layer only parses what is Python's to parse:
+``.json`` (json.loads), ``.txt`` (UTF-8), ``.pth`` (torch.load with
+weights_only=True), ``.npy`` arrays of dtypes the engine leaves to numpy
+(strings, big-endian, Fortran order). Other suffixes arrive as bytes.
+
+Columns: each npz array under its name (``observation.state``,
+``past_mask``...), each image under its suffix without the extension
+(``top_t0``), every other field under its suffix (``metadata.json``), plus
+``__key__`` and ``__shard__`` (lists of str). Images are uint8 [B,H,W,3]
+(``image_format="uint8_hwc"``, default) or float32 [B,3,H,W] in [0, 1]
+(``"float_chw"``); ``resize=(width, height)`` resizes them.
+
+Order, distribution and resume work like ``vlafeed.Loader``'s stream mode
+(the shards are its tasks): see include/vlafeed/wds.h.
+"""
+import io
+import json
+
+import numpy as np
+
+from vlafeed import _native
+from vlafeed.loader import distributed_rank_world, torch_module
+
+
+def _parse_bytes(suffix, items):
+    ext = suffix.rsplit(".", 1)[-1]
+    if ext == "json":
+        return [json.loads(b) for b in items]
+    if ext == "txt":
+        return [b.decode("utf-8") for b in items]
+    if ext == "pth":
+        torch = torch_module()
+        if torch is None:
+            raise ImportError(f"field {suffix!r} is a .pth: decoding it needs PyTorch")
+        return [torch.load(io.BytesIO(b), weights_only=True) for b in items]
+    return list(items)
+
+
+def convert_batch(raw, output="torch"):
+    """{column: tensor | ndarray | list} from the native batch dict."""
+    torch = None
+    if output == "torch":
+        torch = torch_module()
+        if torch is None:
+            raise ImportError("output='torch' needs PyTorch; install torch or pass output='numpy'")
+    elif output != "numpy":
+        raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+    out = {}
+    for name, suffix, kind, payload, descr, shape in raw["columns"]:
+        if kind == "array":
+            value = np.frombuffer(payload, dtype=np.dtype(descr)).reshape(shape)
+        elif kind == "npy":
+            value = np.stack([np.load(io.BytesIO(b), allow_pickle=False) for b in payload]) if payload else \
+                np.zeros((0,))
+        else:
+            out[name] = _parse_bytes(suffix, payload)
+            continue
+        if torch is not None and value.dtype.kind in "biuf":
+            value = torch.from_numpy(value)
+        out[name] = value
+    out["__key__"] = raw["keys"]
+    out["__shard__"] = raw["shards"]
+    return out
+
+
+class ShardLoader:
+    """Batches of samples from the shards a manifest.jsonl lists.
+
+    manifest_or_url: path or http(s):// / s3:// URL of manifest.jsonl
+    (``shard`` entries with or without ``.tar``). batch_size, seed,
+    shuffle (shards permuted per epoch and the shuffle buffer), drop_last,
+    rank / world_size (default: torch.distributed, else RANK / WORLD_SIZE,
+    else 0 / 1), epoch, num_consumers / consumer (as ``vlafeed.Loader``),
+    shuffle_buffer (samples per consumer, default 1000, 0 = shard order),
+    fields (suffixes to deliver; default: those of the first sample of the
+    first shard; a sample lacking one is bad input), image_format, resize,
+    on_error ("raise", default: bad input raises VlafeedError naming the
+    shard, member and key; "skip": the sample, or the rest of a damaged
+    shard, is left out and counted in ``stats()``), threads (decode
+    threads; 0 = min(4, cores)), prefetch (batches a producer thread
+    assembles ahead, default 2; 0: each batch is built inside ``next``),
+    output ("torch" | "numpy"), state (a ``state_dict()`` to start from).
+    """
+
+    def __init__(self, manifest_or_url, batch_size=32, seed=0, shuffle=True, drop_last=False, rank=None,
+                 world_size=None, *, epoch=0, num_consumers=1, consumer=None, shuffle_buffer=1000, fields=None,
+                 image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None,
+                 prefetch=2):
+        if rank is None or world_size is None:
+            env_rank, env_world = distributed_rank_world()
+            rank = env_rank if rank is None else rank
+            world_size = env_world if world_size is None else world_size
+        if fields is not None and not isinstance(fields, str):
+            fields = ",".join(fields)
+        self.batch_size = batch_size
+        self.output = output
+        self.rank, self.world_size = rank, world_size
+        self.seed = seed
+        self.drop_last = drop_last
+        self._epoch = epoch
+        self._consumed = 0
+        self._resume_pending = False
+        self._native = _native.WdsLoader(
+            str(manifest_or_url), batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
+            epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
+            consumer=-1 if consumer is None else consumer, shuffle_buffer=shuffle_buffer, fields=fields,
+            image_format=image_format, resize=None if resize is None else tuple(resize), on_error=on_error,
+            threads=threads, state=state, prefetch=prefetch)
+        if state is not None:
+            self._resumed(state)
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    @property
+    def num_samples(self):
+        """Samples this loader yields per epoch (before any skipped under on_error='skip')."""
+        return self._native.num_samples
+
+    @property
+    def shards(self):
+        """[(name as in the manifest, path or URL, num_sequences)]."""
+        return self._native.shards
+
+    def __len__(self):
+        """Batches per epoch."""
+        return self._native.num_batches
+
+    def set_epoch(self, epoch):
+        """Starts epoch `epoch`; after load_state_dict(), set_epoch(<the state's epoch>) keeps the position."""
+        if self._resume_pending and epoch == self._epoch:
+            return
+        self._native.set_epoch(epoch)
+        self._epoch = epoch
+        self._consumed = 0
+        self._resume_pending = False
+
+    def __iter__(self):
+        if self._resume_pending:
+            self._resume_pending = False
+        elif self._consumed:
+            self.set_epoch(self._epoch + 1)
+        while True:
+            raw = self._native.next_batch()
+            if raw is None:
+                return
+            self._consumed += 1
+            yield convert_batch(raw, self.output)
+
+    def state_dict(self):
+        """{kind: "wds", version, fingerprint (of the manifest's shard names and counts), positions, seed,
+        epoch, samples_consumed (samples the callers of all ranks received this epoch), batch_size,
+        world_size, consumers, shuffle, drop_last, shuffle_buffer}: one state resumes every rank."""
+        return self._native.get_state()
+
+    def load_state_dict(self, state):
+        """Continues where `state` stopped: the next batch is the one an uninterrupted run would have
+        yielded. ValueError names what differs for a state of another manifest or order settings."""
+        self._native.set_state(state)
+        self._resumed(state)
+
+    def _resumed(self, state):
+        self._epoch = int(state["epoch"])
+        self._consumed = self._native.batches_delivered
+        self._resume_pending = True
+
+    def stats(self):
+        """samples, batches, skipped_samples, skipped_shards, skip_messages (the first 64), samples_read,
+        samples_passed (skipped in the stream unread), shards_opened, bytes_read, images_decoded,
+        decode_seconds."""
+        return self._native.stats()
+
+    def close(self):
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
