@@ -67,6 +67,7 @@ def make_mix(args, camera):
     shards = vlafeed.ShardLoader(args.shards, batch_size=args.batch_size, seed=args.seed, rank=0, world_size=1)
     lerobot = vlafeed.Loader(args.dataset, batch_size=args.batch_size, seed=args.seed, rank=0, world_size=1)
     return vlafeed.Mix([shards, lerobot], weights=args.weights, batch_size=args.batch_size, seed=args.seed,
+                       window=args.window,
                        transforms=[shard_columns(camera), lerobot_columns(camera)])
 
 
@@ -84,10 +85,14 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=int, default=None,
+                   help="mixing window in samples: each holds exactly its largest-remainder shares (default 10 batches)")
     p.add_argument("--camera", default=None, help="camera short name (default: the dataset's first camera)")
     p.add_argument("--json", action="store_true", help="print one JSON summary line at the end")
     args = p.parse_args(argv)
     args.weights = [float(w) for w in args.weights.split(",")]
+    if args.window is None:
+        args.window = 10 * args.batch_size
     torch.manual_seed(args.seed)
 
     meta = vlafeed.LeRobotDatasetMetadata(args.dataset) if hasattr(vlafeed, "LeRobotDatasetMetadata") else None
@@ -134,7 +139,8 @@ def main(argv=None):
                "realised": realised, "samples": st["samples"], "resume_exact": bool(same)}
     print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps")
     print(f"realised proportions over {st['samples']} samples: shards {realised['source 0']:.4f}, "
-          f"LeRobot {realised['source 1']:.4f} (asked {args.weights[0]}, {args.weights[1]})")
+          f"LeRobot {realised['source 1']:.4f} (asked {args.weights[0]}, {args.weights[1]}); each full window of "
+          f"{args.window}: " + ", ".join(f"{e['last_window_samples']}" for e in st["sources"]))
     print(f"resume from a mid-run state_dict gives the same next 3 batches: {'yes' if same else 'NO'}")
     if args.json:
         print(json.dumps(summary))

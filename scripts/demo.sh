@@ -16,6 +16,10 @@
 #      packed sequences; a run stopped at step 5 and resumed matches the
 #      uninterrupted run bit for bit; the packed/padded speed-up, on the
 #      sample and by padding rate
+#   9. vlafeed convert --to wds: the sample as WebDataset shards in VLA
+#      Foundry's layout; a policy trained from a 0.7/0.3 sample-level mix of
+#      the shards and the LeRobot dataset (vlafeed.Mix over ShardLoader and
+#      Loader), exact shares per window, exact resume of the mix
 # Parts that are not available yet are skipped with the reason.
 # Knobs: DEMO_OUT (output folder), DEMO_STEPS (training steps, default 60),
 # DEMO_BASELINE=0 (skip step 6).
@@ -159,6 +163,19 @@ EOF
   timed "packed vs padded by padding rate" $py "$here/bench/train_bench.py" --skip-dist --steps 5 \
     --out "$out/packing.md" >/dev/null
   cat "$out/packing.md"
+fi
+
+step "9. WebDataset shards: convert the sample, then train from a 0.7/0.3 mix of the shards and the LeRobot dataset"
+if [ "$have_loader" = 1 ]; then
+  timed "convert --to wds (8 episodes, 2 cameras)" \
+    "$cli" convert "$sample" "$out/wds" --to wds --past 0 --future 0 --image-offsets 0 --samples-per-shard 64
+  ls "$out/wds/shards" | head -n 4; echo "..."
+  head -n 2 "$out/wds/shards/manifest.jsonl"; echo
+  timed "train from Mix(shards 0.7, LeRobot 0.3), 30 steps" \
+    $py "$here/examples/train_mix.py" --shards "$out/wds/shards/manifest.jsonl" --dataset "$sample" \
+    --weights 0.7,0.3 --steps 30 --batch-size 16
+else
+  echo "(skipped: the Python package is not built)"
 fi
 
 step "summary"
