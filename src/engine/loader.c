@@ -718,7 +718,9 @@ int vf_loader_state_batches(const vf_loader_state *st, int64_t *batches)
                                    "not a valid state",
                         (int)st->world_size, (int)st->consumers, (long long)st->batch_size,
                         (long long)st->positions);
-    if (st->samples_consumed < 0 || st->samples_consumed % st->world_size != 0)
+    if (st->samples_consumed < 0)
+        return vf_error(VF_EINVAL, "loader state: samples_consumed %lld is negative", (long long)st->samples_consumed);
+    if (st->samples_consumed % st->world_size != 0)
         return vf_error(VF_EINVAL, "loader state: samples_consumed %lld is not a multiple of world_size %d (every "
                                    "rank delivers the same batches)",
                         (long long)st->samples_consumed, (int)st->world_size);

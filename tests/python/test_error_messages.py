@@ -142,3 +142,22 @@ def test_decode_check_whole_file_problem_has_no_episode_minus_one(cli, base, tmp
     assert r.returncode != 0
     assert "(episode -1)" not in out, out
     assert damage.VIDEO_FILE in out and f"(camera {damage.CAM})" in out, out
+
+
+def test_resume_state_errors_name_the_real_cause(base):
+    """A state with a negative epoch or a negative samples_consumed is refused
+    for that reason (samples_consumed -8 used to be refused as "not a multiple
+    of world_size 1"); an unknown key is a KeyError-style message naming the
+    dataset's features."""
+    loader = vlafeed.Loader(str(base), batch_size=4, rank=0, world_size=1)
+    good = loader.state_dict()
+    for field, value, says in [("epoch", -1, "epoch -1 is negative"),
+                               ("samples_consumed", -8, "samples_consumed -8 is negative")]:
+        bad = dict(good, **{field: value})
+        other = vlafeed.Loader(str(base), batch_size=4, rank=0, world_size=1)
+        with pytest.raises(ValueError, match=re.escape(says)):
+            other.load_state_dict(bad)
+        other.close()
+    with pytest.raises(ValueError, match=r"unknown key 'nope' \(the dataset's features: .*observation\.state"):
+        vlafeed.Loader(str(base), batch_size=4, keys=["nope"])
+    loader.close()
