@@ -254,6 +254,11 @@ typedef struct vf_ds_rg_span {
 int vf_ds_locate_row_groups(const vf_dataset *d, size_t pos, const vf_pq_file *f, vf_ds_rg_span **spans,
                             int *count);
 
+/* The cumulative row ends of the row groups of data file `file` (index
+ * into d->data_files), from its footer: ends[g] = rows in groups 0..g.
+ * *ends is newly allocated (free()). Errors name the file. */
+int vf_ds_data_file_row_groups(const vf_dataset *d, size_t file, int64_t **ends, int *count);
+
 /* ---- table access ------------------------------------------------------- */
 
 typedef enum vf_ds_value_type {

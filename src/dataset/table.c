@@ -426,6 +426,33 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
     return r;
 }
 
+int vf_ds_data_file_row_groups(const vf_dataset *d, size_t file, int64_t **ends, int *count)
+{
+    *ends = NULL;
+    *count = 0;
+    if (file >= d->num_data_files)
+        return vf_error(VF_ERANGE, "%s: data file %zu out of range (%zu files)", d->root, file, d->num_data_files);
+    vf_pq_file *f;
+    int r = vf_ds_open_parquet(d, d->data_files[file].rel, &f);
+    if (r < 0)
+        return r;
+    int n = vf_pq_num_row_groups(f);
+    int64_t *e = vf_malloc_array(n > 0 ? (size_t)n : 1, sizeof *e);
+    if (!e) {
+        vf_pq_close(f);
+        return VF_ENOMEM;
+    }
+    int64_t acc = 0;
+    for (int g = 0; g < n; g++) {
+        acc += vf_pq_row_group_rows(f, g);
+        e[g] = acc;
+    }
+    vf_pq_close(f);
+    *ends = e;
+    *count = n;
+    return 0;
+}
+
 int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_positions, const char *const *columns,
                      size_t num_columns, int flags, vf_ds_table *out)
 {

@@ -8,7 +8,10 @@
  * follow a missing one in the same data file and that the loader will emit
  * this epoch (spec->wanted), up to a row budget, so a data file written
  * with one big row group is decoded once for a run of episodes rather than
- * once per episode. Loaded episodes stay in a cache bounded by
+ * once per episode. In map mode (no wanted list: positions are random) the
+ * read takes instead the episodes lying inside the row groups the miss
+ * decodes anyway (known from the data file's footer), nearest first, up to
+ * the same row budget: a row-group cache at episode granularity. Loaded episodes stay in a cache bounded by
  * rows_max_bytes; the least recently used unreferenced ones are evicted.
  *
  * Threads: any number of assemblers; the cache is under rows_lock, the
@@ -199,6 +202,104 @@ static int push(size_t **v, size_t *k, size_t *cap, size_t e)
     return 0;
 }
 
+/* Map mode: learns the row-group ends of the data files of eps that are
+ * not known yet (footers read outside rows_lock; a file whose footer cannot
+ * be read gets no co-reading, and its read reports the error). */
+static void learn_row_groups(vf_sample_spec *s, const size_t *eps, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        vf_data_span ds;
+        if (vf_dataset_episode_data(s->dataset, eps[i], &ds) < 0 || ds.file >= s->num_data_files)
+            continue;
+        pthread_mutex_lock(&s->rows_lock);
+        int known = s->rg_known[ds.file];
+        if (!known)
+            s->rg_known[ds.file] = 3;
+        pthread_mutex_unlock(&s->rows_lock);
+        if (known)
+            continue;
+        int64_t *ends = NULL;
+        int count = 0;
+        int r = vf_ds_data_file_row_groups(s->dataset, ds.file, &ends, &count);
+        pthread_mutex_lock(&s->rows_lock);
+        if (r == 0) {
+            s->rg_ends[ds.file] = ends;
+            s->rg_count[ds.file] = count;
+        } else {
+            free(ends);
+        }
+        s->rg_known[ds.file] = r == 0 ? 1 : 2;
+        pthread_mutex_unlock(&s->rows_lock);
+    }
+}
+
+/* The first row group whose cumulative end is past row (ends ascending). */
+static int group_of_row(const int64_t *ends, int n, int64_t row)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ends[mid] > row)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Decoded bytes of one table row (an estimate from the features). */
+static size_t table_row_bytes(const vf_sample_spec *s)
+{
+    size_t b = 0;
+    for (size_t i = 0; i < s->num_table; i++) {
+        const vf_feature *f = vf_dataset_find_feature(s->dataset, s->table_names[i]);
+        int vt = f ? vf_ds_feature_value_type(f) : -1;
+        b += vt == VF_DS_STRING ? 64 : (size_t)(f && f->size > 0 ? f->size : 1) * (vt == VF_DS_F32 ? 4 : 8);
+    }
+    return b ? b : 8;
+}
+
+/* Map mode: the unloaded episodes lying entirely inside the row groups that
+ * reading e0 decodes anyway, when all of them fit: at most READ_AHEAD_ROWS
+ * rows and a quarter of the cache bound. A bigger row group (a whole file
+ * written as one) is not taken whole: random batches over a dataset larger
+ * than the cache would only churn it, so such a miss reads its own episode
+ * as before. Marked in flight (rows_lock held). */
+static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size_t *cap)
+{
+    vf_data_span base;
+    if (vf_dataset_episode_data(s->dataset, e0, &base) < 0 || base.file >= s->num_data_files ||
+        s->rg_known[base.file] != 1)
+        return 0;
+    const int64_t *ends = s->rg_ends[base.file];
+    int n = s->rg_count[base.file];
+    int g0 = group_of_row(ends, n, base.row_offset), g1 = group_of_row(ends, n, base.row_offset + base.length - 1);
+    if (base.length <= 0 || g0 >= n || g1 >= n)
+        return 0;
+    int64_t lo = g0 ? ends[g0 - 1] : 0, hi = ends[g1];
+    if (hi - lo > READ_AHEAD_ROWS || (uint64_t)(hi - lo) * table_row_bytes(s) > s->rows_max_bytes / 4)
+        return 0;
+    int64_t budget = hi - lo;
+    int r = 0;
+    for (int dir = 1; dir >= -1 && r == 0; dir -= 2) {
+        for (size_t e = e0; budget > 0 && r == 0;) {
+            if (dir < 0 ? e == 0 : e + 1 >= s->num_episodes)
+                break;
+            e = dir < 0 ? e - 1 : e + 1;
+            vf_data_span ds;
+            if (vf_dataset_episode_data(s->dataset, e, &ds) < 0 || ds.file != base.file || ds.row_offset < lo ||
+                ds.row_offset + ds.length > hi)
+                break;
+            if (s->rows[e] || s->loading[e])
+                continue;
+            s->loading[e] = 1;
+            r = push(v, k, cap, e);
+            budget -= ds.length;
+        }
+    }
+    return r;
+}
+
 /* The episodes this call reads: each missing episode that no other thread
  * is reading, then the wanted, unloaded, not-in-flight episodes that
  * follow it in the same data file, up to READ_AHEAD_ROWS rows per missing
@@ -214,8 +315,11 @@ static int claim(vf_sample_spec *s, const size_t *eps, size_t n, size_t **out, s
             continue;
         s->loading[e0] = 1;
         r = push(&v, &k, &cap, e0);
-        if (!s->wanted)
+        if (!s->wanted) {
+            if (r == 0)
+                r = co_resident(s, e0, &v, &k, &cap);
             continue;
+        }
         vf_data_span base;
         if (vf_dataset_episode_data(s->dataset, e0, &base) < 0)
             continue;
@@ -248,6 +352,11 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
     if (s->num_table == 0)
         return 0;
     int r = 0;
+    pthread_mutex_lock(&s->rows_lock);
+    int map_mode = !s->wanted;
+    pthread_mutex_unlock(&s->rows_lock);
+    if (map_mode)
+        learn_row_groups(s, eps, n);
     pthread_mutex_lock(&s->rows_lock);
     for (;;) {
         size_t *want = NULL, nw = 0;

@@ -151,6 +151,16 @@ typedef struct vf_sample_spec {
     size_t num_loaded;
     const uint8_t *wanted;         /* [num_episodes] or NULL: episodes the loader will emit (read-ahead hint) */
     uint8_t *loading;              /* [num_episodes]: being read by some thread */
+    /* Map mode (no wanted list): the row-group boundaries of each data file
+     * (cumulative row ends), learnt from its footer on the first miss in
+     * it, so that a miss also takes the other episodes lying inside the row
+     * groups it decodes anyway: a bounded row-group cache at episode
+     * granularity (under rows_lock; rg_known: 0 unknown, 1 known, 2 not
+     * available, 3 being read). */
+    int64_t **rg_ends;             /* [num_data_files] */
+    int *rg_count;
+    uint8_t *rg_known;
+    size_t num_data_files;
     pthread_mutex_t rows_lock;
     pthread_cond_t rows_cond;      /* signalled when reads finish */
     size_t rows_bytes, rows_max_bytes;

@@ -74,6 +74,11 @@ void vf_sample_spec_free(vf_sample_spec *s)
     }
     free(s->windows);
     vf_sample_rows_free_all(s);
+    for (size_t i = 0; s->rg_ends && i < s->num_data_files; i++)
+        free(s->rg_ends[i]);
+    free(s->rg_ends);
+    free(s->rg_count);
+    free(s->rg_known);
     pthread_mutex_destroy(&s->rows_lock);
     pthread_cond_destroy(&s->rows_cond);
     free(s->table_names);
@@ -501,6 +506,11 @@ static int setup_table(builder *b)
     b->table_names = NULL;
     if (!(s->rows = vf_calloc(s->num_episodes ? s->num_episodes : 1, sizeof *s->rows)) ||
         !(s->loading = vf_calloc(s->num_episodes ? s->num_episodes : 1, 1)))
+        return VF_ENOMEM;
+    s->num_data_files = vf_dataset_num_data_files(b->d);
+    if (!(s->rg_ends = vf_calloc(s->num_data_files ? s->num_data_files : 1, sizeof *s->rg_ends)) ||
+        !(s->rg_count = vf_calloc(s->num_data_files ? s->num_data_files : 1, sizeof *s->rg_count)) ||
+        !(s->rg_known = vf_calloc(s->num_data_files ? s->num_data_files : 1, 1)))
         return VF_ENOMEM;
     s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
     /* Every table column must exist with a readable type (checked here, from
