@@ -282,3 +282,48 @@ def test_corrupt_file_skip_counts_rows(corrupt, sample, ray_session):
     for i in list(by)[:: max(1, len(by) // 5)]:
         np.testing.assert_array_equal(by[i][CAM0].transpose(2, 0, 1) / np.float32(255),
                                       ref[i][CAM0].numpy())
+
+
+class _KillOnce:
+    """Wraps a read task: after its first block, SIGKILLs the worker process once (marker file)."""
+
+    def __init__(self, read_fn, marker):
+        self.read_fn, self.marker = read_fn, marker
+
+    def __call__(self):
+        for i, block in enumerate(self.read_fn()):
+            yield block
+            if i == 0 and not os.path.exists(self.marker):
+                with open(self.marker, "w") as f:
+                    f.write(str(os.getpid()))
+                os.kill(os.getpid(), 9)
+
+
+class _KillingSource(vray.LeRobotDatasource):
+    marker = None
+
+    def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+        tasks = super().get_read_tasks(parallelism, per_task_row_limit, data_context)
+        # Kill the worker in the middle of the second task.
+        tasks[1] = type(tasks[1])(_KillOnce(tasks[1]._read_fn, self.marker), tasks[1].metadata)
+        return tasks
+
+
+def test_task_killed_is_retried_or_reported(sample, ray_session, tmp_path):
+    """A read task whose worker is SIGKILLed after its first block: with Ray's retries the
+    dataset still holds every row exactly once; with max_retries=0 the read fails (no row is
+    silently lost)."""
+    from ray import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    _, root = sample
+    keys = ["observation.state", "index"]
+    source = _KillingSource(root, keys=keys, rows_per_block=8)
+    source.marker = str(tmp_path / "killed-1")
+    _, by = rows_by_index(ray.data.read_datasource(source, ray_remote_args={"max_retries": 2}))
+    assert os.path.exists(source.marker), "the task was not killed"
+    assert sorted(by) == list(range(source.meta.total_frames))
+    source = _KillingSource(root, keys=keys, rows_per_block=8)
+    source.marker = str(tmp_path / "killed-2")
+    with pytest.raises(Exception, match="(?i)worker|died|crash|exit"):
+        ray.data.read_datasource(source, ray_remote_args={"max_retries": 0}).take_all()
+    assert os.path.exists(source.marker)
