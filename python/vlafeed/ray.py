@@ -423,8 +423,9 @@ class LeRobotDatasource(_Datasource):
 
 def read_lerobot(path, *, ray_remote_args=None, override_num_blocks=None, concurrency=None, **kwargs):
     """ray.data.Dataset over a LeRobot dataset, decoded by vlafeed inside each read task.
-    kwargs go to LeRobotDatasource (returned as ``ds.vlafeed_source`` is not possible on a
-    Dataset, so build the source yourself when you need ``meta``/``report()``)."""
+    kwargs go to LeRobotDatasource; ray_remote_args (e.g. {"max_retries": 1, "num_cpus": 2}),
+    override_num_blocks and concurrency to ray.data.read_datasource. Build the
+    LeRobotDatasource yourself when you need its ``meta``, ``report()`` or ``skipped()``."""
     ray = _ray()
     source = LeRobotDatasource(path, **kwargs)
     return ray.data.read_datasource(source, ray_remote_args=ray_remote_args,
