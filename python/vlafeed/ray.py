@@ -286,6 +286,8 @@ class LeRobotDatasource(_Datasource):
         include_task: as for vlafeed.Loader, applied in C inside each task.
       threads / decode_threads: engine threads per read task (default 1 / 1:
         Ray gives a task one CPU; raise both with ray_remote_args num_cpus).
+      prefetch: engine batches assembled ahead inside a task (each up to
+        rows_per_block rows; bounds the task's memory with rows_per_block).
       on_error: "raise" (default) or "skip" (episodes that cannot be read are
         dropped, counted and listed by ``skipped()``).
       report: keep a ledger actor that records each finished task's rows,
@@ -296,7 +298,7 @@ class LeRobotDatasource(_Datasource):
     def __init__(self, path, *, episodes=None, partitioning="file_group", rows_per_block=256,
                  delta_timestamps=None, keys=None, renames=None, image_format="uint8_hwc", resize=None,
                  normalize=None, tolerance_s=1e-4, include_task=True, threads=1, decode_threads=1,
-                 on_error="raise", report=True):
+                 prefetch=4, on_error="raise", report=True):
         super().__init__()
         if partitioning not in PARTITIONINGS:
             raise ValueError(f"partitioning must be one of {sorted(PARTITIONINGS)}, not {partitioning!r}")
@@ -321,7 +323,7 @@ class LeRobotDatasource(_Datasource):
         self._loader_kwargs = dict(delta_timestamps=delta_timestamps, keys=keys, renames=renames,
                                    image_format=image_format, resize=resize, normalize=normalize,
                                    tolerance_s=tolerance_s, include_task=include_task, threads=threads,
-                                   decode_threads=decode_threads)
+                                   decode_threads=decode_threads, prefetch=prefetch)
         self._include_task = include_task
         self._row_bytes = self._estimate_row_bytes(meta, image_format, resize, delta_timestamps)
         self._selection = episodes
