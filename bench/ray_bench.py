@@ -322,11 +322,12 @@ def first_training_step(root, out_dir):
     return {"first_step_s": max(firsts), "total_s": time.time() - t0}
 
 
-def make_dataset(cli, root, episodes, cameras, size, codec):
+def make_dataset(cli, root, episodes, cameras, size, codec, max_video_mb=None):
     if (root / "meta" / "info.json").exists():
         return
+    extra = ["--max-video-mb", str(max_video_mb)] if max_video_mb else []
     subprocess.run([cli, "make-sample", str(root), "--episodes", str(episodes), "--cameras", str(cameras),
-                    "--size", size, "--codec", codec, "--quiet"], check=True, timeout=3600)
+                    "--size", size, "--codec", codec, "--quiet", *extra], check=True, timeout=3600)
 
 
 def per_cpu(r):
@@ -347,6 +348,8 @@ def main(argv=None):
     p.add_argument("--cameras", type=int, default=3)
     p.add_argument("--size", default="320x240")
     p.add_argument("--codec", default="av1")
+    p.add_argument("--max-video-mb", type=float, default=None,
+                   help="make-sample's rollover size (more files per camera: more read tasks)")
     p.add_argument("--repeat", type=int, default=2, help="speed runs per contender (best kept)")
     p.add_argument("--peer-python", default=DEFAULT_PEER)
     p.add_argument("--no-peer", action="store_true")
@@ -362,7 +365,9 @@ def main(argv=None):
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     root = out / f"ds-{a.episodes}e-{a.cameras}c-{a.size}-{a.codec}"
-    make_dataset(str(REPO / "build" / "vlafeed"), root, a.episodes, a.cameras, a.size, a.codec)
+    if a.max_video_mb:
+        root = root.with_name(root.name + f"-{a.max_video_mb:g}mb")
+    make_dataset(str(REPO / "build" / "vlafeed"), root, a.episodes, a.cameras, a.size, a.codec, a.max_video_mb)
     with open("/proc/loadavg") as f:
         load_before = f.read().split()[:3]
     results = {"dataset": str(root), "load_before": load_before, "runs": {}}
