@@ -42,13 +42,14 @@ Ray's retry settings apply to it as to any task (``ray_remote_args``, e.g.
 ``{"max_retries": 0}``). With ``on_error="skip"`` the task instead retries
 the failing part episode by episode, drops only the episodes that cannot be
 read, and records each drop (task, episode, rows, message) in a small
-ledger actor: ``source.skipped()`` returns them, and nothing is dropped
+ledger actor (one per Ray session): ``source.skipped()`` returns them, and nothing is dropped
 without a record.
 """
 import functools
 import os
 import resource
 import time
+import uuid
 
 import numpy as np
 
@@ -111,22 +112,31 @@ def _ledger_class():
 
     @ray.remote(num_cpus=0)
     class SkipLedger:
-        """Collects what read tasks skipped and what each finished task read."""
+        """Collects what read tasks skipped and what each finished task read, per datasource."""
 
         def __init__(self):
-            self.skipped = []
-            self.finished = []
+            self.records = {}
 
-        def skip(self, record):
-            self.skipped.append(record)
+        def _of(self, source):
+            return self.records.setdefault(source, {"skipped": [], "tasks": []})
 
-        def done(self, record):
-            self.finished.append(record)
+        def skip(self, source, record):
+            self._of(source)["skipped"].append(record)
 
-        def report(self):
-            return {"skipped": list(self.skipped), "tasks": list(self.finished)}
+        def done(self, source, record):
+            self._of(source)["tasks"].append(record)
+
+        def report(self, source):
+            entry = self._of(source)
+            return {"skipped": list(entry["skipped"]), "tasks": list(entry["tasks"])}
 
     return SkipLedger
+
+
+def _ledger():
+    """The Ray session's one ledger actor (created on first use, shared by every datasource, so a
+    new datasource does not start a new actor process)."""
+    return _ledger_class().options(name="vlafeed_ray_ledger", namespace="vlafeed", get_if_exists=True).remote()
 
 
 # ---- the read task --------------------------------------------------------------------------
@@ -242,7 +252,7 @@ def _read_task(spec, task):
                 skipped_rows += lost
                 record = {"task": task["id"], "episode": int(episodes[i]), "rows": int(lost), "error": str(e)}
                 if ledger is not None:
-                    _ray().get(ledger.skip.remote(record))
+                    _ray().get(ledger.skip.remote(spec["source_id"], record))
             finally:
                 if one is not None:
                     add_stats(one)
@@ -253,7 +263,7 @@ def _read_task(spec, task):
         record = {"task": task["id"], "pid": os.getpid(), "rows": delivered, "skipped_rows": skipped_rows,
                   "cpu_s": time.process_time() - t0, "wall_s": time.perf_counter() - wall0,
                   "peak_rss_bytes": peak_kb * 1024, **totals}
-        _ray().get(ledger.done.remote(record))
+        _ray().get(ledger.done.remote(spec["source_id"], record))
 
 
 # ---- the datasource -------------------------------------------------------------------------
@@ -314,6 +324,7 @@ class LeRobotDatasource(_Datasource):
         self.on_error = on_error
         self._want_report = bool(report) or on_error == "skip"
         self._ledger = None
+        self._source_id = uuid.uuid4().hex
         # Metadata only: no data footer, no video header, no stat of a data/video file.
         native = _native.Dataset(self.path, episodes, check_videos=False, check_files=False)
         meta = LeRobotDatasetMetadata(native)
@@ -391,13 +402,13 @@ class LeRobotDatasource(_Datasource):
 
     def _ensure_ledger(self):
         if self._want_report and self._ledger is None:
-            self._ledger = _ledger_class().remote()
+            self._ledger = _ledger()
         return self._ledger
 
     def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
         spec = {"root": self.path, "rows_per_block": self.rows_per_block, "loader": self._loader_kwargs,
                 "tasks": self.meta.tasks, "include_task": self._include_task, "on_error": self.on_error,
-                "ledger": self._ensure_ledger()}
+                "ledger": self._ensure_ledger(), "source_id": self._source_id}
         read_tasks = []
         for task in self.read_tasks_plan(parallelism):
             size = task["rows"] * self._row_bytes
@@ -413,7 +424,7 @@ class LeRobotDatasource(_Datasource):
         every read task run so far (a task Ray retried appears once per attempt that finished)."""
         if self._ledger is None:
             return {"skipped": [], "tasks": []}
-        return _ray().get(self._ledger.report.remote())
+        return _ray().get(self._ledger.report.remote(self._source_id))
 
     def skipped(self):
         """The episodes on_error="skip" dropped: [{task, episode, rows, error}]."""
