@@ -199,11 +199,10 @@ def child_datasource(root, check, warm):
     import vlafeed.ray as vray
 
     if warm:  # both workers import vlafeed.ray and Ray Data's read path before the clock
-        ray.data.read_datasource(vray.LeRobotDatasource(root, episodes=[0, 1], partitioning="episode",
-                                                        report=False)).take_all()
+        ray.data.read_datasource(vray.LeRobotDatasource(root, episodes=[0, 1], partitioning="episode")).take_all()
     c0 = tree_cpu_s(os.getpid())
     t0 = time.perf_counter()
-    source = vray.LeRobotDatasource(root, image_format="uint8_hwc", rows_per_block=256)
+    source = vray.LeRobotDatasource(root, image_format="uint8_hwc", rows_per_block=128)
     ds = ray.data.read_datasource(source)
     cams = source.meta.video_keys
     rows, first, checked = _consume(ds, cams, check, lambda a: a)

@@ -298,7 +298,7 @@ class LeRobotDatasource(_Datasource):
         primary-camera MP4), "episode" (one task per episode) or "sequential"
         (the episodes cut into `parallelism` contiguous runs; Ray's
         override_num_blocks sets it).
-      rows_per_block: the most rows in one output block (default 256).
+      rows_per_block: the most rows in one output block (default 128).
       delta_timestamps, keys, renames, image_format ("uint8_hwc" default,
         "uint8" = CHW, "float32" = CHW in [0, 1]), resize ((w, h)), normalize
         ({key: "mean_std" | "min_max"} from the stats), tolerance_s,
@@ -314,10 +314,10 @@ class LeRobotDatasource(_Datasource):
         on by default, forced on by on_error="skip".
     """
 
-    def __init__(self, path, *, episodes=None, partitioning="file_group", rows_per_block=256,
+    def __init__(self, path, *, episodes=None, partitioning="file_group", rows_per_block=128,
                  delta_timestamps=None, keys=None, renames=None, image_format="uint8_hwc", resize=None,
                  normalize=None, tolerance_s=1e-4, include_task=True, threads=1, decode_threads=1,
-                 prefetch=4, on_error="raise", report=True):
+                 prefetch=2, on_error="raise", report=True):
         super().__init__()
         if partitioning not in PARTITIONINGS:
             raise ValueError(f"partitioning must be one of {sorted(PARTITIONINGS)}, not {partitioning!r}")
