@@ -37,9 +37,16 @@ EXAMPLE = ROOT / "examples" / "ray_finetune.py"
 CAM0 = "observation.images.cam0"
 
 
-def test_gpu_path_note():
-    if not torch.cuda.is_available():
-        print("no CUDA device: the NCCL path of examples/ray_finetune.py is not run here (gloo only)")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device: the NCCL path of examples/ray_finetune.py is not run here (gloo only)")
+def test_gpu_nccl_path(dataset, tmp_path):
+    """With a GPU the example picks NCCL and a GPU per worker; one epoch must train and report."""
+    log_dir = tmp_path / "logs"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, str(EXAMPLE), "--dataset", str(dataset), "--epochs", "1", "--workers", "1",
+                        "--log-dir", str(log_dir)], capture_output=True, text=True, timeout=540, env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert (log_dir / "rank0.jsonl").read_text().strip()
 
 
 @pytest.fixture(scope="module")
