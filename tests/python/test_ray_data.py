@@ -326,3 +326,24 @@ def test_task_killed_is_retried_or_reported(sample, ray_session, tmp_path):
     with pytest.raises(Exception, match="(?i)worker|died|crash|exit"):
         ray.data.read_datasource(source, ray_remote_args={"max_retries": 0}).take_all()
     assert os.path.exists(source.marker)
+
+
+def test_real_lerobot_v21_fixture(g1_dir, ray_session):
+    """The real LeRobot v2.1 recording (one MP4 per episode; only episodes 1, 2 and 4 have their
+    video): one read task per episode file, rows equal vlafeed.LeRobotDataset's items."""
+    if not (g1_dir / "meta" / "info.json").is_file():
+        pytest.skip("G1 fixture missing")
+    cam = "observation.images.cam_high"
+    source = vray.LeRobotDatasource(g1_dir, episodes=[1, 2], keys=[cam, "observation.state", "index"],
+                                    rows_per_block=64)
+    assert len(source.read_tasks_plan()) == 2
+    _, by = rows_by_index(ray.data.read_datasource(source))
+    ref = vlafeed.LeRobotDataset(g1_dir, episodes=[1, 2], image_format="uint8_hwc")
+    assert len(by) == len(ref) == source.meta.total_frames
+    first = min(by)
+    for pos in (0, len(ref) // 2, len(ref) - 1):
+        item = ref[pos]
+        row = by[int(item["index"])]
+        np.testing.assert_array_equal(row[cam], item[cam].numpy())
+        np.testing.assert_array_equal(row["observation.state"], item["observation.state"].numpy())
+    assert first == int(ref[0]["index"])
