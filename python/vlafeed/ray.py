@@ -504,3 +504,10 @@ def loader_for_train_worker(path, *, state=None, **kwargs):
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     return Loader(path, rank=rank, world_size=world, state=state, **kwargs)
+
+
+# ---- WebDataset shards (ray_wds.py) -----------------------------------------------------------
+
+from vlafeed.ray_wds import WdsDatasource, read_wds  # noqa: E402  (uses the ledger and errors above)
+
+__all__ += ["WdsDatasource", "read_wds"]
