@@ -398,8 +398,10 @@ class LeRobotDataset:
 
     @property
     def hf_dataset(self):
-        """Column access as on LeRobot's hf_dataset: ``ds.hf_dataset["action"]`` -> numpy array of the
-        selected episodes' rows (numeric columns), ``len(ds.hf_dataset)``, ``column_names``."""
+        """What LeRobot scripts read from hf_dataset: ``ds.hf_dataset["action"]`` -> numpy array of the
+        selected episodes' rows (numeric columns), ``ds.hf_dataset[i]`` -> row i's table values (no
+        frames, no task string; torch tensors as LeRobot's transform gives them), ``hf_dataset[a:b]``
+        -> {column: [values]}, ``len(ds.hf_dataset)``, ``column_names``."""
         return _ColumnView(self)
 
     def __len__(self):
@@ -444,9 +446,48 @@ class _ColumnView:
     def __len__(self):
         return len(self._ds)
 
+    def _row(self, i):
+        """Row i of the selected episodes' table, as LeRobot's hf_dataset gives it (its torch
+        transform): the non-video columns only, vectors as float32 tensors, scalars as 0-d
+        tensors; no frames, no task string."""
+        import bisect
+        import torch
+        n = len(self._ds)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range ({n} rows)")
+        eps = self._ds.native_dataset.episodes
+        if getattr(self, "_starts", None) is None:
+            self._starts = [0]
+            for e in eps:
+                self._starts.append(self._starts[-1] + e["length"])
+        k = bisect.bisect_right(self._starts, i) - 1
+        cached = getattr(self, "_episode_rows", None)
+        if cached is None or cached[0] != k:
+            names = self.column_names
+            _, cols = _native.dataset_read_table(self._ds._config["root"], names, [eps[k]["episode_index"]])
+            cached = (k, cols)
+            self._episode_rows = cached
+        row = {}
+        local = i - self._starts[k]
+        for name, (data, dtype, width) in cached[1].items():
+            if dtype == "str":
+                row[name] = data[local]
+                continue
+            arr = np.frombuffer(data, dtype=dtype).reshape(-1, width)[local]
+            shape = tuple(self._ds.meta.features[name]["shape"])
+            row[name] = torch.from_numpy(arr.copy()) if shape != (1,) else torch.tensor(arr[0])
+        return row
+
     def __getitem__(self, column):
+        if isinstance(column, (int, np.integer)):
+            return self._row(int(column))
+        if isinstance(column, slice):
+            rows = [self._row(i) for i in range(*column.indices(len(self)))]
+            return {k: [r[k] for r in rows] for k in (rows[0] if rows else {})}
         if not isinstance(column, str):
-            return self._ds[column]
+            raise TypeError(f"hf_dataset[...] takes a column name, a row number or a slice, not {type(column).__name__}")
         if column not in self.column_names:
             raise KeyError(f"no column {column!r} (columns: {', '.join(self.column_names)})")
         c = self._ds._config

@@ -140,10 +140,38 @@ class EpisodesTable:
         return f"EpisodesTable(num_rows={self._len}, columns={self.column_names})"
 
 
+def _remote_episode_files(root, chunks_size):
+    """Columns of each meta/episodes/chunk-CCC/file-FFF.parquet of a remote v3.0 root, read through
+    the engine's HTTP/S3 layer. A remote root cannot be listed portably, so the files are taken in
+    LeRobot's order (file_index rolls into the next chunk at chunks_size) until one is absent."""
+    from vlafeed import _native
+    out = []
+    chunk = 0
+    while True:
+        found = 0
+        for i in range(max(1, int(chunks_size))):
+            url = f"{root.rstrip('/')}/meta/episodes/chunk-{chunk:03d}/file-{i:03d}.parquet"
+            try:
+                out.append(_native.parquet_read(url))
+            except FileNotFoundError:
+                break
+            found += 1
+        if found == 0:
+            return out
+        chunk += 1
+
+
 def episodes_table(root, info_json, native_all_episodes):
-    """The full table: from meta/episodes/*.parquet (v3, local) with stats
+    """The full table: from meta/episodes/*.parquet (v3, local or remote) with stats
     columns dropped, else from the engine's view with LeRobot's names."""
-    if not is_url(root) and (info_json or {}).get("codebase_version", "").startswith("v3"):
+    info_json = info_json or {}
+    if is_url(root) and info_json.get("codebase_version", "").startswith("v3"):
+        files = _remote_episode_files(root, info_json.get("chunks_size", DEFAULT_CHUNK_SIZE))
+        if files:
+            keep = [c for c in files[0] if not c.startswith("stats/")]
+            return EpisodesTable({c: [v for f in files for v in f.get(c, [None] * len(next(iter(f.values()))))]
+                                  for c in keep})
+    if not is_url(root) and info_json.get("codebase_version", "").startswith("v3"):
         import pyarrow.parquet as pq
         files = sorted((pathlib.Path(root) / "meta" / "episodes").glob("*/*.parquet"))
         if files:

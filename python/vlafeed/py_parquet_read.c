@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "_native.h"
+#include "io/io.h"
 #include "parquet/parquet.h"
 
 static double half_to_double(uint16_t h)
@@ -102,10 +103,25 @@ static PyObject *array_to_list(const vf_pq_array *a)
     return list;
 }
 
+/* A local path, or an http(s):// / s3:// URL read through the engine's own
+ * HTTP layer (range reads; S3 signed from the environment's credentials). */
+static int open_any(const char *path, vf_pq_file **f)
+{
+    if (!vf_is_url(path))
+        return vf_pq_open_path(f, path);
+    vf_source *src;
+    int r = vf_source_open_url(&src, path, NULL);
+    if (r < 0)
+        return r;
+    r = vf_pq_open(f, src);
+    vf_source_close(src);
+    return r;
+}
+
 static int open_file(const char *path, vf_pq_file **f)
 {
     int r;
-    Py_BEGIN_ALLOW_THREADS r = vf_pq_open_path(f, path);
+    Py_BEGIN_ALLOW_THREADS r = open_any(path, f);
     Py_END_ALLOW_THREADS if (r < 0)
     {
         vf_py_raise(r);

@@ -149,3 +149,42 @@ def test_on_error_skip_is_per_episode_and_counted(sample, tmp_path):
         torch.testing.assert_close(lenient[i][CAM], base[i][CAM], rtol=0, atol=0)
     with pytest.raises(ValueError, match="on_error"):
         vlafeed.LeRobotDataset(root, on_error="ignore")
+
+
+def test_hf_dataset_rows_are_table_rows(sample):
+    """hf_dataset[i] is row i of the table (what LeRobot's hf_dataset gives:
+    non-video columns, vectors as float32 tensors, scalars 0-d), not the
+    item with frames; slices give columns of values; the values are the
+    Parquet file's (pyarrow) and agree with ds[i]."""
+    import pyarrow.parquet as pq
+    ds = vlafeed.LeRobotDataset(root=str(sample), episodes=[1, 2])
+    table = pq.read_table(str(next((pathlib.Path(sample) / "data").rglob("*.parquet")))).to_pydict()
+    by_index = {ix: k for k, ix in enumerate(table["index"])}
+    for i in (0, 1, len(ds) // 2, len(ds) - 1, -1):
+        row = ds.hf_dataset[i]
+        item = ds[i]
+        assert set(row) == set(ds.hf_dataset.column_names)
+        assert not any(k.startswith("observation.images") for k in row) and "task" not in row
+        k = by_index[int(row["index"])]
+        for name, v in row.items():
+            assert torch.equal(v, item[name]), (i, name)
+            want = np.asarray(table[name][k], dtype=v.numpy().dtype)
+            assert np.array_equal(v.numpy(), want), (i, name)
+        assert row["action"].dtype == torch.float32 and row["index"].dim() == 0
+    cols = ds.hf_dataset[2:5]
+    assert [int(x) for x in cols["index"]] == [int(ds[i]["index"]) for i in range(2, 5)]
+    with pytest.raises(IndexError):
+        ds.hf_dataset[len(ds)]
+
+
+def test_meta_episodes_of_a_remote_root_is_the_full_table(sample):
+    """An http:// v3.0 root gives the same full episodes table as the local
+    folder (the meta/episodes files read through the engine's HTTP layer)."""
+    from remote_server import RemoteServer
+    local = vlafeed.LeRobotDatasetMetadata(str(sample)).episodes
+    with RemoteServer(pathlib.Path(sample).parent) as srv:
+        remote = vlafeed.LeRobotDatasetMetadata(srv.url(pathlib.Path(sample).name)).episodes
+    assert remote.column_names == local.column_names and len(remote) == len(local)
+    assert "videos/" + CAM + "/from_timestamp" in remote.column_names
+    for c in local.column_names:
+        assert remote[c] == local[c], c
