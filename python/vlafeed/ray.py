@@ -137,7 +137,11 @@ def _ledger_class():
 def _ledger():
     """The Ray session's one ledger actor (created on first use, shared by every datasource, so a
     new datasource does not start a new actor process)."""
-    return _ledger_class().options(name="vlafeed_ray_ledger", namespace="vlafeed", get_if_exists=True).remote()
+    # Detached: a named actor that lives by reference counting dies when the first datasource
+    # holding it is collected, even while a later datasource's tasks (which got it by name)
+    # still report to it (seen in CI); the session's shutdown ends it.
+    return _ledger_class().options(name="vlafeed_ray_ledger", namespace="vlafeed", get_if_exists=True,
+                                   lifetime="detached").remote()
 
 
 # ---- the read task --------------------------------------------------------------------------

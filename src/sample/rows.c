@@ -304,17 +304,22 @@ static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size
  * is reading, then the wanted, unloaded, not-in-flight episodes that
  * follow it in the same data file, up to READ_AHEAD_ROWS rows per missing
  * episode; all marked in flight (rows_lock held). */
-static int claim(vf_sample_spec *s, const size_t *eps, size_t n, size_t **out, size_t *count)
+static int claim(vf_sample_spec *s, const size_t *eps, size_t n, int extras, size_t **out, size_t *count,
+                 size_t *asked)
 {
     size_t cap = 0, k = 0;
     size_t *v = NULL;
     int r = 0;
+    *asked = 0;
     for (size_t i = 0; i < n && r == 0; i++) {
         size_t e0 = eps[i];
         if (s->rows[e0] || s->loading[e0])
             continue;
         s->loading[e0] = 1;
         r = push(&v, &k, &cap, e0);
+        ++*asked;
+        if (!extras)
+            continue;
         if (!s->wanted) {
             if (r == 0)
                 r = co_resident(s, e0, &v, &k, &cap);
@@ -358,9 +363,13 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
     if (map_mode)
         learn_row_groups(s, eps, n);
     pthread_mutex_lock(&s->rows_lock);
+    /* extras: read-ahead / row-group neighbours join the read; after a read
+     * with extras fails, it is retried without them, so that a damaged
+     * neighbour never fails (or names itself in) a read of good episodes. */
+    int extras = 1;
     for (;;) {
-        size_t *want = NULL, nw = 0;
-        if ((r = claim(s, eps, n, &want, &nw)) < 0)
+        size_t *want = NULL, nw = 0, asked = 0;
+        if ((r = claim(s, eps, n, extras, &want, &nw, &asked)) < 0)
             break;
         if (nw > 0) {
             /* Read outside the lock; other threads wait for these episodes. */
@@ -389,6 +398,11 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
             pthread_cond_broadcast(&s->rows_cond);
         }
         free(want);
+        if (r < 0 && extras && nw > asked) {
+            extras = 0;
+            r = 0;
+            continue;
+        }
         if (r < 0)
             break;
         /* Wait for episodes other threads are reading; claim again any
