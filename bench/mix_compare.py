@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+if any((Path(__file__).resolve().parents[1] / "python" / "vlafeed").glob("_native*.so")):  # in-place build, else installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from vlafeed.mix import normalized_weights, window_order  # noqa: E402
 

@@ -30,7 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
+if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+    sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "examples"))
 
 from vlafeed import quant as Q  # noqa: E402

@@ -128,7 +128,8 @@ def check_frames(rows_iter, cameras):
 
 
 def child_loader(root, check):
-    sys.path.insert(0, str(REPO / "python"))
+    if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+        sys.path.insert(0, str(REPO / "python"))
     import resource
 
     import numpy as np
@@ -194,7 +195,8 @@ def _consume(ds, cams, check, frame_key):
 
 
 def child_datasource(root, check, warm):
-    sys.path.insert(0, str(REPO / "python"))
+    if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+        sys.path.insert(0, str(REPO / "python"))
     ray = _ray_start()
     import vlafeed.ray as vray
 

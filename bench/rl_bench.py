@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
+if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+    sys.path.insert(0, str(REPO / "python"))
 os.environ["PYTHONPATH"] = str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 from vlafeed import rl  # noqa: E402

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
+if any((ROOT / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+    sys.path.insert(0, str(ROOT / "python"))
 
 import torch  # noqa: E402
 

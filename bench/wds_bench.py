@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "python"))
+if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+    sys.path.insert(0, str(REPO / "python"))
 
 import torch  # noqa: E402
 import webdataset as wds  # noqa: E402

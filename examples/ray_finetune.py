@@ -50,7 +50,8 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "python") not in sys.path and (REPO / "python" / "vlafeed").is_dir():
-    sys.path.insert(0, str(REPO / "python"))
+    if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+        sys.path.insert(0, str(REPO / "python"))
 
 CAMERA = "front"  # the renamed first camera
 
