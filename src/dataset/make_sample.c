@@ -158,16 +158,6 @@ static void vec_stats_free(vec_stats *v)
 
 /* ---- array builders for the Parquet writer ------------------------- */
 
-static int array_scalar(vf_pq_array *a, const char *name, vf_pq_type type, int64_t length)
-{
-    memset(a, 0, sizeof *a);
-    a->type = type;
-    a->length = length;
-    a->name = vf_strdup(name);
-    a->values = vf_calloc((size_t)(length ? length : 1), vf_pq_type_size(type));
-    return a->name && a->values ? 0 : VF_ENOMEM;
-}
-
 /* LIST of `child_type` with a fixed number of elements per row. */
 static int array_fixed_list(vf_pq_array *a, const char *name, vf_pq_type child_type, int64_t length, int per_row)
 {
@@ -182,7 +172,7 @@ static int array_fixed_list(vf_pq_array *a, const char *name, vf_pq_type child_t
     a->num_children = 1;
     for (int64_t i = 0; i <= length; i++)
         a->offsets[i] = i * per_row;
-    return array_scalar(&a->children[0], "element", child_type, length * per_row);
+    return vf_pq_array_init_scalar(&a->children[0], "element", child_type, length * per_row);
 }
 
 /* list<list<list<double>>> of shape (channels, 1, 1) per row: image stats. */
@@ -207,33 +197,6 @@ static int array_image_stat(vf_pq_array *a, const char *name, int64_t length, in
         return r;
     *values_out = mid->children[0].children[0].values;
     return 0;
-}
-
-static int array_strings(vf_pq_array *a, const char *name, const char *const *strings, int64_t n)
-{
-    memset(a, 0, sizeof *a);
-    a->type = VF_PQ_T_STRING;
-    a->length = n;
-    a->name = vf_strdup(name);
-    a->offsets = vf_malloc_array((size_t)n + 1, sizeof(int64_t));
-    if (!a->name || !a->offsets)
-        return VF_ENOMEM;
-    vf_buf b = {0};
-    a->offsets[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (vf_buf_append(&b, strings[i], strlen(strings[i])) < 0)
-            return VF_ENOMEM;
-        a->offsets[i + 1] = (int64_t)b.len;
-    }
-    a->data_len = (int64_t)b.len;
-    a->data = b.data ? b.data : vf_calloc(1, 1);
-    return a->data ? 0 : VF_ENOMEM;
-}
-
-static void free_arrays(vf_pq_array *arrays, int n)
-{
-    for (int i = 0; i < n; i++)
-        vf_pq_array_free(&arrays[i]);
 }
 
 /* ---- the writer state ---------------------------------------------- */
@@ -336,11 +299,11 @@ static int write_episode_rows(vf_pq_writer *pw, writer *w, int e)
     int r = 0;
     if ((r = array_fixed_list(&cols[0], "action", VF_PQ_T_FLOAT, n, dim)) < 0 ||
         (r = array_fixed_list(&cols[1], "observation.state", VF_PQ_T_FLOAT, n, dim)) < 0 ||
-        (r = array_scalar(&cols[2], "timestamp", VF_PQ_T_FLOAT, n)) < 0 ||
-        (r = array_scalar(&cols[3], "frame_index", VF_PQ_T_INT64, n)) < 0 ||
-        (r = array_scalar(&cols[4], "episode_index", VF_PQ_T_INT64, n)) < 0 ||
-        (r = array_scalar(&cols[5], "index", VF_PQ_T_INT64, n)) < 0 ||
-        (r = array_scalar(&cols[6], "task_index", VF_PQ_T_INT64, n)) < 0)
+        (r = vf_pq_array_init_scalar(&cols[2], "timestamp", VF_PQ_T_FLOAT, n)) < 0 ||
+        (r = vf_pq_array_init_scalar(&cols[3], "frame_index", VF_PQ_T_INT64, n)) < 0 ||
+        (r = vf_pq_array_init_scalar(&cols[4], "episode_index", VF_PQ_T_INT64, n)) < 0 ||
+        (r = vf_pq_array_init_scalar(&cols[5], "index", VF_PQ_T_INT64, n)) < 0 ||
+        (r = vf_pq_array_init_scalar(&cols[6], "task_index", VF_PQ_T_INT64, n)) < 0)
         goto done;
     float *action = cols[0].children[0].values, *state = cols[1].children[0].values;
     float *timestamp = cols[2].values;
@@ -369,7 +332,7 @@ static int write_episode_rows(vf_pq_writer *pw, writer *w, int e)
     free(tmp);
     r = vf_pq_writer_write_row_group(pw, cols, 7);
 done:
-    free_arrays(cols, 7);
+    vf_pq_arrays_free(cols, 7);
     return r;
 }
 
@@ -635,7 +598,7 @@ static int write_episodes_meta(writer *w)
         if ((r = (x)) < 0)                                                                                             \
             goto done;                                                                                                 \
     } while (0)
-    TRY(array_scalar(&cols[n], "episode_index", VF_PQ_T_INT64, rows));
+    TRY(vf_pq_array_init_scalar(&cols[n], "episode_index", VF_PQ_T_INT64, rows));
     for (int64_t e = 0; e < rows; e++)
         ((int64_t *)cols[n].values)[e] = e;
     n++;
@@ -661,7 +624,7 @@ static int write_episodes_meta(writer *w)
         }
         for (int64_t e = 0; e <= rows; e++)
             cols[n].offsets[e] = e;
-        r = array_strings(&cols[n].children[0], "element", texts, rows);
+        r = vf_pq_array_init_strings(&cols[n].children[0], "element", texts, rows);
         free(texts);
         if (r < 0)
             goto done;
@@ -670,7 +633,7 @@ static int write_episodes_meta(writer *w)
     const char *int_cols[] = {"length", "data/chunk_index", "data/file_index", "dataset_from_index",
                               "dataset_to_index"};
     for (int c = 0; c < 5; c++) {
-        TRY(array_scalar(&cols[n], int_cols[c], VF_PQ_T_INT64, rows));
+        TRY(vf_pq_array_init_scalar(&cols[n], int_cols[c], VF_PQ_T_INT64, rows));
         for (int64_t e = 0; e < rows; e++) {
             const episode_row *ep = &w->episodes[e];
             int64_t v = c == 0 ? ep->length : c == 1 ? ep->data_chunk : c == 2 ? ep->data_file
@@ -683,7 +646,7 @@ static int write_episodes_meta(writer *w)
         const char *fields[] = {"chunk_index", "file_index", "from_timestamp", "to_timestamp"};
         for (int k = 0; k < 4; k++) {
             char *name = vf_asprintf("videos/%s/%s", w->camera_keys[cam], fields[k]);
-            r = name ? array_scalar(&cols[n], name, k < 2 ? VF_PQ_T_INT64 : VF_PQ_T_DOUBLE, rows) : VF_ENOMEM;
+            r = name ? vf_pq_array_init_scalar(&cols[n], name, k < 2 ? VF_PQ_T_INT64 : VF_PQ_T_DOUBLE, rows) : VF_ENOMEM;
             free(name);
             if (r < 0)
                 goto done;
@@ -739,9 +702,9 @@ static int write_episodes_meta(writer *w)
             per_episode[e] = &per[e];
         TRY(add_vector_stat_columns(cols, &n, scalar_names[which], 1, rows, per_episode, which > 0));
     }
-    TRY(array_scalar(&cols[n], "meta/episodes/chunk_index", VF_PQ_T_INT64, rows));
+    TRY(vf_pq_array_init_scalar(&cols[n], "meta/episodes/chunk_index", VF_PQ_T_INT64, rows));
     n++;
-    TRY(array_scalar(&cols[n], "meta/episodes/file_index", VF_PQ_T_INT64, rows));
+    TRY(vf_pq_array_init_scalar(&cols[n], "meta/episodes/file_index", VF_PQ_T_INT64, rows));
     n++;
 
     {
@@ -763,7 +726,7 @@ static int write_episodes_meta(writer *w)
     }
 done:
 #undef TRY
-    free_arrays(cols, n + 1 < max_cols ? n + 1 : max_cols);
+    vf_pq_arrays_free(cols, n + 1 < max_cols ? n + 1 : max_cols);
     free(cols);
     for (int64_t i = 0; i < rows * 5; i++)
         vec_stats_free(&scalars[i]);
@@ -777,9 +740,9 @@ static int write_tasks(writer *w)
     const vf_make_sample_settings *s = w->s;
     vf_pq_array cols[2];
     memset(cols, 0, sizeof cols);
-    int r = array_scalar(&cols[0], "task_index", VF_PQ_T_INT64, s->num_tasks);
+    int r = vf_pq_array_init_scalar(&cols[0], "task_index", VF_PQ_T_INT64, s->num_tasks);
     if (r == 0)
-        r = array_strings(&cols[1], "task", (const char *const *)task_texts, s->num_tasks);
+        r = vf_pq_array_init_strings(&cols[1], "task", (const char *const *)task_texts, s->num_tasks);
     if (r == 0) {
         for (int i = 0; i < s->num_tasks; i++)
             ((int64_t *)cols[0].values)[i] = i;
@@ -807,7 +770,7 @@ static int write_tasks(writer *w)
         }
         free(path);
     }
-    free_arrays(cols, 2);
+    vf_pq_arrays_free(cols, 2);
     return r;
 }
 

@@ -189,16 +189,6 @@ static int path_exists(const char *path)
 
 /* ---- array builders --------------------------------------------------------- */
 
-static int array_scalar(vf_pq_array *a, const char *name, vf_pq_type type, int64_t length)
-{
-    memset(a, 0, sizeof *a);
-    a->type = type;
-    a->length = length;
-    a->name = vf_strdup(name);
-    a->values = vf_calloc((size_t)(length ? length : 1), vf_pq_type_size(type));
-    return a->name && a->values ? 0 : VF_ENOMEM;
-}
-
 /* A LIST nested ndim deep with a fixed shape per row (shape[0] elements per
  * row at the outer level, ...), leaves of leaf_type; *leaf gets the leaf
  * values (rows * prod(shape) slots). */
@@ -206,7 +196,7 @@ static int array_nested(vf_pq_array *a, const char *name, const int64_t *shape, 
                         vf_pq_type leaf_type, void **leaf)
 {
     if (ndim == 0) {
-        int r = array_scalar(a, name, leaf_type, rows);
+        int r = vf_pq_array_init_scalar(a, name, leaf_type, rows);
         *leaf = a->values;
         return r;
     }
@@ -222,33 +212,6 @@ static int array_nested(vf_pq_array *a, const char *name, const int64_t *shape, 
     for (int64_t i = 0; i <= rows; i++)
         a->offsets[i] = i * shape[0];
     return array_nested(&a->children[0], "element", shape + 1, ndim - 1, rows * shape[0], leaf_type, leaf);
-}
-
-static int array_strings(vf_pq_array *a, const char *name, const char *const *strings, int64_t n)
-{
-    memset(a, 0, sizeof *a);
-    a->type = VF_PQ_T_STRING;
-    a->length = n;
-    a->name = vf_strdup(name);
-    a->offsets = vf_malloc_array((size_t)n + 1, sizeof(int64_t));
-    if (!a->name || !a->offsets)
-        return VF_ENOMEM;
-    vf_buf b = {0};
-    a->offsets[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (vf_buf_append(&b, strings[i], strlen(strings[i])) < 0)
-            return VF_ENOMEM;
-        a->offsets[i + 1] = (int64_t)b.len;
-    }
-    a->data_len = (int64_t)b.len;
-    a->data = b.data ? b.data : vf_calloc(1, 1);
-    return a->data ? 0 : VF_ENOMEM;
-}
-
-static void free_arrays(vf_pq_array *arrays, int n)
-{
-    for (int i = 0; i < n; i++)
-        vf_pq_array_free(&arrays[i]);
 }
 
 /* ---- 1. source -------------------------------------------------------------- */
@@ -492,7 +455,7 @@ static int write_data(conv *c)
         step(c, "data");
     episode_done:
         if (fields)
-            free_arrays(fields, nf);
+            vf_pq_arrays_free(fields, nf);
         free(fields);
         free(idx);
         if (f)
@@ -811,7 +774,7 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
         if ((r = (x)) < 0)                                                                                             \
             goto done;                                                                                                 \
     } while (0)
-    TRY(array_scalar(&cols[n], "episode_index", VF_PQ_T_INT64, rows));
+    TRY(vf_pq_array_init_scalar(&cols[n], "episode_index", VF_PQ_T_INT64, rows));
     for (int64_t e = 0; e < rows; e++)
         ((int64_t *)cols[n].values)[e] = e;
     n++;
@@ -844,7 +807,7 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
                 texts[at++] = ep->tasks[t];
             a->offsets[e + 1] = (int64_t)at;
         }
-        r = array_strings(&a->children[0], "element", texts, (int64_t)at);
+        r = vf_pq_array_init_strings(&a->children[0], "element", texts, (int64_t)at);
         free(texts);
         if (r < 0)
             goto done;
@@ -852,7 +815,7 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
     const char *int_cols[] = {"length", "data/chunk_index", "data/file_index", "dataset_from_index",
                               "dataset_to_index"};
     for (int k = 0; k < 5; k++) {
-        TRY(array_scalar(&cols[n], int_cols[k], VF_PQ_T_INT64, rows));
+        TRY(vf_pq_array_init_scalar(&cols[n], int_cols[k], VF_PQ_T_INT64, rows));
         for (int64_t e = 0; e < rows; e++) {
             const ep_out *ep = &c->eps[e];
             int64_t v = k == 0 ? ep->length : k == 1 ? ep->data_chunk : k == 2 ? ep->data_file
@@ -865,7 +828,7 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
         const char *fields[] = {"chunk_index", "file_index", "from_timestamp", "to_timestamp"};
         for (int k = 0; k < 4; k++) {
             char *name = vf_asprintf("videos/%s/%s", vf_dataset_camera(c->d, cam)->key, fields[k]);
-            r = name ? array_scalar(&cols[n], name, k < 2 ? VF_PQ_T_INT64 : VF_PQ_T_DOUBLE, rows) : VF_ENOMEM;
+            r = name ? vf_pq_array_init_scalar(&cols[n], name, k < 2 ? VF_PQ_T_INT64 : VF_PQ_T_DOUBLE, rows) : VF_ENOMEM;
             free(name);
             if (r < 0)
                 goto done;
@@ -896,8 +859,8 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
                 ((double *)leaf)[k] = s->vals[k];
         }
     }
-    TRY(array_scalar(&cols[n++], "meta/episodes/chunk_index", VF_PQ_T_INT64, rows));
-    TRY(array_scalar(&cols[n++], "meta/episodes/file_index", VF_PQ_T_INT64, rows));
+    TRY(vf_pq_array_init_scalar(&cols[n++], "meta/episodes/chunk_index", VF_PQ_T_INT64, rows));
+    TRY(vf_pq_array_init_scalar(&cols[n++], "meta/episodes/file_index", VF_PQ_T_INT64, rows));
     {
         char *path = out_path(c, "meta/episodes/chunk-000/file-000.parquet");
         vf_pq_writer_settings ps;
@@ -915,7 +878,7 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
     }
 done:
 #undef TRY
-    free_arrays(cols, (int)max_cols);
+    vf_pq_arrays_free(cols, (int)max_cols);
     free(cols);
     return r;
 }
@@ -926,13 +889,13 @@ static int write_tasks(conv *c)
     vf_pq_array cols[2];
     memset(cols, 0, sizeof cols);
     const char **texts = vf_calloc(nt ? nt : 1, sizeof *texts);
-    int r = texts ? array_scalar(&cols[0], "task_index", VF_PQ_T_INT64, (int64_t)nt) : VF_ENOMEM;
+    int r = texts ? vf_pq_array_init_scalar(&cols[0], "task_index", VF_PQ_T_INT64, (int64_t)nt) : VF_ENOMEM;
     for (size_t i = 0; r == 0 && i < nt; i++) {
         texts[i] = vf_dataset_task(c->d, i);
         ((int64_t *)cols[0].values)[i] = (int64_t)i;
     }
     if (r == 0)
-        r = array_strings(&cols[1], "task", texts, (int64_t)nt);
+        r = vf_pq_array_init_strings(&cols[1], "task", texts, (int64_t)nt);
     if (r == 0) {
         char *path = out_path(c, "meta/tasks.parquet");
         vf_pq_writer_settings ps;
@@ -961,7 +924,7 @@ static int write_tasks(conv *c)
         free(path);
     }
     free(texts);
-    free_arrays(cols, 2);
+    vf_pq_arrays_free(cols, 2);
     return r;
 }
 

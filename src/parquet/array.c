@@ -1,6 +1,7 @@
 /*
  * array.c: vf_pq_array helpers shared by the reader and the writer:
- * freeing, element sizes and type names.
+ * freeing, element sizes and type names, and the column builders the
+ * writers (make-sample, the v2.1 -> v3.0 converter) share.
  */
 #include "parquet/parquet.h"
 
@@ -64,4 +65,41 @@ const char *vf_pq_type_name(vf_pq_type t)
     case VF_PQ_T_STRUCT: return "struct";
     }
     return "unknown";
+}
+
+void vf_pq_arrays_free(vf_pq_array *arrays, int n)
+{
+    for (int i = 0; i < n; i++)
+        vf_pq_array_free(&arrays[i]);
+}
+
+int vf_pq_array_init_scalar(vf_pq_array *a, const char *name, vf_pq_type type, int64_t length)
+{
+    memset(a, 0, sizeof *a);
+    a->type = type;
+    a->length = length;
+    a->name = vf_strdup(name);
+    a->values = vf_calloc((size_t)(length ? length : 1), vf_pq_type_size(type));
+    return a->name && a->values ? 0 : VF_ENOMEM;
+}
+
+int vf_pq_array_init_strings(vf_pq_array *a, const char *name, const char *const *strings, int64_t n)
+{
+    memset(a, 0, sizeof *a);
+    a->type = VF_PQ_T_STRING;
+    a->length = n;
+    a->name = vf_strdup(name);
+    a->offsets = vf_malloc_array((size_t)n + 1, sizeof(int64_t));
+    if (!a->name || !a->offsets)
+        return VF_ENOMEM;
+    vf_buf b = {0};
+    a->offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (vf_buf_append(&b, strings[i], strlen(strings[i])) < 0)
+            return VF_ENOMEM;
+        a->offsets[i + 1] = (int64_t)b.len;
+    }
+    a->data_len = (int64_t)b.len;
+    a->data = b.data ? b.data : vf_calloc(1, 1);
+    return a->data ? 0 : VF_ENOMEM;
 }

@@ -126,6 +126,14 @@ struct vf_pq_array {
 
 /* Frees everything an array owns and zeroes it (safe on a zeroed array). */
 void vf_pq_array_free(vf_pq_array *a);
+/* Frees arrays[0..n). */
+void vf_pq_arrays_free(vf_pq_array *arrays, int n);
+
+/* Builders for the writer (the array owns what they allocate; on failure
+ * free it with vf_pq_array_free). A zero-filled column of `length` values of
+ * a fixed-width `type`; a STRING column of the n NUL-terminated strings. */
+int vf_pq_array_init_scalar(vf_pq_array *a, const char *name, vf_pq_type type, int64_t length);
+int vf_pq_array_init_strings(vf_pq_array *a, const char *name, const char *const *strings, int64_t n);
 
 /* ---- reader ----------------------------------------------------------- */
 
