@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "vlafeed/convert_v3.h"
 #include "vlafeed/vlafeed.h"
@@ -37,18 +39,14 @@ static void usage(FILE *f)
 }
 
 /* s as a JSON string literal (quotes, backslashes and control bytes escaped). */
+/* A path as a JSON string (escaped by jansson; bytes kept as they are). */
 static void print_json_string(const char *s)
 {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
+    json_t *j = json_string_nocheck(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    fputs(t ? t : "null", stdout);
+    free(t);
+    json_decref(j);
 }
 
 typedef struct progress_ctx {
