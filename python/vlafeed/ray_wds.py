@@ -64,13 +64,7 @@ def _column(name, value):
         if all(v is None or isinstance(v, (bytes, bytearray)) for v in value):
             return pa.array(value, type=pa.binary())
         return pa.array([None if v is None else json.dumps(v) for v in value], type=pa.string())
-    value = np.asarray(value)
-    if value.ndim <= 1:
-        return pa.array(value)
-    if value.dtype == np.bool_:
-        from ray.data.extensions import ArrowTensorArray
-        return ArrowTensorArray.from_numpy(value)
-    return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(value))
+    return _vray()._array_column(value)
 
 
 def _arrow_table(batch):
