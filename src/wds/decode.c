@@ -35,15 +35,19 @@ static const char *skip_space(const char *p, const char *end)
     return p;
 }
 
-/* Finds 'key': in the header and returns the position after the colon. */
+/* Finds 'key': in the header and returns the position of the value after
+ * the colon, or NULL when there is none (the header ends there): callers
+ * read *p without checking it against the end. */
 static const char *find_key(const char *h, const char *end, const char *key)
 {
     size_t k = strlen(key);
     for (const char *p = h; p + k + 2 < end; p++) {
         if ((*p == '\'' || *p == '"') && memcmp(p + 1, key, k) == 0 && p[k + 1] == *p) {
             const char *q = skip_space(p + k + 2, end);
-            if (q < end && *q == ':')
-                return skip_space(q + 1, end);
+            if (q < end && *q == ':') {
+                q = skip_space(q + 1, end);
+                return q < end ? q : NULL;
+            }
         }
     }
     return NULL;

@@ -145,6 +145,26 @@ static void test_npy(void)
     full[0] = 'X';
     CHECK_ERR(vf_wds_parse_npy(full, sizeof full, &a), VF_ECORRUPT, "bad magic");
     CHECK_ERR(vf_wds_image_size((const uint8_t *)"nope", 4, &(int){0}, &(int){0}), VF_ECORRUPT, "not a JPEG or PNG");
+    /* headers that end right after a key's colon (or its spaces), in
+     * buffers of exactly their size, so ASan sees any read past the end
+     * (fuzz_wds found one in CI) */
+    static const char *const cut[] = {"{'descr':", "{'descr':   ", "{'descr': '<f4', 'fortran_order':",
+                                      "{'descr': '<f4', 'fortran_order': False, 'shape':",
+                                      "{'descr': '<f4', 'fortran_order': False, 'shape': ", "{'descr': '",
+                                      "{'descr': '<f4', 'fortran_order': False, 'shape': (", "{'descr': '<f4', 'fortran_order': Fal"};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        size_t n = strlen(cut[i]);
+        uint8_t *d = malloc(10 + n);
+        CHECK(d != NULL);
+        if (!d)
+            continue;
+        memcpy(d, "\x93NUMPY\x01\x00", 8);
+        d[8] = (uint8_t)n;
+        d[9] = 0;
+        memcpy(d + 10, cut[i], n);
+        CHECK(vf_wds_parse_npy(d, 10 + n, &a) == VF_ECORRUPT);
+        free(d);
+    }
 }
 
 static void test_manifest(void)
