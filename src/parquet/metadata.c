@@ -149,33 +149,20 @@ static void parse_schema_element(vf_pq_tr *t, schema_elem *e)
     vf_pq_tr_struct_end(t);
 }
 
-static uint8_t *copy_binary(vf_pq_tr *t, uint32_t *len)
-{
-    const uint8_t *p = vf_pq_tr_binary(t, len);
-    if (!p)
-        return NULL;
-    uint8_t *c = vf_malloc(*len + 1);
-    if (!c) {
-        t->err = VF_ENOMEM;
-        t->p = t->end;
-        return NULL;
-    }
-    memcpy(c, p, *len);
-    c[*len] = 0;
-    return c;
-}
-
+/* Statistics are kept as pointers into the footer while it is parsed
+ * (no allocation per column chunk: a LeRobot episodes file with small row
+ * groups has millions) and copied into one block per file at the end
+ * (collect_stats). */
 static void parse_statistics(vf_pq_tr *t, vf_pq_chunk_meta *c)
 {
     int16_t last = 0, id;
     int type;
-    uint8_t *vals[7] = {0};
+    const uint8_t *vals[7] = {0};
     uint32_t lens[7] = {0};
     vf_pq_tr_struct_begin(t);
     while (vf_pq_tr_field(t, &last, &id, &type)) {
         if ((id == 1 || id == 2 || id == 5 || id == 6) && type == VF_TC_BINARY) {
-            free(vals[id]);
-            vals[id] = copy_binary(t, &lens[id]);
+            vals[id] = vf_pq_tr_binary(t, &lens[id]);
         } else if (id == 3) {
             int ok;
             int64_t v = vf_pq_tr_int_field(t, type, &ok);
@@ -190,8 +177,6 @@ static void parse_statistics(vf_pq_tr *t, vf_pq_chunk_meta *c)
      * min/max (2/1), whose ordering is only right for signed types. */
     int use_new = vals[5] || vals[6];
     int imin = use_new ? 6 : 2, imax = use_new ? 5 : 1;
-    free(c->stat_min);
-    free(c->stat_max);
     c->stat_min = vals[imin];
     c->stat_min_len = lens[imin];
     c->has_min = vals[imin] != NULL;
@@ -199,18 +184,6 @@ static void parse_statistics(vf_pq_tr *t, vf_pq_chunk_meta *c)
     c->stat_max_len = lens[imax];
     c->has_max = vals[imax] != NULL;
     c->stats_deprecated = !use_new;
-    vals[imin] = vals[imax] = NULL;
-    for (int i = 0; i < 7; i++)
-        free(vals[i]);
-}
-
-static void free_path(vf_pq_chunk_meta *c)
-{
-    for (int i = 0; i < c->path_len; i++)
-        free(c->path[i]);
-    free(c->path);
-    c->path = NULL;
-    c->path_len = 0;
 }
 
 static void parse_column_meta(vf_pq_tr *t, vf_pq_chunk_meta *c)
@@ -227,22 +200,19 @@ static void parse_column_meta(vf_pq_tr *t, vf_pq_chunk_meta *c)
                 break;
             int elem;
             uint32_t n = vf_pq_tr_list_begin(t, &elem);
-            free_path(c);
             if (n && elem != VF_TC_BINARY) {
                 vf_pq_tr_fail(t, "path_in_schema is not a list of strings");
                 break;
             }
-            if (!n)
-                break;
-            c->path = vf_calloc(n, sizeof *c->path);
-            if (!c->path) {
-                t->err = VF_ENOMEM;
-                t->p = t->end;
+            if (n > INT32_MAX) {
+                vf_pq_tr_fail(t, "path_in_schema too long");
                 break;
             }
+            c->path_raw = t->p;
+            c->path_len = (int)n;
             for (uint32_t i = 0; i < n && !t->err; i++) {
-                c->path[i] = vf_pq_tr_string(t);
-                c->path_len = (int)i + 1;
+                uint32_t len;
+                (void)vf_pq_tr_binary(t, &len);
             }
             break;
         }
@@ -287,11 +257,6 @@ static void parse_column_chunk(vf_pq_tr *t, vf_pq_chunk_meta *c)
 
 static void free_row_group(vf_pq_row_group_meta *rg)
 {
-    for (int i = 0; i < rg->num_columns; i++) {
-        free_path(&rg->columns[i]);
-        free(rg->columns[i].stat_min);
-        free(rg->columns[i].stat_max);
-    }
     free(rg->columns);
     rg->columns = NULL;
     rg->num_columns = 0;
@@ -774,14 +739,38 @@ char *vf_pq_leaf_path_string(const vf_pq_node *leaf)
     return vf_buf_take_string(&b);
 }
 
+/* One element of a raw path_in_schema list (bounds checked when parsed). */
+static const uint8_t *raw_path_elem(const uint8_t *p, uint32_t *len)
+{
+    uint32_t v = 0;
+    for (int shift = 0;; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint32_t)(b & 0x7f) << shift;
+        if (!(b & 0x80) || shift >= 28)
+            break;
+    }
+    *len = v;
+    return p;
+}
+
 static int check_path(const vf_pq_file *f, const vf_pq_node *leaf, const vf_pq_chunk_meta *m)
 {
-    const vf_pq_node *x = leaf;
-    int i = m->path_len - 1;
-    for (; x && x->parent && i >= 0; x = x->parent, i--)
-        if (!m->path[i] || strcmp(m->path[i], x->name))
-            break;
-    if (i >= 0 || (x && x->parent)) {
+    /* the leaf's chain of names, root's child first */
+    int depth = 0;
+    for (const vf_pq_node *x = leaf; x && x->parent; x = x->parent)
+        depth++;
+    int ok = depth == m->path_len;
+    const uint8_t *raw = m->path_raw;
+    for (int i = 0; ok && i < depth; i++) {
+        const vf_pq_node *x = leaf;
+        for (int up = depth - 1 - i; up > 0; up--)
+            x = x->parent;
+        uint32_t len;
+        const uint8_t *s = raw_path_elem(raw, &len);
+        ok = x->name && strlen(x->name) == len && memcmp(x->name, s, len) == 0;
+        raw = s + len;
+    }
+    if (!ok) {
         char *p = vf_pq_leaf_path_string(leaf);
         int r = vf_error(VF_ECORRUPT, "%s: column chunk path_in_schema does not match leaf %d ('%s')", f->name,
                          leaf->leaf_index, p ? p : "?");
@@ -817,6 +806,8 @@ void vf_pq_free_metadata(vf_pq_file *f)
     free(f->leaf_slot);
     f->leaf_slot = NULL;
     free(f->rg_first_row);
+    free(f->stats_arena);
+    f->stats_arena = NULL;
     f->rg_first_row = NULL;
     f->nodes = NULL;
     f->child_slots = NULL;
@@ -833,6 +824,38 @@ static void free_fields(vf_pq_file *f, int num_fields)
         free_plan(&f->fields[i]);
     free(f->fields);
     f->fields = NULL;
+}
+
+/* Copies every chunk's statistics out of the footer into one block. */
+static int collect_stats(vf_pq_file *f)
+{
+    size_t total = 0;
+    for (int g = 0; g < f->num_row_groups; g++) {
+        const vf_pq_row_group_meta *rg = &f->row_groups[g];
+        for (int k = 0; k < rg->num_columns; k++)
+            total += (size_t)rg->columns[k].stat_min_len + rg->columns[k].stat_max_len;
+    }
+    f->stats_arena = vf_malloc(total ? total : 1);
+    if (!f->stats_arena)
+        return VF_ENOMEM;
+    size_t at = 0;
+    for (int g = 0; g < f->num_row_groups; g++) {
+        vf_pq_row_group_meta *rg = &f->row_groups[g];
+        for (int k = 0; k < rg->num_columns; k++) {
+            vf_pq_chunk_meta *c = &rg->columns[k];
+            if (c->stat_min) {
+                memcpy(f->stats_arena + at, c->stat_min, c->stat_min_len);
+                c->stat_min = f->stats_arena + at;
+                at += c->stat_min_len;
+            }
+            if (c->stat_max) {
+                memcpy(f->stats_arena + at, c->stat_max, c->stat_max_len);
+                c->stat_max = f->stats_arena + at;
+                at += c->stat_max_len;
+            }
+        }
+    }
+    return 0;
 }
 
 static int build_everything(vf_pq_file *f, footer *m)
@@ -939,9 +962,12 @@ static int build_everything(vf_pq_file *f, footer *m)
                 vf_error_context(r, "row group %d", g);
                 goto fail_fields;
             }
-            free_path(cm);
+            cm->path_raw = NULL;
+            cm->path_len = 0;
         }
     }
+    if ((r = collect_stats(f)) < 0)
+        goto fail_fields;
     f->rg_first_row = vf_malloc_array((size_t)f->num_row_groups + 1, sizeof *f->rg_first_row);
     if (!f->rg_first_row) {
         r = VF_ENOMEM;

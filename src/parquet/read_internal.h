@@ -84,13 +84,15 @@ typedef struct vf_pq_chunk_meta {
     int64_t data_page_offset;
     int64_t dictionary_page_offset; /* -1 when absent */
     /* statistics: min_value/max_value, else the deprecated min/max */
-    uint8_t *stat_min, *stat_max;
+    const uint8_t *stat_min, *stat_max; /* into the file's stats_arena (into the footer while parsing) */
     uint32_t stat_min_len, stat_max_len;
     int has_min, has_max;
     int stats_deprecated;      /* min/max came from fields 1/2 */
     int64_t null_count;        /* -1 when absent */
-    /* path_in_schema, kept only until it is checked against the schema */
-    char **path;
+    /* path_in_schema, checked against the schema before the footer bytes
+     * go: the first element's bytes in the footer (a compact-protocol list
+     * of binaries, already bounds-checked) and the element count */
+    const uint8_t *path_raw;
     int path_len;
 } vf_pq_chunk_meta;
 
@@ -138,6 +140,7 @@ struct vf_pq_file {
      * kept, columns indexed by leaf. */
     int *leaf_slot;
     int64_t *rg_first_row;     /* num_row_groups + 1 cumulative row counts */
+    uint8_t *stats_arena;      /* every chunk's statistics bytes, one allocation */
     int64_t max_entries;       /* per leaf per read (vf_pq_set_limits) */
     int64_t max_bytes;
 };
