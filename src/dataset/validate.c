@@ -37,11 +37,14 @@ static int check_metadata(vf_dataset *d)
                           "the metadata lists %zu episodes, info.json total_episodes says %lld", d->num_all_episodes,
                           (long long)d->total_episodes);
     int64_t sum = 0;
+    int in_place = 1; /* every row i holds episode i so far */
     for (size_t i = 0; i < d->num_all_episodes && r == 0; i++) {
         const vf_ds_episode *e = &d->episodes[i];
         int64_t ep = e->pub.episode_index;
         if (e->pub.length > 0 && sum <= INT64_MAX - e->pub.length)
             sum += e->pub.length;
+        if (ep != (int64_t)i)
+            in_place = 0;
         if (ep != (int64_t)i)
             r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, "episode_index",
                               "row %zu holds episode %lld; LeRobot indexes episodes by row position", i,
@@ -63,8 +66,14 @@ static int check_metadata(vf_dataset *d)
         for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
             const vf_ds_video_loc *v = &e->video[c];
             const vf_camera *cam = &d->cameras[c].pub;
+            /* the column name is formatted only for a problem (1M
+             * episodes x cameras of snprintf showed in the open's profile) */
             char column[1100];
-            snprintf(column, sizeof column, "videos/%s/to_timestamp", cam->key);
+            column[0] = 0;
+            if (!isfinite(v->from_timestamp) || !isfinite(v->to_timestamp) || v->from_timestamp < 0 ||
+                v->to_timestamp < v->from_timestamp || v->chunk_index < 0 || v->file_index < 0 ||
+                fabs((v->to_timestamp - v->from_timestamp) * cam->fps - (double)e->pub.length) > 0.5)
+                snprintf(column, sizeof column, "videos/%s/to_timestamp", cam->key);
             if (!isfinite(v->from_timestamp) || !isfinite(v->to_timestamp) || v->from_timestamp < 0 ||
                 v->to_timestamp < v->from_timestamp) {
                 r = vf_ds_problem(d, VF_SEVERITY_ERROR, erel, ep, column, "bad video span [%g, %g)",
@@ -88,8 +97,9 @@ static int check_metadata(vf_dataset *d)
                           "the episode lengths sum to %lld, info.json total_frames says %lld", (long long)sum,
                           (long long)d->total_frames);
     /* Duplicates (the selection is sorted, but covers only the subset):
-     * check over all episodes with a sorted copy of the indices. */
-    if (r == 0 && d->num_all_episodes > 1) {
+     * check over all episodes with a sorted copy of the indices, unless
+     * every row held its own index (then there are none). */
+    if (r == 0 && d->num_all_episodes > 1 && !in_place) {
         int64_t *idx = vf_malloc_array(d->num_all_episodes, sizeof *idx);
         if (!idx)
             return VF_ENOMEM;

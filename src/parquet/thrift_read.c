@@ -368,7 +368,20 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                         p++;
                         continue;
                     }
-                    /* I16/I32/I64 value or BINARY length: a varint */
+                    if (ft != VF_TC_BINARY) {
+                        /* I16/I32/I64: a varint whose value is not needed */
+                        int k = 0;
+                        while (k < 10 && (p[k] & 0x80))
+                            k++;
+                        if (k == 10) {
+                            p += 10;
+                            why = "varint longer than 10 bytes";
+                            goto fail;
+                        }
+                        p += k + 1;
+                        continue;
+                    }
+                    /* BINARY length: a varint */
                     uint64_t v = 0;
                     int k = 0;
                     for (; k < 10; k++) {
