@@ -32,114 +32,9 @@ int vf_engine_core_create(vf_engine_core **out, vf_sample_spec *spec, size_t bat
     return 0;
 }
 
-/* ---- the process-wide stash of batch memory -------------------------------
- *
- * A loader's batch pool dies with it, and the next loader of the process
- * allocates its buffers afresh: buffers this large come from mmap, so
- * every page of every new buffer is faulted in and zeroed by the kernel
- * again. Ray Data runs one loader per read task, many tasks per worker
- * process, and paid ~20% of a task's CPU in those faults. Freed buffers of
- * at least STASH_MIN bytes are therefore kept here, up to VF_BATCH_STASH_MB
- * in all (default 1024; 0 turns the stash off), and the next batch_new
- * that fits one (needing at least half of it) takes it back. Oldest out
- * first when full. The memory is held until the process exits or a
- * larger buffer displaces it. */
-
-#define STASH_MIN ((size_t)1 << 20)
-#define STASH_SLOTS 16
-
-static pthread_mutex_t stash_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    void *mem;
-    size_t size;
-} stash[STASH_SLOTS];
-static size_t stash_count, stash_bytes;
-static size_t stash_limit = SIZE_MAX; /* SIZE_MAX: not read from the environment yet */
-
-static size_t stash_limit_bytes(void)
-{
-    if (stash_limit == SIZE_MAX) {
-        const char *env = getenv("VF_BATCH_STASH_MB");
-        char *end = NULL;
-        long long mb = env && *env ? strtoll(env, &end, 10) : 1024;
-        if (env && *env && (*end || mb < 0))
-            mb = 1024; /* not a number: the default */
-        stash_limit = (size_t)mb << 20;
-    }
-    return stash_limit;
-}
-
-static void stash_drop_oldest(void)
-{
-    free(stash[0].mem);
-    stash_bytes -= stash[0].size;
-    memmove(&stash[0], &stash[1], (stash_count - 1) * sizeof stash[0]);
-    stash_count--;
-}
-
-/* A stashed block of at least `need` bytes (and at most twice that), or NULL. */
-static void *stash_take(size_t need, size_t *size)
-{
-    if (need < STASH_MIN)
-        return NULL;
-    void *mem = NULL;
-    pthread_mutex_lock(&stash_lock);
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < stash_count; i++)
-        if (stash[i].size >= need && stash[i].size / 2 <= need && (best == SIZE_MAX || stash[i].size < stash[best].size))
-            best = i;
-    if (best != SIZE_MAX) {
-        mem = stash[best].mem;
-        *size = stash[best].size;
-        stash_bytes -= stash[best].size;
-        memmove(&stash[best], &stash[best + 1], (stash_count - best - 1) * sizeof stash[0]);
-        stash_count--;
-    }
-    pthread_mutex_unlock(&stash_lock);
-    return mem;
-}
-
-/* Keeps `mem` for a later batch_new; 0 when it was not kept (the caller frees it). */
-static int stash_put(void *mem, size_t size)
-{
-    if (size < STASH_MIN)
-        return 0;
-    pthread_mutex_lock(&stash_lock);
-    size_t limit = stash_limit_bytes();
-    int kept = size <= limit;
-    if (kept) {
-        while (stash_count && (stash_count == STASH_SLOTS || stash_bytes + size > limit))
-            stash_drop_oldest();
-        stash[stash_count].mem = mem;
-        stash[stash_count].size = size;
-        stash_count++;
-        stash_bytes += size;
-    }
-    pthread_mutex_unlock(&stash_lock);
-    return kept;
-}
-
-size_t vf_engine_stash_bytes(void)
-{
-    pthread_mutex_lock(&stash_lock);
-    size_t n = stash_bytes;
-    pthread_mutex_unlock(&stash_lock);
-    return n;
-}
-
-void vf_engine_stash_clear(void)
-{
-    pthread_mutex_lock(&stash_lock);
-    while (stash_count)
-        stash_drop_oldest();
-    stash_limit = SIZE_MAX; /* the environment is read again */
-    pthread_mutex_unlock(&stash_lock);
-}
-
 static void batch_free(vf_batch *b)
 {
-    if (!stash_put(b->memory, b->memory_size))
-        free(b->memory);
+    free(b->memory);
 }
 
 static void core_destroy(vf_engine_core *c)
@@ -191,10 +86,7 @@ static int batch_new(const vf_sample_spec *s, size_t capacity, vf_batch **out)
         col_off[i] = off;
         off = align_up(off + capacity * per);
     }
-    size_t mem_size = off;
-    uint8_t *mem = stash_take(off, &mem_size);
-    if (!mem)
-        mem = aligned_alloc(ALIGN, off); /* off is a multiple of ALIGN and > 0 */
+    uint8_t *mem = aligned_alloc(ALIGN, off); /* off is a multiple of ALIGN and > 0 */
     if (!mem) {
         free(col_off);
         return vf_error(VF_ENOMEM, "out of memory allocating a batch buffer of %zu bytes", off);
@@ -202,7 +94,6 @@ static int batch_new(const vf_sample_spec *s, size_t capacity, vf_batch **out)
     vf_batch *b = (vf_batch *)mem;
     memset(b, 0, sizeof *b);
     b->memory = mem;
-    b->memory_size = mem_size;
     b->capacity = capacity;
     b->num_columns = nc;
     b->columns = (vf_column *)(mem + off_columns);

@@ -48,7 +48,6 @@ struct vf_batch {
     const char ***strings;     /* per column: string array (NULL for numeric) */
     int64_t *positions;
     void *memory;
-    size_t memory_size;        /* bytes of `memory` (it may be a larger stashed block) */
     vf_batch *next_free;
 };
 
@@ -61,11 +60,6 @@ void vf_engine_core_unref(vf_engine_core *core);
 /* A batch buffer for n samples (a pooled one when n <= batch_capacity),
  * with one reference for the caller and one core reference. */
 int vf_engine_batch_acquire(vf_engine_core *core, size_t n, vf_batch **out);
-
-/* The process-wide stash of freed batch memory (batch.c): bytes held now,
- * and a way to free it all (also re-reads VF_BATCH_STASH_MB). */
-size_t vf_engine_stash_bytes(void);
-void vf_engine_stash_clear(void);
 
 /* Makes a batch hold its first n samples (n <= its size). */
 void vf_engine_batch_shrink(vf_batch *b, size_t n);

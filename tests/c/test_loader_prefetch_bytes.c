@@ -5,17 +5,10 @@
  * reduced (to at least 1) so the prefetched batches fit in prefetch_bytes;
  * 0 means no byte bound. Checked through vf_loader_stats.window and the
  * batch buffers alive over a whole epoch, with the epoch's samples intact.
- * Also the process-wide stash of freed batch memory (engine/batch.c): a
- * second loader reuses the first one's buffers, VF_BATCH_STASH_MB bounds
- * it and 0 turns it off.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_loader_helpers.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-
-#include "engine/engine.h"
 
 /* Bytes of one sample in the default (float32 CHW) layout: 2 cameras of
  * 96x64x3 floats plus the tabular columns (a few hundred bytes). */
@@ -104,85 +97,6 @@ static void test_epoch_under_bound(vf_dataset *d, int64_t frames)
     vf_loader_close(l);
 }
 
-/* One epoch in map mode with batches of 16 (2.4 MB each, above the
- * stash's 1 MiB floor): the distinct buffer addresses seen (up to 16),
- * and whether every sample came once. */
-static size_t epoch_buffers(vf_dataset *d, int64_t frames, void **seen_mem, size_t cap, int *exact)
-{
-    vf_loader_settings ls;
-    vf_loader_defaults(&ls);
-    ls.mode = VF_MODE_MAP;
-    ls.batch_size = 16;
-    ls.threads = 2;
-    vf_loader *l = NULL;
-    CHECK_OK(vf_loader_open(&l, d, &ls));
-    *exact = 0;
-    if (!l)
-        return 0;
-    uint8_t *seen = calloc((size_t)frames, 1);
-    size_t n = 0;
-    vf_batch *b;
-    int r;
-    while ((r = vf_loader_next(l, &b)) == 0) {
-        int known = 0;
-        for (size_t i = 0; i < n; i++)
-            known |= seen_mem[i] == b->memory;
-        if (!known && n < cap)
-            seen_mem[n++] = b->memory;
-        for (size_t i = 0; i < vf_batch_size(b); i++) {
-            int64_t p = vf_batch_positions(b)[i];
-            if (p >= 0 && p < frames)
-                seen[p]++;
-        }
-        vf_batch_release(b);
-    }
-    CHECK_EQ_INT(r, VF_EOF);
-    int64_t once = 0;
-    for (int64_t p = 0; p < frames; p++)
-        once += seen[p] == 1;
-    *exact = once == frames;
-    free(seen);
-    vf_loader_close(l);
-    return n;
-}
-
-static void test_stash(vf_dataset *d, int64_t frames)
-{
-    void *first[16], *second[16];
-    int exact = 0;
-    setenv("VF_BATCH_STASH_MB", "256", 1);
-    vf_engine_stash_clear();
-    CHECK_EQ_INT(vf_engine_stash_bytes(), 0);
-    size_t n1 = epoch_buffers(d, frames, first, 16, &exact);
-    CHECK(exact && n1 >= 1);
-    /* the closed loader's buffers wait in the stash */
-    size_t held = vf_engine_stash_bytes();
-    CHECK(held >= n1 * 16 * 2 * FRAME_BYTES);
-    /* the next loader takes them back: every buffer it uses is one of the first's */
-    size_t n2 = epoch_buffers(d, frames, second, 16, &exact);
-    CHECK(exact && n2 >= 1);
-    size_t reused = 0;
-    for (size_t i = 0; i < n2; i++)
-        for (size_t j = 0; j < n1; j++)
-            reused += second[i] == first[j];
-    CHECK_EQ_INT(reused, n2);
-    CHECK(vf_engine_stash_bytes() >= held);
-    /* a bound smaller than one buffer keeps nothing */
-    setenv("VF_BATCH_STASH_MB", "1", 1);
-    vf_engine_stash_clear();
-    epoch_buffers(d, frames, second, 16, &exact);
-    CHECK(exact);
-    CHECK_EQ_INT(vf_engine_stash_bytes(), 0);
-    /* 0 turns it off */
-    setenv("VF_BATCH_STASH_MB", "0", 1);
-    vf_engine_stash_clear();
-    epoch_buffers(d, frames, second, 16, &exact);
-    CHECK(exact);
-    CHECK_EQ_INT(vf_engine_stash_bytes(), 0);
-    unsetenv("VF_BATCH_STASH_MB");
-    vf_engine_stash_clear();
-}
-
 int main(void)
 {
     char *root = make_dataset("prefetch-bytes", 4, 30, 200, NULL);
@@ -192,7 +106,6 @@ int main(void)
         frames += vf_dataset_episode(d, i)->length;
     test_window(d);
     test_epoch_under_bound(d, frames);
-    test_stash(d, frames);
     vf_dataset_close(d);
     remove_dataset(root);
     return vf_test_finish("test_loader_prefetch_bytes");
