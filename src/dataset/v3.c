@@ -21,6 +21,7 @@
  */
 #include "dataset/dataset.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -398,6 +399,10 @@ typedef struct episodes_job {
     episodes_cols *cols;
     char *const *needed;
     int num_needed;
+    /* completion, for the reader that appends files in order */
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+    int done;
 } episodes_job;
 
 static void episodes_job_run(void *arg)
@@ -406,6 +411,14 @@ static void episodes_job_run(void *arg)
     j->cols->r = read_episodes_cols(j->cols, j->needed, j->num_needed);
     if (j->cols->r < 0)
         j->cols->error = vf_strdup(vf_last_error());
+    if (j->lock) {
+        pthread_mutex_lock(j->lock);
+        j->done = 1;
+        pthread_cond_broadcast(j->cond);
+        pthread_mutex_unlock(j->lock);
+    } else {
+        j->done = 1;
+    }
 }
 
 /* Appends the episodes of one file to the model; `prev` carries the last
@@ -475,8 +488,12 @@ static int add_episodes(vf_dataset *d, episodes_cols *c, size_t file_id)
 }
 
 /* Reads the episodes files, several at once on a local (thread-safe) file
- * system: a window of files is read in parallel, then appended in order
- * and freed, so at most a window's columns are held besides the model. */
+ * system, and appends them to the model in file order. A sliding window:
+ * as soon as the oldest file in flight is read, it is appended and freed
+ * and the next file is submitted, so the threads keep reading while this
+ * one appends (a window with a barrier left them idle during every append
+ * at 1M episodes), and at most a window's columns are held besides the
+ * model. */
 static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
 {
     int num_needed = 0;
@@ -495,40 +512,51 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
     vf_thread_pool *pool = NULL;
     if (r == 0 && threads > 1 && vf_thread_pool_create(&pool, threads) < 0)
         pool = NULL; /* read serially */
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
     size_t window = pool ? (size_t)threads * 2 : 1;
     episodes_cols *cols = vf_calloc(window, sizeof *cols);
     episodes_job *jobs = vf_calloc(window, sizeof *jobs);
     if (r == 0 && (!cols || !jobs))
         r = VF_ENOMEM;
-    for (size_t start = 0; start < n && r == 0; start += window) {
-        size_t m = VF_MIN(window, n - start);
-        for (size_t k = 0; k < m; k++) {
+    size_t submitted = 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        /* keep the window full: files i .. i + window - 1 in flight */
+        while (r == 0 && submitted < n && submitted < i + window) {
+            size_t k = submitted % window;
             cols[k].d = d;
-            cols[k].rel = files[start + k].rel;
-            jobs[k] = (episodes_job){.cols = &cols[k], .needed = needed, .num_needed = num_needed};
-            if (!pool || vf_thread_pool_submit(pool, episodes_job_run, &jobs[k]) < 0)
+            cols[k].rel = files[submitted].rel;
+            jobs[k] = (episodes_job){.cols = &cols[k], .needed = needed, .num_needed = num_needed,
+                                     .lock = pool ? &lock : NULL, .cond = pool ? &cond : NULL};
+            if (!pool || vf_thread_pool_submit(pool, episodes_job_run, &jobs[k]) < 0) {
+                jobs[k].lock = NULL;
                 episodes_job_run(&jobs[k]);
+            }
+            submitted++;
         }
-        if (pool)
-            vf_thread_pool_wait(pool);
-        /* Room for the window's episodes, from the rows actually read
+        size_t k = i % window;
+        pthread_mutex_lock(&lock);
+        while (!jobs[k].done)
+            pthread_cond_wait(&cond, &lock);
+        pthread_mutex_unlock(&lock);
+        /* Room for the file's episodes, from the rows actually read
          * (info.json's total_episodes is not trusted for allocation). */
-        size_t rows = 0;
-        for (size_t k = 0; k < m; k++)
-            if (cols[k].r == 0)
-                rows += (size_t)cols[k].rows;
+        if (cols[k].r < 0)
+            r = cols[k].r == VF_ENOMEM ? VF_ENOMEM : vf_error(cols[k].r, "%s", cols[k].error ? cols[k].error : "?");
         if (r == 0)
-            r = vf_ds_reserve_episodes(d, d->num_all_episodes + rows);
-        for (size_t k = 0; k < m; k++) {
-            if (r == 0 && cols[k].r < 0)
-                r = cols[k].r == VF_ENOMEM ? VF_ENOMEM : vf_error(cols[k].r, "%s", cols[k].error ? cols[k].error : "?");
-            if (r == 0)
-                r = add_episodes(d, &cols[k], start + k);
-            free_episodes_cols(&cols[k]);
-        }
+            r = vf_ds_reserve_episodes(d, d->num_all_episodes + (size_t)cols[k].rows);
+        if (r == 0)
+            r = add_episodes(d, &cols[k], i);
+        free_episodes_cols(&cols[k]);
     }
+    /* On an error, the files still in flight finish before their columns go. */
     if (pool)
         vf_thread_pool_destroy(pool);
+    for (size_t k = 0; cols && k < window; k++)
+        if (cols[k].d) /* a slot that was used */
+            free_episodes_cols(&cols[k]);
+    pthread_mutex_destroy(&lock);
+    pthread_cond_destroy(&cond);
     free(cols);
     free(jobs);
     for (int i = 0; i < num_needed; i++)
