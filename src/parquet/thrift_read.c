@@ -359,6 +359,40 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                 while (end - p >= 24) {
                     uint8_t h = *p;
                     int ft = h & 0x0f;
+                    if ((ft == VF_TC_LIST || ft == VF_TC_SET) && (h >> 4)) {
+                        /* A short list of integers or binaries (a column
+                         * chunk's encodings and path_in_schema): skipped
+                         * here too; anything else goes the general way. */
+                        uint8_t lh = p[1];
+                        uint32_t n = lh >> 4;
+                        int et = lh & 0x0f;
+                        if (n == 15 || (et != VF_TC_I16 && et != VF_TC_I32 && et != VF_TC_I64 && et != VF_TC_BINARY))
+                            break;
+                        const uint8_t *q = p + 2;
+                        uint32_t i = 0;
+                        for (; i < n && end - q >= 11; i++) {
+                            uint64_t v = 0;
+                            int k = 0;
+                            for (; k < 10; k++) {
+                                uint8_t b = q[k];
+                                v |= (uint64_t)(b & 0x7f) << (7 * k);
+                                if (!(b & 0x80))
+                                    break;
+                            }
+                            if (k == 10)
+                                break; /* the general path reports it */
+                            q += k + 1;
+                            if (et == VF_TC_BINARY) {
+                                if (v > (uint64_t)(end - q))
+                                    break;
+                                q += v;
+                            }
+                        }
+                        if (i < n)
+                            break; /* not consumed: the general path takes the whole field */
+                        p = q;
+                        continue;
+                    }
                     if (h == VF_TC_STOP || !(h >> 4) || ft > VF_TC_BINARY || ft == VF_TC_DOUBLE)
                         break;
                     p++;

@@ -23,6 +23,7 @@
 
 #include "parquet/parquet.h"
 #include "parquet/read_internal.h"
+#include "parquet/thrift.h"
 #include "testutil.h"
 
 static const char *FIXTURE = "lerobot-g1-v21/data/chunk-000/episode_000000.parquet";
@@ -587,6 +588,48 @@ static int open_footer(const uint8_t *footer, size_t len, const char *name)
     return r;
 }
 
+/* The skipper's in-struct fast path for short lists of integers and
+ * binaries (a column chunk's encodings and path_in_schema), against the
+ * general path: the same end position, the same errors. */
+static void test_thrift_skip_lists(void)
+{
+    uint8_t ok[] = {
+        0x19, 0x35, 0x02, 0x04, 0x06,             /* 1: list<i32> [1, 2, 3] */
+        0x19, 0x28, 0x02, 'a', 'b', 0x01, 'c',    /* 2: list<binary> ["ab", "c"] */
+        0x19, 0xf6, 0x10,                         /* 3: list<i64> of 16 (long form: general path) */
+        2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+        0x19, 0x21, 0x01, 0x02,                   /* 4: list<bool> [true, false] (general path) */
+        0x1a, 0x15, 0x80, 0x01,                   /* 5: set<i32> {64} (a two-byte varint) */
+        0x1c, 0x19, 0x18, 0x01, 'z', 0x00,        /* 6: struct {1: list<binary> ["z"]} */
+        0x00,
+        'E', 'N', 'D', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-',
+        '-', '-', '-', '-', '-',
+    };
+    size_t body = sizeof ok - 25;
+    vf_pq_tr t;
+    vf_pq_tr_init(&t, ok, sizeof ok, "skip-lists");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK_EQ_INT(t.err, 0);
+    CHECK_EQ_INT(t.p - ok, (int64_t)body);
+    /* the same without room for the fast path (fewer than 24 bytes left
+     * is the general path all the way): the same end */
+    vf_pq_tr_init(&t, ok, body, "skip-lists-short");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK_EQ_INT(t.err, 0);
+    CHECK_EQ_INT(t.p - ok, (int64_t)body);
+    /* a binary element longer than what is left: refused, not skipped past */
+    uint8_t bad[40] = {0x19, 0x18, 0x7f, 'x'};
+    vf_pq_tr_init(&t, bad, sizeof bad, "skip-bad");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK(t.err == VF_ECORRUPT && strstr(vf_last_error(), "binary length past the end"));
+    /* a varint element that never ends */
+    uint8_t endless[40] = {0x19, 0x15};
+    memset(endless + 2, 0xff, 12);
+    vf_pq_tr_init(&t, endless, sizeof endless, "skip-varint");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK(t.err == VF_ECORRUPT && strstr(vf_last_error(), "varint"));
+}
+
 static void test_hostile_thrift(void)
 {
     /* Thrift nesting bomb: field 1 of type struct, 10000 levels deep. */
@@ -828,6 +871,7 @@ int main(void)
     test_rle();
     test_crafted();
     test_hostile_thrift();
+    test_thrift_skip_lists();
     test_hostile_real();
     test_concurrent_reads();
     return vf_test_finish("test_parquet_reader");
