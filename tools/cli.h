@@ -48,6 +48,8 @@ typedef struct vf_cli_progress {
 void vf_cli_progress_start(vf_cli_progress *p, const char *label, int quiet);
 void vf_cli_progress_update(vf_cli_progress *p, long long done, long long total, const char *what);
 void vf_cli_progress_finish(vf_cli_progress *p);
+/* vf_cli_progress_update as an engine progress callback (ctx: the bar). */
+void vf_cli_progress_cb(void *ctx, int64_t done, int64_t total, const char *what);
 
 /* Parses an integer / double / "WxH" option value; prints a usage error
  * naming the option and returns -1 on failure. */

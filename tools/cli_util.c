@@ -51,6 +51,11 @@ void vf_cli_progress_update(vf_cli_progress *p, long long done, long long total,
     fflush(stderr);
 }
 
+void vf_cli_progress_cb(void *ctx, int64_t done, int64_t total, const char *what)
+{
+    vf_cli_progress_update(ctx, done, total, what);
+}
+
 void vf_cli_progress_finish(vf_cli_progress *p)
 {
     if (!p->quiet && isatty(2))

@@ -38,7 +38,6 @@ static void usage(FILE *f)
             "  --quiet            no progress bar\n");
 }
 
-/* s as a JSON string literal (quotes, backslashes and control bytes escaped). */
 /* A path as a JSON string (escaped by jansson; bytes kept as they are). */
 static void print_json_string(const char *s)
 {
@@ -47,16 +46,6 @@ static void print_json_string(const char *s)
     fputs(t ? t : "null", stdout);
     free(t);
     json_decref(j);
-}
-
-typedef struct progress_ctx {
-    vf_cli_progress bar;
-} progress_ctx;
-
-static void on_progress(void *ctx, int64_t done, int64_t total, const char *what)
-{
-    progress_ctx *p = ctx;
-    vf_cli_progress_update(&p->bar, done, total, what);
 }
 
 int vf_cmd_convert_v3(int argc, char **argv)
@@ -128,13 +117,13 @@ int vf_cmd_convert_v3(int argc, char **argv)
     }
     s.episodes = episodes;
     s.num_episodes = num_episodes;
-    progress_ctx pc;
-    vf_cli_progress_start(&pc.bar, "convert", quiet);
-    s.progress = on_progress;
-    s.progress_ctx = &pc;
+    vf_cli_progress bar;
+    vf_cli_progress_start(&bar, "convert", quiet);
+    s.progress = vf_cli_progress_cb;
+    s.progress_ctx = &bar;
     vf_convert_v3_report rep;
     int r = vf_convert_v3(positional[0], positional[1], &s, &rep);
-    vf_cli_progress_finish(&pc.bar);
+    vf_cli_progress_finish(&bar);
     if (r < 0) {
         rc = vf_cli_fail("convert");
         goto done;

@@ -89,16 +89,6 @@ static int split_list(const char *value, char ***items, size_t *count)
     return *count ? 0 : -1;
 }
 
-typedef struct progress_ctx {
-    vf_cli_progress bar;
-} progress_ctx;
-
-static void on_progress(void *ctx, int64_t done, int64_t total, const char *phase)
-{
-    progress_ctx *p = ctx;
-    vf_cli_progress_update(&p->bar, done, total, phase);
-}
-
 int vf_cmd_convert_wds(int argc, char **argv)
 {
     vf_wds_convert_settings s;
@@ -186,13 +176,13 @@ int vf_cmd_convert_wds(int argc, char **argv)
         s.num_cameras = num_cameras;
         s.episodes = episodes;
         s.num_episodes = num_episodes;
-        progress_ctx p;
-        vf_cli_progress_start(&p.bar, "convert", quiet || json);
-        s.progress = on_progress;
-        s.progress_ctx = &p;
+        vf_cli_progress bar;
+        vf_cli_progress_start(&bar, "convert", quiet || json);
+        s.progress = vf_cli_progress_cb;
+        s.progress_ctx = &bar;
         char *summary = NULL;
         int r = vf_wds_convert(positional[0], positional[1], &s, &summary);
-        vf_cli_progress_finish(&p.bar);
+        vf_cli_progress_finish(&bar);
         if (r < 0) {
             rc = vf_cli_fail("convert");
         } else if (json) {

@@ -31,12 +31,6 @@ static void usage(FILE *out)
                  "exit status: 0 no errors, 1 errors found, 2 usage\n");
 }
 
-
-static void on_progress(void *ctx, int64_t done, int64_t total, const char *what)
-{
-    vf_cli_progress_update(ctx, done, total, what);
-}
-
 int vf_cmd_decode_check(int argc, char **argv)
 {
     const char *path = NULL;
@@ -85,7 +79,7 @@ int vf_cmd_decode_check(int argc, char **argv)
         return vf_cli_fail("decode-check");
     vf_cli_progress bar;
     vf_cli_progress_start(&bar, "decode-check", quiet || as_json);
-    cs.progress = on_progress;
+    cs.progress = vf_cli_progress_cb;
     cs.progress_ctx = &bar;
     char *report = NULL;
     size_t errors = 0;

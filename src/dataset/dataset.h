@@ -236,6 +236,11 @@ int vf_ds_aggregate_episode_stats(vf_dataset *d, const char *rel, const char *te
 /* Checks the model and files; records problems (never fails but ENOMEM). */
 int vf_ds_validate(vf_dataset *d, const vf_dataset_settings *s);
 
+/* Writes meta/tasks.parquet as LeRobot does (task_index, task; pandas
+ * metadata naming "task" as the index) to path (make_sample.c; the v2.1 ->
+ * v3.0 converter writes it too). */
+int vf_ds_write_tasks_parquet(const char *path, const char *const *tasks, size_t n);
+
 /* ---- Parquet locator ---------------------------------------------------- */
 
 /* A run of an episode's rows inside one row group of its data file. */

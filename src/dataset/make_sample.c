@@ -709,19 +709,9 @@ static int write_episodes_meta(writer *w)
 
     {
         char *path = vf_path_join(w->root, "meta/episodes/chunk-000/file-000.parquet");
-        vf_pq_writer_settings ps;
-        vf_pq_writer_defaults(&ps);
-        vf_pq_writer *pw = NULL;
         r = path ? ensure_parent(path) : VF_ENOMEM;
         if (r == 0)
-            r = vf_pq_writer_open(&pw, path, &ps);
-        if (r == 0) {
-            r = vf_pq_writer_write_row_group(pw, cols, n);
-            if (r == 0)
-                r = vf_pq_writer_close(pw);
-            else
-                vf_pq_writer_abort(pw);
-        }
+            r = vf_pq_write_file(path, cols, n, NULL, NULL);
         free(path);
     }
 done:
@@ -735,42 +725,37 @@ done:
     return r;
 }
 
-static int write_tasks(writer *w)
+int vf_ds_write_tasks_parquet(const char *path, const char *const *tasks, size_t n)
 {
-    const vf_make_sample_settings *s = w->s;
     vf_pq_array cols[2];
     memset(cols, 0, sizeof cols);
-    int r = vf_pq_array_init_scalar(&cols[0], "task_index", VF_PQ_T_INT64, s->num_tasks);
+    int r = vf_pq_array_init_scalar(&cols[0], "task_index", VF_PQ_T_INT64, (int64_t)n);
     if (r == 0)
-        r = vf_pq_array_init_strings(&cols[1], "task", (const char *const *)task_texts, s->num_tasks);
-    if (r == 0) {
-        for (int i = 0; i < s->num_tasks; i++)
-            ((int64_t *)cols[0].values)[i] = i;
-        char *path = vf_path_join(w->root, "meta/tasks.parquet");
-        vf_pq_writer_settings ps;
-        vf_pq_writer_defaults(&ps);
-        vf_pq_writer *pw = NULL;
-        r = path ? vf_pq_writer_open(&pw, path, &ps) : VF_ENOMEM;
-        if (r == 0) {
-            const char *pandas =
-                "{\"index_columns\": [\"task\"], \"column_indexes\": [{\"name\": null, \"field_name\": null, "
-                "\"pandas_type\": \"unicode\", \"numpy_type\": \"object\", \"metadata\": {\"encoding\": "
-                "\"UTF-8\"}}], \"columns\": [{\"name\": \"task_index\", \"field_name\": \"task_index\", "
-                "\"pandas_type\": \"int64\", \"numpy_type\": \"int64\", \"metadata\": null}, {\"name\": "
-                "\"task\", \"field_name\": \"task\", \"pandas_type\": \"unicode\", \"numpy_type\": "
-                "\"object\", \"metadata\": null}], \"creator\": {\"library\": \"vlafeed\", \"version\": "
-                "\"" VF_VERSION_STRING "\"}, \"pandas_version\": \"2.2.3\"}";
-            r = vf_pq_writer_add_kv(pw, "pandas", pandas);
-            if (r == 0)
-                r = vf_pq_writer_write_row_group(pw, cols, 2);
-            if (r == 0)
-                r = vf_pq_writer_close(pw);
-            else
-                vf_pq_writer_abort(pw);
-        }
-        free(path);
-    }
+        r = vf_pq_array_init_strings(&cols[1], "task", tasks, (int64_t)n);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        ((int64_t *)cols[0].values)[i] = (int64_t)i;
+    /* LeRobot writes tasks through pandas with the task string as the
+     * index (named "task"); the pandas metadata says so. */
+    const char *pandas =
+        "{\"index_columns\": [\"task\"], \"column_indexes\": [{\"name\": null, \"field_name\": null, "
+        "\"pandas_type\": \"unicode\", \"numpy_type\": \"object\", \"metadata\": {\"encoding\": "
+        "\"UTF-8\"}}], \"columns\": [{\"name\": \"task_index\", \"field_name\": \"task_index\", "
+        "\"pandas_type\": \"int64\", \"numpy_type\": \"int64\", \"metadata\": null}, {\"name\": "
+        "\"task\", \"field_name\": \"task\", \"pandas_type\": \"unicode\", \"numpy_type\": "
+        "\"object\", \"metadata\": null}], \"creator\": {\"library\": \"vlafeed\", \"version\": "
+        "\"" VF_VERSION_STRING "\"}, \"pandas_version\": \"2.2.3\"}";
+    if (r == 0)
+        r = vf_pq_write_file(path, cols, 2, "pandas", pandas);
     vf_pq_arrays_free(cols, 2);
+    return r;
+}
+
+static int write_tasks(writer *w)
+{
+    char *path = vf_path_join(w->root, "meta/tasks.parquet");
+    int r = path ? vf_ds_write_tasks_parquet(path, task_texts, (size_t)w->s->num_tasks)
+                 : VF_ENOMEM;
+    free(path);
     return r;
 }
 

@@ -863,17 +863,7 @@ static int write_episodes_meta(conv *c, const stat_column *stats, size_t num_sta
     TRY(vf_pq_array_init_scalar(&cols[n++], "meta/episodes/file_index", VF_PQ_T_INT64, rows));
     {
         char *path = out_path(c, "meta/episodes/chunk-000/file-000.parquet");
-        vf_pq_writer_settings ps;
-        vf_pq_writer_defaults(&ps);
-        vf_pq_writer *pw = NULL;
-        r = path ? vf_pq_writer_open(&pw, path, &ps) : VF_ENOMEM;
-        if (r == 0) {
-            r = vf_pq_writer_write_row_group(pw, cols, n);
-            if (r == 0)
-                r = vf_pq_writer_close(pw);
-            else
-                vf_pq_writer_abort(pw);
-        }
+        r = path ? vf_pq_write_file(path, cols, n, NULL, NULL) : VF_ENOMEM;
         free(path);
     }
 done:
@@ -886,45 +876,15 @@ done:
 static int write_tasks(conv *c)
 {
     size_t nt = vf_dataset_num_tasks(c->d);
-    vf_pq_array cols[2];
-    memset(cols, 0, sizeof cols);
     const char **texts = vf_calloc(nt ? nt : 1, sizeof *texts);
-    int r = texts ? vf_pq_array_init_scalar(&cols[0], "task_index", VF_PQ_T_INT64, (int64_t)nt) : VF_ENOMEM;
-    for (size_t i = 0; r == 0 && i < nt; i++) {
+    char *path = out_path(c, "meta/tasks.parquet");
+    int r = texts && path ? 0 : VF_ENOMEM;
+    for (size_t i = 0; r == 0 && i < nt; i++)
         texts[i] = vf_dataset_task(c->d, i);
-        ((int64_t *)cols[0].values)[i] = (int64_t)i;
-    }
     if (r == 0)
-        r = vf_pq_array_init_strings(&cols[1], "task", texts, (int64_t)nt);
-    if (r == 0) {
-        char *path = out_path(c, "meta/tasks.parquet");
-        vf_pq_writer_settings ps;
-        vf_pq_writer_defaults(&ps);
-        vf_pq_writer *pw = NULL;
-        r = path ? vf_pq_writer_open(&pw, path, &ps) : VF_ENOMEM;
-        if (r == 0) {
-            /* LeRobot writes tasks through pandas with the task string as the
-             * index (named "task"); the pandas metadata says so. */
-            const char *pandas =
-                "{\"index_columns\": [\"task\"], \"column_indexes\": [{\"name\": null, \"field_name\": null, "
-                "\"pandas_type\": \"unicode\", \"numpy_type\": \"object\", \"metadata\": {\"encoding\": "
-                "\"UTF-8\"}}], \"columns\": [{\"name\": \"task_index\", \"field_name\": \"task_index\", "
-                "\"pandas_type\": \"int64\", \"numpy_type\": \"int64\", \"metadata\": null}, {\"name\": "
-                "\"task\", \"field_name\": \"task\", \"pandas_type\": \"unicode\", \"numpy_type\": "
-                "\"object\", \"metadata\": null}], \"creator\": {\"library\": \"vlafeed\", \"version\": "
-                "\"" VF_VERSION_STRING "\"}, \"pandas_version\": \"2.2.3\"}";
-            r = vf_pq_writer_add_kv(pw, "pandas", pandas);
-            if (r == 0)
-                r = vf_pq_writer_write_row_group(pw, cols, 2);
-            if (r == 0)
-                r = vf_pq_writer_close(pw);
-            else
-                vf_pq_writer_abort(pw);
-        }
-        free(path);
-    }
+        r = vf_ds_write_tasks_parquet(path, texts, nt);
+    free(path);
     free(texts);
-    vf_pq_arrays_free(cols, 2);
     return r;
 }
 

@@ -269,4 +269,10 @@ int vf_pq_writer_close(vf_pq_writer *w);
 /* Closes and deletes a partly written file; frees w. */
 void vf_pq_writer_abort(vf_pq_writer *w);
 
+/* A whole file in one call: path (truncated) with the default settings,
+ * one row group from the arrays and, when kv_key is set, one key-value
+ * pair. A failure leaves no partial file. */
+int vf_pq_write_file(const char *path, const vf_pq_array *fields, int num_fields, const char *kv_key,
+                     const char *kv_value);
+
 #endif

@@ -237,6 +237,21 @@ static const char *skip_read_varint(const uint8_t **pp, const uint8_t *end, uint
     return why;
 }
 
+/* A varint with at least 10 readable bytes at p: its value and length
+ * (1..10), or 0 when it runs past 10 bytes. */
+static inline int fast_varint(const uint8_t *p, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int k = 0; k < 10; k++) {
+        x |= (uint64_t)(p[k] & 0x7f) << (7 * k);
+        if (!(p[k] & 0x80)) {
+            *v = x;
+            return k + 1;
+        }
+    }
+    return 0;
+}
+
 typedef struct skip_frame {
     uint8_t kind;              /* VF_TC_STRUCT, VF_TC_LIST or VF_TC_MAP */
     uint8_t elem, val;         /* list element type; map key and value types */
@@ -371,17 +386,11 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                         const uint8_t *q = p + 2;
                         uint32_t i = 0;
                         for (; i < n && end - q >= 11; i++) {
-                            uint64_t v = 0;
-                            int k = 0;
-                            for (; k < 10; k++) {
-                                uint8_t b = q[k];
-                                v |= (uint64_t)(b & 0x7f) << (7 * k);
-                                if (!(b & 0x80))
-                                    break;
-                            }
-                            if (k == 10)
+                            uint64_t v;
+                            int len = fast_varint(q, &v);
+                            if (!len)
                                 break; /* the general path reports it */
-                            q += k + 1;
+                            q += len;
                             if (et == VF_TC_BINARY) {
                                 if (v > (uint64_t)(end - q))
                                     break;
@@ -402,34 +411,15 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                         p++;
                         continue;
                     }
-                    if (ft != VF_TC_BINARY) {
-                        /* I16/I32/I64: a varint whose value is not needed */
-                        int k = 0;
-                        while (k < 10 && (p[k] & 0x80))
-                            k++;
-                        if (k == 10) {
-                            p += 10;
-                            why = "varint longer than 10 bytes";
-                            goto fail;
-                        }
-                        p += k + 1;
-                        continue;
-                    }
-                    /* BINARY length: a varint */
-                    uint64_t v = 0;
-                    int k = 0;
-                    for (; k < 10; k++) {
-                        uint8_t b = p[k];
-                        v |= (uint64_t)(b & 0x7f) << (7 * k);
-                        if (!(b & 0x80))
-                            break;
-                    }
-                    if (k == 10) {
+                    /* I16/I32/I64 value or BINARY length: a varint */
+                    uint64_t v;
+                    int len = fast_varint(p, &v);
+                    if (!len) {
                         p += 10;
                         why = "varint longer than 10 bytes";
                         goto fail;
                     }
-                    p += k + 1;
+                    p += len;
                     if (ft == VF_TC_BINARY) {
                         if (v > (uint64_t)(end - p)) {
                             why = "binary length past the end";

@@ -928,3 +928,22 @@ void vf_pq_writer_abort(vf_pq_writer *w)
     unlink(w->tmp_path);
     free_writer(w);
 }
+
+int vf_pq_write_file(const char *path, const vf_pq_array *fields, int num_fields, const char *kv_key,
+                     const char *kv_value)
+{
+    vf_pq_writer_settings ps;
+    vf_pq_writer_defaults(&ps);
+    vf_pq_writer *pw = NULL;
+    int r = vf_pq_writer_open(&pw, path, &ps);
+    if (r < 0)
+        return r;
+    if (kv_key)
+        r = vf_pq_writer_add_kv(pw, kv_key, kv_value);
+    if (r == 0)
+        r = vf_pq_writer_write_row_group(pw, fields, num_fields);
+    if (r == 0)
+        return vf_pq_writer_close(pw);
+    vf_pq_writer_abort(pw);
+    return r;
+}
