@@ -30,3 +30,21 @@ def cli():
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     pytest.fail("vlafeed command not built (run make build)")
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """URL of a moto S3 server on loopback (one per test module); skips without moto."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except Exception as e:  # pragma: no cover - depends on the environment
+        pytest.skip(f"moto is not installed: {e}")
+    try:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+    except Exception as e:  # pragma: no cover
+        print(f"moto server cannot start: {e}")
+        pytest.skip(f"moto server cannot start: {e}")
+    yield f"http://{host}:{port}"
+    server.stop()

@@ -250,3 +250,25 @@ if __name__ == "__main__":  # manual use: python3 remote_server.py DIR
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+
+
+# ---- S3 through moto's server (the moto_endpoint fixture is in conftest.py) -------------------
+
+
+def upload_tree(endpoint, bucket, local_root, prefix):
+    """Creates `bucket` and uploads every file below local_root as prefix/<relative path>."""
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                      aws_secret_access_key="testing")
+    s3.create_bucket(Bucket=bucket)
+    for dirpath, _, files in os.walk(local_root):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            key = prefix + "/" + os.path.relpath(full, local_root).replace(os.sep, "/")
+            s3.upload_file(full, bucket, key)
+
+
+def s3_env(endpoint):
+    """The environment that points vlafeed's S3 client at the moto server."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1"}

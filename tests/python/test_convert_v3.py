@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lerobot_reference as R
+from remote_server import s3_env, upload_tree
 from v21_sample import make_v21
 
 HERE = Path(__file__).resolve().parent
@@ -328,36 +329,17 @@ def test_url_source(cli, v21, tmp_path):
         pq.read_table(local / "meta/episodes/chunk-000/file-000.parquet"))
 
 
-def test_s3_source(cli, v21, tmp_path):
+def test_s3_source(cli, v21, tmp_path, moto_endpoint):
     """s3:// through the engine's SigV4 client, against a moto server."""
-    try:
-        import boto3
-        from moto.server import ThreadedMotoServer
-    except Exception as e:  # pragma: no cover - depends on the environment
-        print(f"\nSKIP s3 source: moto/boto3 not installed: {e}")
-        pytest.skip(f"moto/boto3 not installed: {e}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-        s3.create_bucket(Bucket="vf-convert")
-        for f in v21.rglob("*"):
-            if f.is_file():
-                s3.upload_file(str(f), "vf-convert", "v21/" + f.relative_to(v21).as_posix())
-        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
-                   AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
-        out = tmp_path / "from-s3"
-        r = subprocess.run([cli, "convert", "s3://vf-convert/v21", str(out), "--to", "lerobot-v3", "--quiet"],
-                           capture_output=True, text=True, timeout=300, env=env)
-        assert r.returncode == 0, r.stderr
-        r = subprocess.run([cli, "convert", "s3://vf-convert/nope", str(tmp_path / "x"), "--to", "lerobot-v3",
-                            "--quiet"], capture_output=True, text=True, timeout=300, env=env)
-        assert r.returncode == 1 and "s3://vf-convert/nope" in r.stderr
-    finally:
-        server.stop()
+    upload_tree(moto_endpoint, "vf-convert", v21, "v21")
+    env = dict(os.environ, **s3_env(moto_endpoint))
+    out = tmp_path / "from-s3"
+    r = subprocess.run([cli, "convert", "s3://vf-convert/v21", str(out), "--to", "lerobot-v3", "--quiet"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([cli, "convert", "s3://vf-convert/nope", str(tmp_path / "x"), "--to", "lerobot-v3",
+                        "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 1 and "s3://vf-convert/nope" in r.stderr
     local = tmp_path / "from-disk"
     assert convert(cli, v21, local).returncode == 0
     for a in sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file()):

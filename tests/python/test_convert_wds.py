@@ -9,7 +9,6 @@ Python's tarfile/numpy/PIL and with the `webdataset` library.
 import io
 import json
 import os
-import pathlib
 import re
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from remote_server import s3_env, upload_tree
 
 EPISODES = 4
 CAMERAS = 2
@@ -517,32 +517,14 @@ def test_real_fixture_v21_av1(cli, g1_dir, tmp_path):
         np.testing.assert_array_equal(g["lowdim.npz"]["observation.state"], want)
 
 
-def test_s3_source_gives_the_same_shards(cli, sample_ds, converted, tmp_path):
+def test_s3_source_gives_the_same_shards(cli, sample_ds, converted, tmp_path, moto_endpoint):
     """s3:// through moto's server: the shards equal the local conversion's, byte for byte."""
-    try:
-        from moto.server import ThreadedMotoServer
-        import boto3
-    except Exception as e:  # pragma: no cover - depends on the environment
-        pytest.skip(f"moto/boto3 not installed: {e}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-        s3.create_bucket(Bucket="vf-convert")
-        for p in sample_ds.rglob("*"):
-            if p.is_file():
-                s3.upload_file(str(p), "vf-convert", "ds/" + str(p.relative_to(sample_ds)))
-        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
-                   AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
-        out = tmp_path / "s3"
-        summary_of(convert(cli, "s3://vf-convert/ds", out, env=env))
-        r = convert(cli, "s3://vf-convert/nope", tmp_path / "s3-nope", env=env)
-        assert r.returncode == 1 and "s3://vf-convert/nope" in r.stderr
-    finally:
-        server.stop()
+    upload_tree(moto_endpoint, "vf-convert", sample_ds, "ds")
+    env = dict(os.environ, **s3_env(moto_endpoint))
+    out = tmp_path / "s3"
+    summary_of(convert(cli, "s3://vf-convert/ds", out, env=env))
+    r = convert(cli, "s3://vf-convert/nope", tmp_path / "s3-nope", env=env)
+    assert r.returncode == 1 and "s3://vf-convert/nope" in r.stderr
     local, _ = converted
     a, b = tree_bytes(local), tree_bytes(out)
     assert sorted(a) == sorted(b)

@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.dirname(__file__))
-from remote_server import RemoteServer  # noqa: E402
+from remote_server import RemoteServer, s3_env, upload_tree  # noqa: E402
 
 import vlafeed  # noqa: E402
 import vlafeed.plan  # noqa: E402
@@ -185,7 +185,7 @@ def test_iter_torch_batches(sample, ray_session):
     assert seen == source.meta.total_frames
 
 
-def test_http_and_s3_roots_equal_local(sample, ray_session, monkeypatch):
+def test_http_and_s3_roots_equal_local(sample, ray_session, monkeypatch, request):
     top, root = sample
     keys = ["observation.state", CAM0, "index"]
     _, local = rows_by_index(ray.data.read_datasource(vray.LeRobotDatasource(root, keys=keys)))
@@ -201,33 +201,15 @@ def test_http_and_s3_roots_equal_local(sample, ray_session, monkeypatch):
         same(by)
         assert any("/videos/" in p for m, p, _ in srv.log)
 
-    try:
-        from moto.server import ThreadedMotoServer
-        import boto3
-    except Exception as e:  # pragma: no cover - depends on the environment
-        pytest.skip(f"moto/boto3 not installed: {e}")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_REGION": "us-east-1"}
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-        s3.create_bucket(Bucket="vf-ray")
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                full = os.path.join(dirpath, name)
-                s3.upload_file(full, "vf-ray", "ds/" + os.path.relpath(full, root))
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)  # the driver reads the metadata
-        source = vray.LeRobotDatasource("s3://vf-ray/ds", keys=keys)
-        ds = ray.data.read_datasource(source, ray_remote_args={"runtime_env": {"env_vars": env}})
-        _, by = rows_by_index(ds)
-        same(by)
-    finally:
-        server.stop()
+    endpoint = request.getfixturevalue("moto_endpoint")  # skips here, after the http part, without moto
+    env = s3_env(endpoint)
+    upload_tree(endpoint, "vf-ray", root, "ds")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # the driver reads the metadata
+    source = vray.LeRobotDatasource("s3://vf-ray/ds", keys=keys)
+    ds = ray.data.read_datasource(source, ray_remote_args={"runtime_env": {"env_vars": env}})
+    _, by = rows_by_index(ds)
+    same(by)
 
 
 @pytest.fixture()

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from remote_server import Faults, RemoteServer  # noqa: E402
+from remote_server import Faults, RemoteServer, s3_env, upload_tree  # noqa: E402
 
 import vlafeed  # noqa: E402
 
@@ -279,40 +279,6 @@ def test_missing_remote_file_is_reported_like_local(cli, served, tmp_path):
 
 
 # ---- S3 (moto) ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    try:
-        from moto.server import ThreadedMotoServer
-    except Exception as e:  # pragma: no cover - depends on the environment
-        pytest.skip(f"moto is not installed: {e}")
-    try:
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-    except Exception as e:  # pragma: no cover
-        print(f"moto server cannot start: {e}")
-        pytest.skip(f"moto server cannot start: {e}")
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-def upload_tree(endpoint, bucket, local_root, prefix):
-    import boto3
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                      aws_secret_access_key="testing")
-    s3.create_bucket(Bucket=bucket)
-    for dirpath, _, files in os.walk(local_root):
-        for name in files:
-            full = os.path.join(dirpath, name)
-            key = prefix + "/" + os.path.relpath(full, local_root).replace(os.sep, "/")
-            s3.upload_file(full, bucket, key)
-
-
-def s3_env(endpoint):
-    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1"}
 
 
 def test_s3_equals_local(cli, served, moto_endpoint, monkeypatch):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import vlafeed
-from remote_server import Faults, RemoteServer
+from remote_server import Faults, RemoteServer, s3_env, upload_tree
 from wds_helpers import write_foundry_set
 
 FAST_HTTP = {"VF_HTTP_ATTEMPTS": "2", "VF_HTTP_BACKOFF_S": "0.01", "VF_HTTP_BACKOFF_MAX_S": "0.02",
@@ -76,32 +76,10 @@ def test_http_missing_and_failing_shards(shard_dir):
     assert loader.stats()["skipped_samples"] == 5
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    try:
-        from moto.server import ThreadedMotoServer
-    except Exception as e:  # pragma: no cover - depends on the environment
-        pytest.skip(f"moto is not installed: {e}")
-    try:
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-    except Exception as e:  # pragma: no cover
-        pytest.skip(f"moto server cannot start: {e}")
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 def test_s3_equals_local(shard_dir, moto_endpoint, monkeypatch):
     """s3:// shards (moto's server, SigV4-signed requests) read like the local ones."""
-    import boto3
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                      aws_secret_access_key="testing")
-    s3.create_bucket(Bucket="vf-wds")
-    for path in shard_dir.iterdir():
-        s3.upload_file(str(path), "vf-wds", f"set/shards/{path.name}")
-    for k, v in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}.items():
+    upload_tree(moto_endpoint, "vf-wds", shard_dir, "set/shards")
+    for k, v in s3_env(moto_endpoint).items():
         monkeypatch.setenv(k, v)
     local, _ = read(str(shard_dir / "manifest.jsonl"))
     remote, _ = read("s3://vf-wds/set/shards/manifest.jsonl")
