@@ -25,6 +25,8 @@
 
 #include "vlafeed/dataset.h"
 
+#include <pthread.h>
+
 #include "io/io.h"
 #include "json/json.h"
 #include "parquet/parquet.h"
@@ -185,6 +187,11 @@ struct vf_dataset {
     const char **missing;
     size_t num_missing, cap_missing;
 
+    /* Computed on first use (vf_dataset_fingerprint): hashing every
+     * episode costs ~0.13 s at 1M episodes, which a loader's open does not
+     * need (only its state does). */
+    pthread_mutex_t fingerprint_lock;
+    int fingerprint_ready;
     uint64_t fingerprint;
     vf_file_checks file_checks;   /* what the open did (vf_dataset_file_checks) */
 };

@@ -575,37 +575,41 @@ static long find_file_near(const vf_ds_file *files, size_t n, int64_t chunk, int
     return id;
 }
 
-/* Collects the distinct (chunk, file) pairs of the selected episodes into
- * a sorted list with formatted paths. camera < 0: data files. */
-static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_count)
+/* The file lists of the selected episodes: one "slot" per list, the data
+ * files (camera -1) and each camera's MP4s. All slots are built in the same
+ * few passes over the episodes (at 1M episodes the model is ~250 MB, and a
+ * pass per slot and step was a fifth of a loader's open). */
+typedef struct files_slot {
+    int camera;     /* -1: data files */
+    file_key *keys; /* distinct (chunk, file) pairs, then sorted */
+    size_t n, cap;
+    int sorted;
+    vf_ds_file *files;
+    long last;      /* find_file_near's memo */
+} files_slot;
+
+static inline file_key slot_key(const vf_ds_episode *e, int camera)
 {
-    file_key *tmp = vf_malloc_array(d->num_selected ? d->num_selected : 1, sizeof *tmp);
-    if (!tmp)
-        return VF_ENOMEM;
-    /* Distinct keys in selection order; usually already ascending (files
-     * fill up in episode order), then no sort is needed. */
-    size_t n = 0;
-    int sorted = 1;
-    for (size_t i = 0; i < d->num_selected; i++) {
-        const vf_ds_episode *e = &d->episodes[d->selected[i]];
-        file_key k = {camera < 0 ? e->data_chunk : e->video[camera].chunk_index,
-                      camera < 0 ? e->data_file : e->video[camera].file_index};
-        int c = n ? cmp_file_key(&tmp[n - 1], &k) : -1;
-        if (c == 0)
-            continue;
-        if (c > 0)
-            sorted = 0;
-        tmp[n++] = k;
-    }
-    if (!sorted) {
+    return camera < 0 ? (file_key){e->data_chunk, e->data_file}
+                      : (file_key){e->video[camera].chunk_index, e->video[camera].file_index};
+}
+
+/* Sorts and uniques a slot's keys and makes its file list with formatted
+ * paths. */
+static int make_file_list(vf_dataset *d, files_slot *sl)
+{
+    int camera = sl->camera;
+    file_key *tmp = sl->keys;
+    size_t n = sl->n;
+    if (!sl->sorted) {
         qsort(tmp, n, sizeof *tmp, cmp_file_key);
         size_t u = 0;
         for (size_t i = 0; i < n; i++)
             if (u == 0 || cmp_file_key(&tmp[u - 1], &tmp[i]) != 0)
                 tmp[u++] = tmp[i];
-        n = u;
+        n = sl->n = u;
     }
-    vf_ds_file *files = vf_ds_alloc(d, n, sizeof *files);
+    vf_ds_file *files = sl->files = vf_ds_alloc(d, n, sizeof *files);
     int r = files ? 0 : VF_ENOMEM;
     for (size_t i = 0; i < n && r == 0; i++) {
         files[i].chunk_index = tmp[i].chunk_index;
@@ -632,44 +636,100 @@ static int build_files(vf_dataset *d, int camera, vf_ds_file **out, size_t *out_
         if (!files[i].rel || !files[i].path)
             r = VF_ENOMEM;
     }
-    free(tmp);
-    if (r < 0)
-        return r;
-    long last = -1;
-    for (size_t i = 0; i < d->num_selected; i++) {
+    return r;
+}
+
+/* Collects the distinct (chunk, file) pairs of the selected episodes into
+ * sorted lists with formatted paths (d->data_files, each camera's files),
+ * and links every selected episode to its files and back. */
+static int build_files(vf_dataset *d)
+{
+    size_t ns = 1 + d->num_cameras;
+    files_slot *sl = vf_calloc(ns, sizeof *sl);
+    if (!sl)
+        return VF_ENOMEM;
+    int r = 0;
+    for (size_t k = 0; k < ns; k++) {
+        sl[k].camera = (int)k - 1;
+        sl[k].sorted = 1;
+        sl[k].last = -1;
+    }
+    /* Distinct keys in selection order; usually already ascending (files
+     * fill up in episode order), then no sort is needed. */
+    for (size_t i = 0; i < d->num_selected && r == 0; i++) {
+        const vf_ds_episode *e = &d->episodes[d->selected[i]];
+        for (size_t k = 0; k < ns; k++) {
+            files_slot *s = &sl[k];
+            file_key key = slot_key(e, s->camera);
+            int c = s->n ? cmp_file_key(&s->keys[s->n - 1], &key) : -1;
+            if (c == 0)
+                continue;
+            if (c > 0)
+                s->sorted = 0;
+            if (s->n == s->cap) {
+                size_t cap = s->cap ? s->cap * 2 : 1024;
+                file_key *grown = vf_realloc(s->keys, cap * sizeof *grown);
+                if (!grown) {
+                    r = VF_ENOMEM;
+                    break;
+                }
+                s->keys = grown;
+                s->cap = cap;
+            }
+            s->keys[s->n++] = key;
+        }
+    }
+    for (size_t k = 0; k < ns && r == 0; k++)
+        r = make_file_list(d, &sl[k]);
+    /* Each selected episode's file ids, and the files' episode counts. */
+    for (size_t i = 0; i < d->num_selected && r == 0; i++) {
         vf_ds_episode *e = &d->episodes[d->selected[i]];
-        long id = camera < 0 ? find_file_near(files, n, e->data_chunk, e->data_file, &last)
-                             : find_file_near(files, n, e->video[camera].chunk_index, e->video[camera].file_index,
-                                              &last);
-        if (camera < 0)
-            e->data_file_id = (int)id;
-        else
-            e->video[camera].file = (int)id;
-        files[id].num_episodes++;
+        for (size_t k = 0; k < ns; k++) {
+            files_slot *s = &sl[k];
+            file_key key = slot_key(e, s->camera);
+            long id = find_file_near(s->files, s->n, key.chunk_index, key.file_index, &s->last);
+            if (s->camera < 0)
+                e->data_file_id = (int)id;
+            else
+                e->video[s->camera].file = (int)id;
+            s->files[id].num_episodes++;
+        }
     }
     /* Each file's selected episodes (positions, ascending). */
-    for (size_t i = 0; i < n; i++) {
-        files[i].episodes = vf_ds_alloc(d, files[i].num_episodes, sizeof *files[i].episodes);
-        if (!files[i].episodes)
-            return VF_ENOMEM;
-        files[i].num_episodes = 0;
-    }
-    for (size_t i = 0; i < d->num_selected; i++) {
+    for (size_t k = 0; k < ns && r == 0; k++)
+        for (size_t i = 0; i < sl[k].n && r == 0; i++) {
+            vf_ds_file *f = &sl[k].files[i];
+            if (!(f->episodes = vf_ds_alloc(d, f->num_episodes, sizeof *f->episodes)))
+                r = VF_ENOMEM;
+            f->num_episodes = 0;
+        }
+    for (size_t i = 0; i < d->num_selected && r == 0; i++) {
         const vf_ds_episode *e = &d->episodes[d->selected[i]];
-        vf_ds_file *f = &files[camera < 0 ? e->data_file_id : e->video[camera].file];
-        f->episodes[f->num_episodes++] = i;
+        for (size_t k = 0; k < ns; k++) {
+            vf_ds_file *f = &sl[k].files[sl[k].camera < 0 ? e->data_file_id : e->video[sl[k].camera].file];
+            f->episodes[f->num_episodes++] = i;
+        }
     }
     /* Data files: rows the file must hold = lengths of ALL its episodes. */
-    last = -1;
-    for (size_t i = 0; camera < 0 && i < d->num_all_episodes; i++) {
+    long last = -1;
+    for (size_t i = 0; i < d->num_all_episodes && r == 0; i++) {
         const vf_ds_episode *e = &d->episodes[i];
-        long id = find_file_near(files, n, e->data_chunk, e->data_file, &last);
-        if (id >= 0 && e->pub.length > 0 && files[id].expected_rows <= INT64_MAX - e->pub.length)
-            files[id].expected_rows += e->pub.length;
+        long id = find_file_near(sl[0].files, sl[0].n, e->data_chunk, e->data_file, &last);
+        if (id >= 0 && e->pub.length > 0 && sl[0].files[id].expected_rows <= INT64_MAX - e->pub.length)
+            sl[0].files[id].expected_rows += e->pub.length;
     }
-    *out = files;
-    *out_count = n;
-    return 0;
+    if (r == 0) {
+        d->data_files = sl[0].files;
+        d->num_data_files = sl[0].n;
+        for (size_t c = 0; c < d->num_cameras; c++) {
+            d->cameras[c].files = sl[c + 1].files;
+            d->cameras[c].pub.num_files = d->cameras[c].num_files = sl[c + 1].n;
+        }
+    }
+    for (size_t k = 0; k < ns; k++)
+        free(sl[k].keys);
+    free(sl);
+    return r;
 }
 
 /* Orders episode positions by (data chunk, data file, from_index). */
@@ -780,6 +840,7 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
             fs->destroy(fs->ctx);
         return r;
     }
+    pthread_mutex_init(&d->fingerprint_lock, NULL);
     d->fs = *fs;
     d->root = vf_ds_strdup(d, root);
     if (!d->root) {
@@ -803,11 +864,7 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
     if (r == 0)
         r = build_selection(d, settings);
     if (r == 0)
-        r = build_files(d, -1, &d->data_files, &d->num_data_files);
-    for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
-        r = build_files(d, (int)c, &d->cameras[c].files, &d->cameras[c].num_files);
-        d->cameras[c].pub.num_files = d->cameras[c].num_files;
-    }
+        r = build_files(d);
     /* File checks: deferred to first use above VF_LAZY_FILE_CHECKS files. */
     vf_dataset_settings checks = *settings;
     if (r == 0) {
@@ -829,7 +886,6 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         vf_dataset_close(d);
         return r;
     }
-    d->fingerprint = compute_fingerprint(d);
     *out = d;
     return 0;
 }
@@ -864,6 +920,7 @@ void vf_dataset_close(vf_dataset *d)
         return;
     if (d->fs.destroy)
         d->fs.destroy(d->fs.ctx);
+    pthread_mutex_destroy(&d->fingerprint_lock);
     vf_ds_arena_block *b = d->arena;
     while (b) {
         vf_ds_arena_block *next = b->next;
@@ -885,7 +942,18 @@ double vf_dataset_fps(const vf_dataset *d) { return d->fps; }
 int64_t vf_dataset_total_episodes(const vf_dataset *d) { return d->total_episodes; }
 int64_t vf_dataset_total_frames(const vf_dataset *d) { return d->total_frames; }
 int64_t vf_dataset_total_tasks(const vf_dataset *d) { return d->total_tasks; }
-uint64_t vf_dataset_fingerprint(const vf_dataset *d) { return d->fingerprint; }
+uint64_t vf_dataset_fingerprint(const vf_dataset *d)
+{
+    vf_dataset *m = (vf_dataset *)d; /* the fingerprint is a cache; the model stays as opened */
+    pthread_mutex_lock(&m->fingerprint_lock);
+    if (!m->fingerprint_ready) {
+        m->fingerprint = compute_fingerprint(d);
+        m->fingerprint_ready = 1;
+    }
+    uint64_t h = m->fingerprint;
+    pthread_mutex_unlock(&m->fingerprint_lock);
+    return h;
+}
 vf_file_checks vf_dataset_file_checks(const vf_dataset *d) { return d->file_checks; }
 
 size_t vf_dataset_num_features(const vf_dataset *d) { return d->num_features; }

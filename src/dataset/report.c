@@ -198,7 +198,7 @@ int vf_dataset_info_json(const vf_dataset *d, int flags, char **out)
     if (!root)
         return vf_error(VF_ENOMEM, "out of memory building the report");
     char fp[32];
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)d->fingerprint);
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)vf_dataset_fingerprint(d));
     int r;
     if ((r = put(root, "path", str(d->root))) < 0 ||
         (r = put(root, "format_version", str(d->version))) < 0 ||
