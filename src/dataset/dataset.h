@@ -110,18 +110,21 @@ void vf_prefetch_on_evict(vf_file_cache *cache, const vf_dataset *d, size_t pos)
 
 typedef struct vf_ds_arena_block vf_ds_arena_block;
 
+/* Chunk and file indices are stored in 32 bits (the loaders reject larger
+ * ones, naming the file, episode and column): at 1M episodes x 3 cameras
+ * that keeps the model 32 MB smaller. */
 typedef struct vf_ds_video_loc {
-    int64_t chunk_index;   /* videos/<key>/chunk_index (v2.x: episode_chunk) */
-    int64_t file_index;    /* videos/<key>/file_index (v2.x: episode_index) */
+    int32_t chunk_index;   /* videos/<key>/chunk_index (v2.x: episode_chunk) */
+    int32_t file_index;    /* videos/<key>/file_index (v2.x: episode_index) */
+    int file;              /* id in the camera's file list, -1 when not selected */
     double from_timestamp;
     double to_timestamp;
-    int file;              /* id in the camera's file list, -1 when not selected */
 } vf_ds_video_loc;
 
 typedef struct vf_ds_episode {
     vf_episode pub;
-    int64_t data_chunk;    /* data/chunk_index (v2.x: episode_chunk) */
-    int64_t data_file;     /* data/file_index (v2.x: episode_index) */
+    int32_t data_chunk;    /* data/chunk_index (v2.x: episode_chunk) */
+    int32_t data_file;     /* data/file_index (v2.x: episode_index) */
     int64_t row_offset;
     int data_file_id;      /* id in d->data_files, -1 when not selected */
     int meta_file;         /* v3.0: index into d->meta_files (the episodes file of its row); -1 for v2.x */

@@ -421,6 +421,18 @@ static void episodes_job_run(void *arg)
     }
 }
 
+static inline int fits_i32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
+
+/* The model keeps chunk and file indices in 32 bits. */
+static int index_too_large(const char *file, int64_t row, const vf_ds_episode *e, const char *prefix, int64_t chunk,
+                           int64_t fidx)
+{
+    int chunk_bad = !fits_i32(chunk);
+    return vf_error(VF_ECORRUPT, "%s: row %lld (episode %lld): column '%s/%s' is %lld, outside the supported range "
+                    "(32-bit signed)", file, (long long)row, (long long)e->pub.episode_index, prefix,
+                    chunk_bad ? "chunk_index" : "file_index", (long long)(chunk_bad ? chunk : fidx));
+}
+
 /* Appends the episodes of one file to the model; `prev` carries the last
  * episode's task list so that runs of identical lists share one copy. */
 static int add_episodes(vf_dataset *d, episodes_cols *c, size_t file_id)
@@ -438,12 +450,20 @@ static int add_episodes(vf_dataset *d, episodes_cols *c, size_t file_id)
         e->pub.length = c->fixed[LEN][i];
         e->pub.from_index = c->fixed[FROM][i];
         e->pub.to_index = c->fixed[TO][i];
-        e->data_chunk = c->fixed[DCHUNK][i];
-        e->data_file = c->fixed[DFILE][i];
+        if (!fits_i32(c->fixed[DCHUNK][i]) || !fits_i32(c->fixed[DFILE][i]))
+            return index_too_large(file, i, e, "data", c->fixed[DCHUNK][i], c->fixed[DFILE][i]);
+        e->data_chunk = (int32_t)c->fixed[DCHUNK][i];
+        e->data_file = (int32_t)c->fixed[DFILE][i];
         e->meta_file = (int)file_id;
         for (size_t k = 0; k < nc; k++) {
-            e->video[k].chunk_index = c->vchunk[k][i];
-            e->video[k].file_index = c->vfile[k][i];
+            if (!fits_i32(c->vchunk[k][i]) || !fits_i32(c->vfile[k][i])) {
+                char *what = vf_asprintf("videos/%s", d->cameras[k].pub.key);
+                r = index_too_large(file, i, e, what ? what : "videos", c->vchunk[k][i], c->vfile[k][i]);
+                free(what);
+                return r;
+            }
+            e->video[k].chunk_index = (int32_t)c->vchunk[k][i];
+            e->video[k].file_index = (int32_t)c->vfile[k][i];
             e->video[k].from_timestamp = c->vfrom[k][i];
             e->video[k].to_timestamp = c->vto[k][i];
         }

@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import numpy as np
+import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -88,3 +89,25 @@ def test_episodes_out_of_order_named(tmp_path):
     errs = [p for p in doc["problems"] if p["file"] == "meta/episodes/chunk-000/file-000.parquet"]
     assert errs and errs[0]["episode"] == 12 and errs[0]["column"] == "episode_index"
     assert errs[0]["message"].startswith("episode 12 comes after episode 13 in the same file: rows out of order")
+
+
+def test_index_beyond_32_bits_named(tmp_path):
+    """The model keeps chunk/file indices in 32 bits: a larger one is an error naming the file, the
+    row's episode and the column, not a silently truncated file name."""
+    root = write_meta(tmp_path / "ds", 30, 10)
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    for column, value in (("videos/cam/file_index", 1 << 40), ("data/chunk_index", -(1 << 33))):
+        table = pq.read_table(path)
+        values = table.column(column).to_numpy().copy()
+        values[17] = value
+        table = table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+        pq.write_table(table, path, row_group_size=10)
+        with pytest.raises(native.VlafeedError) as err:
+            native.dataset_info(str(root), check_files=False)
+        msg = str(err.value)
+        assert "meta/episodes/chunk-000/file-000.parquet: row 17 (episode 17)" in msg, msg
+        assert f"column '{column}' is {value}, outside the supported range" in msg, msg
+        values[17] = 0 if column.startswith("data") else 1
+        pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values)), path,
+                       row_group_size=10)
+    assert native.dataset_info(str(root), check_files=False)["problems"] == []
