@@ -432,11 +432,14 @@ typedef struct vf_loader_stats {
     size_t cache_capacity;     /* the decoder cache's entry bound */
     /* Table rows, read lazily per episode (only episodes this loader emits). */
     uint64_t table_reads;      /* reads of the data files (each: a set of episodes, each file opened once) */
-    uint64_t table_row_groups; /* (data file, row group) pairs decoded */
+    uint64_t table_row_groups; /* (data file, row group) pairs decoded (the needed rows' pages of each) */
     uint64_t table_rows;       /* rows read (episodes read again after eviction count again) */
     uint64_t table_episodes;   /* episodes read */
     uint64_t table_evictions;  /* episodes dropped from the row cache */
     size_t table_cache_bytes;  /* bytes of rows held now */
+    uint64_t table_pages_decoded; /* data pages of those row groups decoded */
+    uint64_t table_pages_skipped; /* ... and skipped unread (before the rows needed; pages after them are not
+                                     even counted) */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);

@@ -1117,14 +1117,15 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
     vf_loader_stats st;
     vf_loader_get_stats(self->l, &st);
     PyObject *more = Py_BuildValue(
-        "{s:L,s:L,s:i,s:n,s:n,s:K,s:K,s:n,s:K,s:K,s:K,s:K,s:K,s:n}", "padded_samples", (long long)st.padded_samples,
+        "{s:L,s:L,s:i,s:n,s:n,s:K,s:K,s:n,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:K}", "padded_samples", (long long)st.padded_samples,
         "dropped_samples", (long long)st.dropped_samples, "empty_consumers", st.empty_consumers, "warnings",
         (Py_ssize_t)st.warnings, "pool_segments", (Py_ssize_t)st.pool_segments, "pool_admitted",
         (unsigned long long)st.pool_admitted, "pool_evicted", (unsigned long long)st.pool_evicted, "cache_capacity",
         (Py_ssize_t)st.cache_capacity, "table_reads", (unsigned long long)st.table_reads, "table_row_groups",
         (unsigned long long)st.table_row_groups, "table_rows", (unsigned long long)st.table_rows, "table_episodes",
         (unsigned long long)st.table_episodes, "table_evictions", (unsigned long long)st.table_evictions,
-        "table_cache_bytes", (Py_ssize_t)st.table_cache_bytes);
+        "table_cache_bytes", (Py_ssize_t)st.table_cache_bytes, "table_pages_decoded",
+        (unsigned long long)st.table_pages_decoded, "table_pages_skipped", (unsigned long long)st.table_pages_skipped);
     if (!more)
         return NULL;
     PyObject *out = Py_BuildValue(

@@ -392,9 +392,48 @@ static PyObject *py_parquet_select_row_groups(PyObject *self, PyObject *args)
     return list;
 }
 
+/* parquet_read_rows(path, column, row_group, first_row, num_rows) -> (list, pages decoded, skipped):
+ * the page-level read (vf_pq_read_field_rows). */
+static PyObject *py_parquet_read_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *path_obj;
+    const char *column;
+    int row_group;
+    long long first, count;
+    if (!PyArg_ParseTuple(args, "O&siLL", PyUnicode_FSConverter, &path_obj, &column, &row_group, &first, &count))
+        return NULL;
+    vf_pq_file *f;
+    int rc = open_file(PyBytes_AS_STRING(path_obj), &f);
+    Py_DECREF(path_obj);
+    if (rc < 0)
+        return NULL;
+    int field = vf_pq_field_index(f, column);
+    if (field < 0) {
+        PyErr_Format(PyExc_KeyError, "%s: no column '%s'", vf_pq_name(f), column);
+        vf_pq_close(f);
+        return NULL;
+    }
+    vf_pq_array a;
+    vf_pq_page_counts pages = {0, 0};
+    int r;
+    Py_BEGIN_ALLOW_THREADS r = vf_pq_read_field_rows(f, row_group, field, first, count, &a, &pages);
+    Py_END_ALLOW_THREADS vf_pq_close(f);
+    if (r < 0)
+        return vf_py_raise(r);
+    PyObject *list = array_to_list(&a);
+    vf_pq_array_free(&a);
+    if (!list)
+        return NULL;
+    return Py_BuildValue("(NLL)", list, (long long)pages.decoded, (long long)pages.skipped);
+}
+
 static PyMethodDef methods[] = {
     {"parquet_read", (PyCFunction)(void (*)(void))py_parquet_read, METH_VARARGS | METH_KEYWORDS,
      "parquet_read(path, columns=None, row_group=None) -> dict[name, list] (C reader, pyarrow-like values)"},
+    {"parquet_read_rows", py_parquet_read_rows, METH_VARARGS,
+     "parquet_read_rows(path, column, row_group, first_row, num_rows) -> (list, pages_decoded, pages_skipped): rows of one row "
+     "group, decoding only the pages that hold them where the page headers allow"},
     {"parquet_info", py_parquet_info, METH_VARARGS, "parquet_info(path) -> dict (schema, row groups, kv metadata)"},
     {"parquet_select_row_groups", py_parquet_select_row_groups, METH_VARARGS,
      "parquet_select_row_groups(path, column, lo, hi) -> row groups whose statistics overlap [lo, hi]"},

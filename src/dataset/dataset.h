@@ -299,6 +299,8 @@ typedef struct vf_ds_table {
     size_t num_episodes;
     int64_t *episode_start;    /* num_episodes+1: row range of each requested episode */
     int64_t row_groups_read;   /* (data file, row group) pairs decoded by the read */
+    int64_t pages_decoded;     /* data pages of those groups decoded */
+    int64_t pages_skipped;     /* data pages of those groups not decoded (page-level reads) */
 } vf_ds_table;
 
 enum {

@@ -1377,6 +1377,8 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     pthread_mutex_lock(&sp->rows_lock);
     st->table_reads = sp->table_reads;
     st->table_row_groups = sp->table_row_groups;
+    st->table_pages_decoded = sp->table_pages_decoded;
+    st->table_pages_skipped = sp->table_pages_skipped;
     st->table_rows = sp->table_rows;
     st->table_episodes = sp->table_episodes;
     st->table_evictions = sp->table_evictions;

@@ -158,6 +158,69 @@ static int is_byte_array(const vf_pq_column *col)
     return col->type == VF_PQ_T_STRING || col->type == VF_PQ_T_BINARY;
 }
 
+int vf_pq_column_keep_rows(vf_pq_column *c, int64_t a, int64_t b)
+{
+    if (a < 0 || b < a || b > c->rows)
+        return vf_error(VF_ERANGE, "rows [%lld, %lld) outside the decoded %lld", (long long)a, (long long)b,
+                        (long long)c->rows);
+    if (a == 0 && b == c->rows)
+        return 0;
+    const int max_rep = c->leaf->max_rep;
+    int64_t e0 = a, e1 = b; /* entry range */
+    if (max_rep == 1 && !c->rep) {
+        e0 = a < c->rows ? c->row_starts[a] : c->num_entries;
+        e1 = b < c->rows ? c->row_starts[b] : c->num_entries;
+    } else if (max_rep >= 1) {
+        int64_t row = -1;
+        e0 = e1 = c->num_entries;
+        for (int64_t i = 0; i < c->num_entries; i++) {
+            if (c->rep[i] != 0)
+                continue;
+            row++;
+            if (row == a)
+                e0 = i;
+            if (row == b) {
+                e1 = i;
+                break;
+            }
+        }
+    }
+    /* value range: the present entries (def == max_def) before e0 and e1 */
+    int64_t v0 = e0, v1 = e1;
+    if (c->def) {
+        const uint8_t m = (uint8_t)c->leaf->max_def;
+        v0 = 0;
+        for (int64_t i = 0; i < e0; i++)
+            v0 += c->def[i] == m;
+        v1 = v0;
+        for (int64_t i = e0; i < e1; i++)
+            v1 += c->def[i] == m;
+        memmove(c->def, c->def + e0, (size_t)(e1 - e0));
+    }
+    if (c->rep)
+        memmove(c->rep, c->rep + e0, (size_t)(e1 - e0));
+    if (max_rep == 1 && c->row_starts) {
+        for (int64_t k = 0; k < b - a; k++)
+            c->row_starts[k] = c->row_starts[a + k] - e0;
+    }
+    if (is_byte_array(c)) {
+        if (c->offsets) {
+            int64_t o0 = c->offsets[v0], o1 = c->offsets[v1];
+            for (int64_t k = 0; k <= v1 - v0; k++)
+                c->offsets[k] = c->offsets[v0 + k] - o0;
+            if (c->data && o1 > o0)
+                memmove(c->data, c->data + o0, (size_t)(o1 - o0));
+            c->data_len = o1 - o0;
+        }
+    } else if (c->values && c->value_size) {
+        memmove(c->values, c->values + (size_t)v0 * c->value_size, (size_t)(v1 - v0) * c->value_size);
+    }
+    c->num_entries = e1 - e0;
+    c->rows = b - a;
+    c->num_values = v1 - v0;
+    return 0;
+}
+
 static int64_t grow_to(int64_t cap, int64_t need)
 {
     int64_t n = cap < 1024 ? 1024 : cap + cap / 2;
@@ -1161,6 +1224,21 @@ static int read_page_header(chunk_ctx *c, int64_t off, page_header *h, int64_t *
 
 int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *col, vf_pq_scratch *s)
 {
+    return vf_pq_decode_chunk_rows(f, row_group, leaf_index, col, s, 0, INT64_MAX, NULL);
+}
+
+/* Page-level reads: a data page whose row count its header gives (every
+ * page of a non-repeated column: one entry per row; v2 pages: num_rows,
+ * and a v2 page starts a row) is skipped without being fetched,
+ * decompressed or decoded when it ends at or before row_lo, and the chunk
+ * stops at the first page starting at or after row_hi (after row_hi for a
+ * repeated column: a v1 page may continue the row before it). Pages of a
+ * repeated column in v1 pages are decoded from the chunk's start. */
+int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *col, vf_pq_scratch *s,
+                            int64_t row_lo, int64_t row_hi, int64_t *first_row)
+{
+    if (first_row)
+        *first_row = 0;
     const vf_pq_node *leaf = f->leaves[leaf_index];
     const vf_pq_row_group_meta *rg = &f->row_groups[row_group];
     const vf_pq_chunk_meta *m = vf_pq_chunk_at(f, row_group, leaf_index);
@@ -1229,6 +1307,8 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
     if ((r = reserve_values_ex(c, col, VF_MIN(guess, f->max_entries - col->num_values), col->num_values == 0)) < 0)
         goto out;
     int64_t pos = start, done = 0;
+    int64_t skipped = 0; /* rows of the pages skipped before the first decoded one */
+    int ranged = row_lo > 0 || row_hi < rg->num_rows, stopped = 0;
     while (done < m->num_values) {
         c->page++;
         if (pos >= c->chunk_end) {
@@ -1244,6 +1324,26 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
         if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos) {
             r = fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
             break;
+        }
+        if (ranged && (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2)) {
+            int v2 = h.type == VF_PQ_PAGE_DATA_V2;
+            int64_t at = skipped + (col->rows - rows_start); /* the page's first row */
+            if (at > row_hi || (at == row_hi && leaf->max_rep == 0)) {
+                stopped = 1;
+                break;
+            }
+            int64_t prows = v2 && h.has_v2 ? h.num_rows : !v2 && h.has_data && leaf->max_rep == 0 ? h.num_values : -1;
+            if (prows > h.num_values) {
+                r = fail(c, VF_ECORRUPT, "page has %lld rows but %d values", (long long)prows, h.num_values);
+                break;
+            }
+            if (prows >= 0 && col->rows == rows_start && at + prows <= row_lo && h.num_values <= m->num_values - done) {
+                skipped += prows;
+                done += h.num_values;
+                pos += h.compressed_size;
+                s->pages_skipped++;
+                continue;
+            }
         }
         const uint8_t *payload;
         int64_t avail;
@@ -1287,13 +1387,17 @@ int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_colum
             r = v2 ? data_page_v2(c, &h, payload) : data_page_v1(c, &h, payload);
             if (r < 0)
                 break;
+            s->pages_decoded++;
             done += h.num_values;
         }
         /* INDEX_PAGE and unknown page types are skipped. */
     }
-    if (r == 0 && col->rows - rows_start != rg->num_rows)
+    if (r == 0 && (stopped ? skipped + col->rows - rows_start > rg->num_rows
+                           : skipped + col->rows - rows_start != rg->num_rows))
         r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", where(c),
-                     (long long)(col->rows - rows_start), (long long)rg->num_rows);
+                     (long long)(skipped + col->rows - rows_start), (long long)rg->num_rows);
+    if (r == 0 && first_row)
+        *first_row = skipped;
 out:
     vf_pq_column_free(&c->dict);
     free(c->where);

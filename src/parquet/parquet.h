@@ -232,6 +232,19 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
  * VF_EUNSUPPORTED naming them. Errors name the file, column path, row
  * group and page. */
 int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array *out);
+/* Data pages a read decoded, and skipped without fetching or decoding. */
+typedef struct vf_pq_page_counts {
+    int64_t decoded, skipped;
+} vf_pq_page_counts;
+/* Rows [first_row, first_row + num_rows) of one row group of a field
+ * (page-level reads): a data page whose header tells its rows (every page
+ * of a non-repeated column, and v2 pages) is neither fetched nor decoded
+ * when it lies before the range, and no page after the range is read; a
+ * repeated column in v1 pages is decoded from the chunk's first page up
+ * to the range's end. *out holds exactly the range. *pages (optional)
+ * gets the page counts. */
+int vf_pq_read_field_rows(vf_pq_file *f, int row_group, int field_index, int64_t first_row, int64_t num_rows,
+                          vf_pq_array *out, vf_pq_page_counts *pages);
 /* The same over every row group, concatenated. */
 int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out);
 /* Several fields over every row group (out[k] for field_index[k]), row

@@ -241,6 +241,8 @@ typedef struct vf_pq_scratch {
     uint8_t *saved, *levels;   /* direct decompression (page.c) */
     size_t saved_cap, levels_cap;
     void *chunk_ctx;           /* the decoder's per-chunk state, reused across chunks (page.c) */
+    int64_t pages_decoded;     /* data pages decoded */
+    int64_t pages_skipped;     /* data pages not fetched or decoded (vf_pq_decode_chunk_rows) */
 } vf_pq_scratch;
 
 void vf_pq_scratch_free(vf_pq_scratch *s);
@@ -248,6 +250,14 @@ void vf_pq_column_init(vf_pq_column *c, const vf_pq_node *leaf);
 void vf_pq_column_free(vf_pq_column *c);
 /* Decodes one column chunk and appends its entries to c. */
 int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *c, vf_pq_scratch *s);
+/* The same for rows [row_lo, row_hi) of the row group: pages outside are
+ * skipped where their headers tell their rows (page.c says which); c gets
+ * the decoded pages' rows, the first of them *first_row (relative to the
+ * row group), a superset of the range. c must be empty or end at a row. */
+int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *c, vf_pq_scratch *s,
+                            int64_t row_lo, int64_t row_hi, int64_t *first_row);
+/* Keeps rows [a, b) of a decoded column (levels, row starts, values). */
+int vf_pq_column_keep_rows(vf_pq_column *c, int64_t a, int64_t b);
 /* Fills c->rep from row_starts for a max_rep == 1 leaf (no-op otherwise). */
 int vf_pq_column_derive_rep(vf_pq_column *c);
 

@@ -376,17 +376,21 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
             pthread_mutex_unlock(&s->rows_lock);
             vf_sample_rows **got = vf_calloc(nw, sizeof *got);
             vf_ds_table t;
-            uint64_t groups = 0;
+            uint64_t groups = 0, pages_decoded = 0, pages_skipped = 0;
             r = got ? vf_ds_read_table(s->dataset, want, nw, s->table_names, s->num_table, VF_DS_VERIFY_INDEX, &t)
                     : VF_ENOMEM;
             if (r == 0) {
                 groups = (uint64_t)t.row_groups_read;
+                pages_decoded = (uint64_t)t.pages_decoded;
+                pages_skipped = (uint64_t)t.pages_skipped;
                 r = split_table(s, &t, want, nw, got);
                 vf_ds_table_free(&t);
             }
             pthread_mutex_lock(&s->rows_lock);
             s->table_reads += got != NULL;
             s->table_row_groups += groups;
+            s->table_pages_decoded += pages_decoded;
+            s->table_pages_skipped += pages_skipped;
             for (size_t i = 0; i < nw; i++) {
                 s->loading[want[i]] = 0;
                 if (r == 0 && (r = insert(s, want[i], got[i])) == 0)

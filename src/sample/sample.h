@@ -169,6 +169,7 @@ typedef struct vf_sample_spec {
     size_t num_kept_strings, cap_kept_strings;
     /* Counters (under rows_lock). */
     uint64_t table_reads, table_row_groups, table_rows, table_episodes, table_evictions;
+    uint64_t table_pages_decoded, table_pages_skipped; /* data pages of the groups read: decoded / skipped */
     /* Episodes: positions [episode_start[i], episode_start[i+1]) belong to selected episode i. */
     size_t num_episodes;
     int64_t *episode_start;

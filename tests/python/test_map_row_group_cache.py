@@ -80,3 +80,59 @@ def test_a_small_cache_still_gives_exact_rows(datasets):
     # whole: each miss decodes it for its own episode again (the behaviour
     # for files written as one huge row group), every row still right.
     assert st["table_evictions"] > 0 and st["table_row_groups"] > 1
+
+
+@pytest.fixture(scope="module")
+def small_pages(datasets, tmp_path_factory):
+    """The one-row-group layout with small plain-encoded data pages (pyarrow falls back from
+    dictionary to plain pages once a column's dictionary passes 1 MiB, as in a big converter file)."""
+    _, one_group = datasets
+    root = tmp_path_factory.mktemp("pages") / "small-pages"
+    shutil.copytree(one_group, root)
+    for f in glob.glob(str(root / "data" / "*" / "*.parquet")):
+        pq.write_table(pq.read_table(f), f, row_group_size=1 << 30, data_page_size=512, use_dictionary=False,
+                       write_batch_size=16)
+        assert pq.ParquetFile(f).num_row_groups == 1
+    return root
+
+
+def test_a_miss_in_a_big_row_group_decodes_only_its_pages(small_pages):
+    """Page-level reads: a row group too big to keep whole is read for one episode's rows only;
+    the pages before and after them are not decoded (counted), and every row is still exact."""
+    want = truth(small_pages)
+    index, action, st = epoch(small_pages, table_cache_bytes=2048)
+    assert sorted(index) == sorted(want)
+    for i, a in zip(index, action):
+        assert np.array_equal(a, want[i]), i
+    assert st["table_row_groups"] > 1 and st["table_pages_skipped"] > 0
+
+
+@pytest.mark.parametrize("mode", ["stream", "pool"])
+def test_a_rank_decodes_only_its_share_of_a_big_row_group(small_pages, mode):
+    """Three ranks over one file written as a single row group: each decodes only the pages of
+    its own episodes (counted against one loader over everything), the later ranks skip the pages
+    before theirs unread, and together they deliver every row, exact."""
+    want = truth(small_pages)
+
+    def run(rank, world):
+        loader = vlafeed.Loader(str(small_pages), mode=mode, batch_size=8, keys=["action", "index"], rank=rank,
+                                world_size=world, shuffle=False, output="numpy", partition="episode")
+        seen = []
+        for b in loader:
+            for i, a in zip(b["index"].tolist(), b["action"]):
+                assert np.array_equal(a, want[i]), i
+                seen.append(i)
+        st = loader.stats()
+        loader.close()
+        return seen, st
+
+    seen_all, whole = run(0, 1)
+    assert sorted(seen_all) == sorted(want) and whole["table_pages_skipped"] == 0
+    seen = []
+    for rank in range(3):
+        got, st = run(rank, 3)
+        seen += got
+        assert st["table_pages_decoded"] < whole["table_pages_decoded"], (rank, st, whole)
+        if rank > 0:
+            assert st["table_pages_skipped"] > 0, (rank, st)
+    assert set(seen) == set(want)
