@@ -58,6 +58,8 @@ typedef struct chunk_ctx {
     vf_pq_column dict;
     int has_dict;
     int maxbuf_len;            /* leading bytes of maxbuf filled so far */
+    int mid_row;               /* pages of a repeated column were skipped: the first decoded page may
+                                  continue the row before it (page-level reads) */
     /* Scratch arrays (not zeroed: each chunk writes before it reads). */
     uint32_t idx[IDX_BATCH];
     uint8_t lv[LEVEL_BATCH];
@@ -163,8 +165,6 @@ int vf_pq_column_keep_rows(vf_pq_column *c, int64_t a, int64_t b)
     if (a < 0 || b < a || b > c->rows)
         return vf_error(VF_ERANGE, "rows [%lld, %lld) outside the decoded %lld", (long long)a, (long long)b,
                         (long long)c->rows);
-    if (a == 0 && b == c->rows)
-        return 0;
     const int max_rep = c->leaf->max_rep;
     int64_t e0 = a, e1 = b; /* entry range */
     if (max_rep == 1 && !c->rep) {
@@ -185,6 +185,8 @@ int vf_pq_column_keep_rows(vf_pq_column *c, int64_t a, int64_t b)
             }
         }
     }
+    if (e0 == 0 && e1 == c->num_entries)
+        return 0;
     /* value range: the present entries (def == max_def) before e0 and e1 */
     int64_t v0 = e0, v1 = e1;
     if (c->def) {
@@ -912,14 +914,14 @@ static int decode_page_levels(chunk_ctx *c, int64_t n, const uint8_t *rep_p, siz
             rows = vf_pq_rle_zero_positions(&lr.rle, n, base, col->row_starts + col->rows);
             if (rows < 0)
                 return fail(c, VF_ECORRUPT, "repetition levels are truncated or malformed");
-            if (base == c->entries_start && n > 0 && (rows == 0 || col->row_starts[col->rows] != base))
+            if (base == c->entries_start && n > 0 && !c->mid_row && (rows == 0 || col->row_starts[col->rows] != base))
                 return fail(c, VF_ECORRUPT, "first repetition level of the column chunk is not 0");
         }
         for (int64_t done = 0; done < n && !(leaf->max_rep == 1 && lr.encoding == VF_PQ_ENC_RLE);) {
             int64_t k = VF_MIN(n - done, LEVEL_BATCH);
             if ((r = level_read(c, &lr, "repetition", leaf->max_rep, c->lv, k)) < 0)
                 return r;
-            if (base + done == c->entries_start && c->lv[0] != 0)
+            if (base + done == c->entries_start && c->lv[0] != 0 && !c->mid_row)
                 return fail(c, VF_ECORRUPT, "first repetition level of the column chunk is %d, not 0", c->lv[0]);
             if (leaf->max_rep == 1) {
                 rows += append_row_starts(c->lv, k, base + done, col->row_starts + col->rows + rows);
@@ -1148,6 +1150,48 @@ static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const 
     return decode_values(c, h->encoding, p, len, nv);
 }
 
+/* The rows a v1 page of a repeated column starts (its repetition levels
+ * equal to 0): the page is decompressed and its levels read, its values
+ * are not decoded (page-level reads). */
+static int v1_page_rows(chunk_ctx *c, const page_header *h, const uint8_t *payload, int64_t *rows)
+{
+    const uint8_t *p;
+    int r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p);
+    if (r < 0)
+        return r;
+    size_t len = (size_t)h->uncompressed_size, lvlen;
+    int64_t n = h->num_values;
+    int max_rep = c->leaf->max_rep;
+    if (h->rep_encoding == VF_PQ_ENC_RLE) {
+        if (len < 4 || load_u32(p) > len - 4)
+            return fail(c, VF_ECORRUPT, "repetition levels length prefix passes the page end");
+        lvlen = load_u32(p);
+        p += 4;
+    } else if (h->rep_encoding == VF_PQ_ENC_BIT_PACKED) {
+        uint64_t bytes = ((uint64_t)n * (uint64_t)bit_width(max_rep) + 7) / 8;
+        if (bytes > len)
+            return fail(c, VF_ECORRUPT, "bit-packed levels pass the page end");
+        lvlen = (size_t)bytes;
+    } else {
+        return fail(c, VF_EUNSUPPORTED, "level encoding %s (%d) is not supported",
+                    vf_pq_encoding_name(h->rep_encoding), h->rep_encoding);
+    }
+    level_reader lr;
+    if ((r = level_reader_init(c, &lr, "repetition", h->rep_encoding, p, lvlen, max_rep, n)) < 0)
+        return r;
+    int64_t zeros = 0;
+    for (int64_t done = 0; done < n;) {
+        int64_t k = VF_MIN(n - done, LEVEL_BATCH);
+        if ((r = level_read(c, &lr, "repetition", max_rep, c->lv, k)) < 0)
+            return r;
+        for (int64_t i = 0; i < k; i++)
+            zeros += c->lv[i] == 0;
+        done += k;
+    }
+    *rows = zeros;
+    return 0;
+}
+
 static int data_page_v2(chunk_ctx *c, const page_header *h, const uint8_t *payload)
 {
     if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->compressed_size ||
@@ -1343,6 +1387,26 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                 pos += h.compressed_size;
                 s->pages_skipped++;
                 continue;
+            }
+            if (prows < 0 && !v2 && h.has_data && leaf->max_rep > 0 && col->rows == rows_start && at < row_lo &&
+                h.num_values >= 0 && h.num_values <= m->num_values - done) {
+                /* A repeated column's v1 page: its rows come from its
+                 * repetition levels; its last row may go on in the next
+                 * page, which is then decoded from mid-row (the rows kept
+                 * start at row_lo, after it). */
+                const uint8_t *payload;
+                int64_t avail, rows = 0;
+                if ((r = fetch(c, pos, h.compressed_size, &payload, &avail)) < 0 ||
+                    (r = v1_page_rows(c, &h, payload, &rows)) < 0)
+                    break;
+                if (at + rows <= row_lo) {
+                    skipped += rows;
+                    done += h.num_values;
+                    pos += h.compressed_size;
+                    s->pages_skipped++;
+                    c->mid_row = 1;
+                    continue;
+                }
             }
         }
         const uint8_t *payload;
