@@ -1150,19 +1150,27 @@ static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const 
     return decode_values(c, h->encoding, p, len, nv);
 }
 
-/* The rows a v1 page of a repeated column starts (its repetition levels
- * equal to 0): the page is decompressed and its levels read, its values
- * are not decoded (page-level reads). */
-static int v1_page_rows(chunk_ctx *c, const page_header *h, const uint8_t *payload, int64_t *rows)
+/* The rows a data page of a repeated column starts (its repetition
+ * levels equal to 0), from the levels alone: a v1 page is decompressed
+ * (its levels lead the page), a v2 page's levels are stored uncompressed;
+ * the values are not decoded (page-level reads). A v2 header's num_rows is
+ * not trusted for this: it must agree with the levels. */
+static int page_rows(chunk_ctx *c, const page_header *h, const uint8_t *payload, int64_t *rows)
 {
     const uint8_t *p;
-    int r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p);
-    if (r < 0)
-        return r;
-    size_t len = (size_t)h->uncompressed_size, lvlen;
+    size_t len, lvlen;
     int64_t n = h->num_values;
-    int max_rep = c->leaf->max_rep;
-    if (h->rep_encoding == VF_PQ_ENC_RLE) {
+    int max_rep = c->leaf->max_rep, r, encoding = h->rep_encoding;
+    if (h->type == VF_PQ_PAGE_DATA_V2) {
+        if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->compressed_size)
+            return fail(c, VF_ECORRUPT, "DATA_PAGE_V2 level lengths (%d, %d) pass the page size", h->rep_len,
+                        h->def_len);
+        p = payload;
+        lvlen = (size_t)h->rep_len;
+        encoding = VF_PQ_ENC_RLE;
+    } else if ((r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p)) < 0) {
+        return r;
+    } else if ((len = (size_t)h->uncompressed_size, h->rep_encoding == VF_PQ_ENC_RLE)) {
         if (len < 4 || load_u32(p) > len - 4)
             return fail(c, VF_ECORRUPT, "repetition levels length prefix passes the page end");
         lvlen = load_u32(p);
@@ -1177,7 +1185,7 @@ static int v1_page_rows(chunk_ctx *c, const page_header *h, const uint8_t *paylo
                     vf_pq_encoding_name(h->rep_encoding), h->rep_encoding);
     }
     level_reader lr;
-    if ((r = level_reader_init(c, &lr, "repetition", h->rep_encoding, p, lvlen, max_rep, n)) < 0)
+    if ((r = level_reader_init(c, &lr, "repetition", encoding, p, lvlen, max_rep, n)) < 0)
         return r;
     int64_t zeros = 0;
     for (int64_t done = 0; done < n;) {
@@ -1188,6 +1196,9 @@ static int v1_page_rows(chunk_ctx *c, const page_header *h, const uint8_t *paylo
             zeros += c->lv[i] == 0;
         done += k;
     }
+    if (h->type == VF_PQ_PAGE_DATA_V2 && zeros != h->num_rows)
+        return fail(c, VF_ECORRUPT, "DATA_PAGE_V2 header says %d rows, its repetition levels start %lld",
+                    h->num_rows, (long long)zeros);
     *rows = zeros;
     return 0;
 }
@@ -1265,6 +1276,53 @@ static int read_page_header(chunk_ctx *c, int64_t off, page_header *h, int64_t *
 }
 
 /* ---- chunk --------------------------------------------------------------------------- */
+
+/* A repetition level r > 0 continues the list at depth r of the entry
+ * before it, which must then hold an element there (its definition level
+ * reaches that list's). A file where it does not (an empty or null list
+ * "continued") has no meaning; assembling it anyway attached the value to
+ * some earlier list, so it is refused. Only entries from `from` on are
+ * checked; columns without stored definition levels cannot break it. */
+static int check_continuations(chunk_ctx *c, int64_t from)
+{
+    vf_pq_column *col = c->col;
+    const vf_pq_node *leaf = c->leaf;
+    if (leaf->max_rep == 0 || !col->def || leaf->max_rep > 15)
+        return 0;
+    const vf_pq_node *path[64];
+    int depth = 0;
+    for (const vf_pq_node *n = leaf; n && n->parent && depth < 64; n = n->parent)
+        path[depth++] = n;
+    int16_t need[16] = {0};
+    int def = 0, rep = 0;
+    for (int k = depth - 1; k >= 0; k--) {
+        if (path[k]->repetition == VF_PQ_OPTIONAL)
+            def++;
+        else if (path[k]->repetition == VF_PQ_REPEATED && rep < 15)
+            need[++rep] = (int16_t)++def;
+    }
+    if (rep != leaf->max_rep)
+        return 0; /* not the path the levels were decoded for: nothing to check against */
+    int64_t k = 0; /* max_rep 1: the next row start at or after i */
+    while (leaf->max_rep == 1 && !col->rep && k < col->rows && col->row_starts[k] < from)
+        k++;
+    for (int64_t i = VF_MAX(from, 1); i < col->num_entries; i++) {
+        int r;
+        if (col->rep) {
+            r = col->rep[i];
+        } else {
+            while (k < col->rows && col->row_starts[k] < i)
+                k++;
+            r = k < col->rows && col->row_starts[k] == i ? 0 : 1;
+        }
+        if (r > 0 && col->def[i - 1] < need[r])
+            return fail(c, VF_ECORRUPT,
+                        "level entry %lld continues a list (repetition level %d) that the entry before it left "
+                        "empty or null (definition level %d)",
+                        (long long)(i - c->entries_start), r, col->def[i - 1]);
+    }
+    return 0;
+}
 
 int vf_pq_decode_chunk(vf_pq_file *f, int row_group, int leaf_index, vf_pq_column *col, vf_pq_scratch *s)
 {
@@ -1376,11 +1434,8 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                 stopped = 1;
                 break;
             }
-            int64_t prows = v2 && h.has_v2 ? h.num_rows : !v2 && h.has_data && leaf->max_rep == 0 ? h.num_values : -1;
-            if (prows > h.num_values) {
-                r = fail(c, VF_ECORRUPT, "page has %lld rows but %d values", (long long)prows, h.num_values);
-                break;
-            }
+            /* a non-repeated column: one entry per row */
+            int64_t prows = (v2 ? h.has_v2 : h.has_data) && leaf->max_rep == 0 ? h.num_values : -1;
             if (prows >= 0 && col->rows == rows_start && at + prows <= row_lo && h.num_values <= m->num_values - done) {
                 skipped += prows;
                 done += h.num_values;
@@ -1388,16 +1443,17 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                 s->pages_skipped++;
                 continue;
             }
-            if (prows < 0 && !v2 && h.has_data && leaf->max_rep > 0 && col->rows == rows_start && at < row_lo &&
-                h.num_values >= 0 && h.num_values <= m->num_values - done) {
-                /* A repeated column's v1 page: its rows come from its
+            if (prows < 0 && (v2 ? h.has_v2 : h.has_data) && leaf->max_rep > 0 && col->rows == rows_start &&
+                at < row_lo && h.num_values >= 0 && h.num_values <= m->num_values - done) {
+                /* A repeated column's page: its rows come from its
                  * repetition levels; its last row may go on in the next
-                 * page, which is then decoded from mid-row (the rows kept
-                 * start at row_lo, after it). */
+                 * page (older writers split rows across v1 pages), which
+                 * is then decoded from mid-row (the rows kept start at
+                 * row_lo, after it). */
                 const uint8_t *payload;
                 int64_t avail, rows = 0;
                 if ((r = fetch(c, pos, h.compressed_size, &payload, &avail)) < 0 ||
-                    (r = v1_page_rows(c, &h, payload, &rows)) < 0)
+                    (r = page_rows(c, &h, payload, &rows)) < 0)
                     break;
                 if (at + rows <= row_lo) {
                     skipped += rows;
@@ -1460,6 +1516,28 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                            : skipped + col->rows - rows_start != rg->num_rows))
         r = vf_error(VF_ECORRUPT, "%s: column chunk has %lld rows, the row group %lld", where(c),
                      (long long)(skipped + col->rows - rows_start), (long long)rg->num_rows);
+    if (r == 0) {
+        /* A range read may start mid-row: its leading entries continue a
+         * row whose start was skipped. */
+        int64_t from = c->entries_start;
+        if (c->mid_row) {
+            from = col->num_entries;
+            if (col->rep) {
+                for (int64_t i = c->entries_start; i < col->num_entries; i++)
+                    if (col->rep[i] == 0) {
+                        from = i;
+                        break;
+                    }
+            } else {
+                for (int64_t k = 0; k < col->rows; k++)
+                    if (col->row_starts[k] >= c->entries_start) {
+                        from = col->row_starts[k];
+                        break;
+                    }
+            }
+        }
+        r = check_continuations(c, from + 1);
+    }
     if (r == 0 && first_row)
         *first_row = skipped;
 out:

@@ -366,6 +366,7 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                 return;
             }
             skip_frame *f = &st[sp];
+        fast_struct:
             if (f->kind == VF_TC_STRUCT) {
                 /* Fast path: scalar fields of the struct (the bulk of a
                  * footer: integers, binaries, booleans) are skipped here
@@ -374,6 +375,55 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                 while (end - p >= 24) {
                     uint8_t h = *p;
                     int ft = h & 0x0f;
+                    if (h == VF_TC_STOP) {
+                        /* The struct ends: back to its parent here when
+                         * that is a struct, or a list of structs with
+                         * elements left (a column chunk's meta_data,
+                         * statistics and encoding_stats). */
+                        p++;
+                        if (--sp < 0) {
+                            t->p = p;
+                            return;
+                        }
+                        f = &st[sp];
+                        if (f->kind == VF_TC_LIST && f->elem == VF_TC_STRUCT && f->left > 0 && sp + 1 < limit) {
+                            f->left--;
+                            st[++sp] = (skip_frame){.kind = VF_TC_STRUCT};
+                            f = &st[sp];
+                            continue;
+                        }
+                        goto fast_struct;
+                    }
+                    if (ft == VF_TC_STRUCT && (h >> 4)) {
+                        if (sp + 1 >= limit) {
+                            why = "thrift structs nested too deeply";
+                            goto fail;
+                        }
+                        p++;
+                        st[++sp] = (skip_frame){.kind = VF_TC_STRUCT};
+                        f = &st[sp];
+                        continue;
+                    }
+                    if ((ft == VF_TC_LIST || ft == VF_TC_SET) && (h >> 4) && (p[1] & 0x0f) == VF_TC_STRUCT &&
+                        (p[1] >> 4) != 15) {
+                        /* A short list of structs: its elements are
+                         * skipped by this loop, one struct frame each. */
+                        uint32_t n = p[1] >> 4;
+                        if (sp + 1 + (n > 0) >= limit) {
+                            why = "thrift structs nested too deeply";
+                            goto fail;
+                        }
+                        p += 2;
+                        st[++sp] = (skip_frame){.kind = VF_TC_LIST, .elem = VF_TC_STRUCT, .left = n};
+                        if (n > 0) {
+                            st[sp].left--;
+                            st[++sp] = (skip_frame){.kind = VF_TC_STRUCT};
+                        }
+                        f = &st[sp];
+                        if (n == 0)
+                            goto fast_struct;
+                        continue;
+                    }
                     if ((ft == VF_TC_LIST || ft == VF_TC_SET) && (h >> 4)) {
                         /* A short list of integers or binaries (a column
                          * chunk's encodings and path_in_schema): skipped

@@ -188,13 +188,16 @@ def _rle_levels(levels):
     return struct.pack("<I", len(out)) + bytes(out)
 
 
-def write_spanning_pages(path, rows, entries_per_page):
+def write_spanning_pages(path, rows, entries_per_page, levels=None):
+    """levels: (rep, def, values) written as given instead of rows' (num_rows = rows)."""
     rep, dfn, vals = [], [], []
     for row in rows:
         if not row:
             rep.append(0), dfn.append(0)
         for k, v in enumerate(row):
             rep.append(0 if k == 0 else 1), dfn.append(1), vals.append(v)
+    if levels is not None:
+        rep, dfn, vals = levels
     body, vi, starts_mid = bytearray(b"PAR1"), 0, 0
     first = len(body)
     for lo in range(0, len(rep), entries_per_page):
@@ -241,3 +244,16 @@ def test_rows_spanning_pages(tmp_path, per_page):
             assert got == rows[first:first + count], (first, count)
             late += skipped if first > 200 else 0
     assert late > 0
+
+
+def test_continuing_an_empty_list_is_refused(tmp_path):
+    """Levels that continue a list the entry before left empty have no meaning: an error naming
+    the column and page, whole or ranged, not a value glued onto an earlier list (which the
+    reader used to do; the fuzzer found whole and ranged reads disagreeing on such a file)."""
+    path = tmp_path / "bad.parquet"
+    # row 0 = [5], row 1 = [] (definition 0), then an entry with repetition 1 "continuing" row 1
+    write_spanning_pages(path, [[5], []], 64, levels=([0, 0, 1], [1, 0, 1], [5, 6]))
+    for read in (lambda: native.parquet_read(str(path)), lambda: native.parquet_read_rows(str(path), "v", 0, 1, 1)):
+        with pytest.raises(native.VlafeedError, match=r"column 'v.list.element', row group 0, page 0: level entry 2 "
+                                                      r"continues a list \(repetition level 1\)"):
+            read()
