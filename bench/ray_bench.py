@@ -36,6 +36,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_PEER = "/work/wt-lerobot06/build-lerobot/venv312/bin/python"
 TICKS = os.sysconf("SC_CLK_TCK")
+ROWS_PER_BLOCK = 128  # --rows-per-block N
 
 
 # ---- /proc accounting (no psutil in either environment) -------------------------------------------
@@ -212,7 +213,7 @@ def child_datasource(root, check, warm, full_warm=False):
         _consume(ray.data.read_datasource(vray.LeRobotDatasource(root, image_format="uint8_hwc")), [], False, None)
     c0 = tree_cpu_s(os.getpid())
     t0 = time.perf_counter()
-    source = vray.LeRobotDatasource(root, image_format="uint8_hwc", rows_per_block=128)
+    source = vray.LeRobotDatasource(root, image_format="uint8_hwc", rows_per_block=ROWS_PER_BLOCK)
     ds = ray.data.read_datasource(source)
     cams = source.meta.video_keys
     rows, first, checked = _consume(ds, cams, check, lambda a: a)
@@ -310,6 +311,7 @@ def run_child(python, what, root, out_dir, check, tolerance=None, timeout=1800, 
         args.append("--cold")
     if full_warm:
         args.append("--full-warm")
+    args += ["--rows-per-block", str(ROWS_PER_BLOCK)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
@@ -350,6 +352,8 @@ def per_cpu(r):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--child")
+    p.add_argument("--rows-per-block", type=int, default=128,
+                   help="the datasource's rows_per_block (default 128, its default)")
     p.add_argument("--root")
     p.add_argument("--check", action="store_true")
     p.add_argument("--tolerance", type=float)
@@ -370,6 +374,8 @@ def main(argv=None):
     p.add_argument("--peer-python", default=DEFAULT_PEER)
     p.add_argument("--no-peer", action="store_true")
     a = p.parse_args(argv)
+    global ROWS_PER_BLOCK
+    ROWS_PER_BLOCK = a.rows_per_block
     if a.child:
         warm = not a.cold
         fn = {"loader": lambda: child_loader(a.root, a.check, a.full_warm),
