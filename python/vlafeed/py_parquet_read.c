@@ -118,16 +118,28 @@ static int open_any(const char *path, vf_pq_file **f)
     return r;
 }
 
-static int open_file(const char *path, vf_pq_file **f)
+/* Opens the file named by path_obj (a PyUnicode_FSConverter result, whose
+ * reference this takes); 0, or -1 with the exception set. */
+static int open_file(PyObject *path_obj, vf_pq_file **f)
 {
+    const char *path = PyBytes_AS_STRING(path_obj);
     int r;
     Py_BEGIN_ALLOW_THREADS r = open_any(path, f);
-    Py_END_ALLOW_THREADS if (r < 0)
-    {
+    Py_END_ALLOW_THREADS Py_DECREF(path_obj);
+    if (r < 0) {
         vf_py_raise(r);
         return -1;
     }
     return 0;
+}
+
+/* The index of a top-level column, or -1 with KeyError set. */
+static int field_or_key_error(const vf_pq_file *f, const char *name)
+{
+    int i = vf_pq_field_index(f, name);
+    if (i < 0)
+        PyErr_Format(PyExc_KeyError, "%s: no column '%s'", vf_pq_name(f), name);
+    return i;
 }
 
 static PyObject *read_one(vf_pq_file *f, int field, long row_group)
@@ -161,8 +173,7 @@ static PyObject *py_parquet_read(PyObject *self, PyObject *args, PyObject *kwarg
         }
     }
     vf_pq_file *f;
-    int rc = open_file(PyBytes_AS_STRING(path_obj), &f);
-    Py_DECREF(path_obj);
+    int rc = open_file(path_obj, &f);
     if (rc < 0)
         return NULL;
     PyObject *result = PyDict_New(), *seq = NULL;
@@ -185,11 +196,9 @@ static PyObject *py_parquet_read(PyObject *self, PyObject *args, PyObject *kwarg
             const char *name = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, k));
             if (!name)
                 goto fail;
-            int i = vf_pq_field_index(f, name);
-            if (i < 0) {
-                PyErr_Format(PyExc_KeyError, "%s: no column '%s'", vf_pq_name(f), name);
+            int i = field_or_key_error(f, name);
+            if (i < 0)
                 goto fail;
-            }
             PyObject *list = read_one(f, i, row_group);
             if (!list || PyDict_SetItemString(result, name, list) < 0) {
                 Py_XDECREF(list);
@@ -291,8 +300,7 @@ static PyObject *py_parquet_info(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path_obj))
         return NULL;
     vf_pq_file *f;
-    int rc = open_file(PyBytes_AS_STRING(path_obj), &f);
-    Py_DECREF(path_obj);
+    int rc = open_file(path_obj, &f);
     if (rc < 0)
         return NULL;
     PyObject *d = PyDict_New(), *fields = PyList_New(0), *leaves = PyList_New(0), *groups = PyList_New(0),
@@ -370,8 +378,7 @@ static PyObject *py_parquet_select_row_groups(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O&sLL", PyUnicode_FSConverter, &path_obj, &column, &lo, &hi))
         return NULL;
     vf_pq_file *f;
-    int rc = open_file(PyBytes_AS_STRING(path_obj), &f);
-    Py_DECREF(path_obj);
+    int rc = open_file(path_obj, &f);
     if (rc < 0)
         return NULL;
     int *groups, count;
@@ -404,13 +411,11 @@ static PyObject *py_parquet_read_rows(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O&siLL", PyUnicode_FSConverter, &path_obj, &column, &row_group, &first, &count))
         return NULL;
     vf_pq_file *f;
-    int rc = open_file(PyBytes_AS_STRING(path_obj), &f);
-    Py_DECREF(path_obj);
+    int rc = open_file(path_obj, &f);
     if (rc < 0)
         return NULL;
-    int field = vf_pq_field_index(f, column);
+    int field = field_or_key_error(f, column);
     if (field < 0) {
-        PyErr_Format(PyExc_KeyError, "%s: no column '%s'", vf_pq_name(f), column);
         vf_pq_close(f);
         return NULL;
     }

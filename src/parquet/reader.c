@@ -309,9 +309,12 @@ int vf_pq_select_row_groups(const vf_pq_file *f, const char *name, int64_t lo, i
 }
 
 /* Decodes every leaf of the field over the given row groups, then
- * assembles. */
-static int read_field_groups(vf_pq_file *f, int field_index, int first_group, int num_groups, vf_pq_array *out,
-                             vf_pq_page_counts *pages)
+ * assembles. num_rows >= 0 (one row group): only rows [first_row,
+ * first_row + num_rows) of it, through page-level reads: each leaf decodes
+ * the pages over the range (their boundaries differ from leaf to leaf),
+ * then keeps exactly the range's rows. */
+static int read_field_groups(vf_pq_file *f, int field_index, int first_group, int num_groups, int64_t first_row,
+                             int64_t num_rows, vf_pq_array *out, vf_pq_page_counts *pages)
 {
     memset(out, 0, sizeof *out);
     if (field_index < 0 || field_index >= vf_pq_num_fields(f))
@@ -332,13 +335,27 @@ static int read_field_groups(vf_pq_file *f, int field_index, int first_group, in
     memset(&scratch, 0, sizeof scratch);
     for (int i = 0; i < plan->num_leaves; i++)
         vf_pq_column_init(&cols[i], f->leaves[plan->first_leaf + i]);
-    for (int g = first_group; g < first_group + num_groups && r == 0; g++) {
+    for (int g = first_group; g < first_group + num_groups && r == 0 && num_rows < 0; g++) {
         rows += f->row_groups[g].num_rows;
         for (int i = 0; i < plan->num_leaves && r == 0; i++)
             r = vf_pq_decode_chunk(f, g, plan->first_leaf + i, &cols[i], &scratch);
     }
-    if (pages)
+    for (int i = 0; i < plan->num_leaves && r == 0 && num_rows >= 0; i++) {
+        int64_t first = 0;
+        rows = num_rows;
+        r = vf_pq_decode_chunk_rows(f, first_group, plan->first_leaf + i, &cols[i], &scratch, first_row,
+                                    first_row + num_rows, &first);
+        if (r == 0 && (first > first_row || cols[i].rows < first_row + num_rows - first))
+            r = vf_error(VF_ECORRUPT, "%s: row group %d: the pages of leaf %d hold rows [%lld, %lld), not [%lld, %lld)",
+                         f->name, first_group, plan->first_leaf + i, (long long)first,
+                         (long long)(first + cols[i].rows), (long long)first_row, (long long)(first_row + num_rows));
+        if (r == 0)
+            r = vf_pq_column_keep_rows(&cols[i], first_row - first, first_row - first + num_rows);
+    }
+    if (pages) {
         pages->decoded = scratch.pages_decoded;
+        pages->skipped = scratch.pages_skipped;
+    }
     vf_pq_scratch_free(&scratch);
     if (r == 0)
         r = vf_pq_assemble(f, plan, cols, rows, out);
@@ -355,7 +372,7 @@ int vf_pq_read_field(vf_pq_file *f, int row_group, int field_index, vf_pq_array 
         return vf_error(VF_ERANGE, "%s: row group %d out of range (%d row groups)", f->name, row_group,
                         f->num_row_groups);
     }
-    return read_field_groups(f, field_index, row_group, 1, out, NULL);
+    return read_field_groups(f, field_index, row_group, 1, 0, -1, out, NULL);
 }
 
 int vf_pq_read_field_rows(vf_pq_file *f, int row_group, int field_index, int64_t first_row, int64_t num_rows,
@@ -371,54 +388,13 @@ int vf_pq_read_field_rows(vf_pq_file *f, int row_group, int field_index, int64_t
     if (first_row < 0 || num_rows < 0 || first_row > group_rows || num_rows > group_rows - first_row)
         return vf_error(VF_ERANGE, "%s: rows [%lld, +%lld) outside row group %d (%lld rows)", f->name,
                         (long long)first_row, (long long)num_rows, row_group, (long long)group_rows);
-    if (first_row == 0 && num_rows == group_rows)
-        return read_field_groups(f, field_index, row_group, 1, out, pages);
-    if (field_index < 0 || field_index >= vf_pq_num_fields(f))
-        return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index,
-                        vf_pq_num_fields(f));
-    const vf_pq_plan *plan = &f->fields[field_index];
-    for (int i = 0; i < plan->num_leaves; i++) {
-        int pr = check_projected(f, plan->first_leaf + i);
-        if (pr < 0)
-            return pr;
-    }
-    vf_pq_column *cols = vf_calloc(plan->num_leaves ? (size_t)plan->num_leaves : 1, sizeof *cols);
-    if (!cols)
-        return VF_ENOMEM;
-    int r = 0;
-    vf_pq_scratch scratch;
-    memset(&scratch, 0, sizeof scratch);
-    for (int i = 0; i < plan->num_leaves; i++)
-        vf_pq_column_init(&cols[i], f->leaves[plan->first_leaf + i]);
-    /* Each leaf decodes the pages over the range (their boundaries differ
-     * from leaf to leaf), then keeps exactly the range's rows. */
-    for (int i = 0; i < plan->num_leaves && r == 0; i++) {
-        int64_t first = 0;
-        r = vf_pq_decode_chunk_rows(f, row_group, plan->first_leaf + i, &cols[i], &scratch, first_row,
-                                    first_row + num_rows, &first);
-        if (r == 0 && (first > first_row || cols[i].rows < first_row + num_rows - first))
-            r = vf_error(VF_ECORRUPT, "%s: row group %d: the pages of leaf %d hold rows [%lld, %lld), not [%lld, %lld)",
-                         f->name, row_group, plan->first_leaf + i, (long long)first, (long long)(first + cols[i].rows),
-                         (long long)first_row, (long long)(first_row + num_rows));
-        if (r == 0)
-            r = vf_pq_column_keep_rows(&cols[i], first_row - first, first_row - first + num_rows);
-    }
-    if (pages) {
-        pages->decoded = scratch.pages_decoded;
-        pages->skipped = scratch.pages_skipped;
-    }
-    vf_pq_scratch_free(&scratch);
-    if (r == 0)
-        r = vf_pq_assemble(f, plan, cols, num_rows, out);
-    for (int i = 0; i < plan->num_leaves; i++)
-        vf_pq_column_free(&cols[i]);
-    free(cols);
-    return r;
+    int whole = first_row == 0 && num_rows == group_rows;
+    return read_field_groups(f, field_index, row_group, 1, first_row, whole ? -1 : num_rows, out, pages);
 }
 
 int vf_pq_read_field_all(vf_pq_file *f, int field_index, vf_pq_array *out)
 {
-    return read_field_groups(f, field_index, 0, f->num_row_groups, out, NULL);
+    return read_field_groups(f, field_index, 0, f->num_row_groups, 0, -1, out, NULL);
 }
 
 /* Byte range of a leaf's chunk in a row group ([*lo, *hi)), 0 when it has
