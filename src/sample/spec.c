@@ -592,10 +592,15 @@ static int build_video(builder *b)
         }
         if (r == 0 && nfiles > 1)
             qsort(keys, nfiles, sizeof *keys, cmp_file_key);
+        const file_key *last = NULL; /* consecutive episodes mostly share a file */
         for (size_t e = 0; r == 0 && e < na; e++) {
             const vf_ds_video_loc *v = &d->episodes[e].video[cam];
             file_key want = {v->chunk_index, v->file_index, 0};
-            const file_key *hit = nfiles ? bsearch(&want, keys, nfiles, sizeof *keys, cmp_file_key) : NULL;
+            const file_key *hit = last && last->chunk == want.chunk && last->file == want.file ? last
+                                  : nfiles ? bsearch(&want, keys, nfiles, sizeof *keys, cmp_file_key)
+                                           : NULL;
+            if (hit)
+                last = hit;
             file_of[e] = hit ? (int32_t)hit->id : -1;
             if (hit)
                 s->files[cam][hit->id].list_count++;
@@ -614,16 +619,14 @@ static int build_video(builder *b)
         }
         /* Selected episode -> (file, slot). */
         for (size_t p = 0; r == 0 && p < s->num_episodes; p++) {
-            vf_video_span span;
-            if ((r = vf_dataset_episode_video(d, p, cam, &span)) < 0)
-                break;
             size_t e = d->selected[p];
-            if (span.file >= nfiles || file_of[e] != (int32_t)span.file) {
+            int file = d->episodes[e].video[cam].file; /* the dataset's id of the episode's file */
+            if (file < 0 || (size_t)file >= nfiles || file_of[e] != (int32_t)file) {
                 r = vf_error(VF_ECORRUPT, "camera %s: episode %lld has no video file", dc->pub.key,
                              (long long)vf_dataset_episode(d, p)->episode_index);
                 break;
             }
-            s->slots[p * s->num_cameras + cam].file = (uint32_t)span.file;
+            s->slots[p * s->num_cameras + cam].file = (uint32_t)file;
             s->slots[p * s->num_cameras + cam].episode = k_of[e];
         }
         free(keys);
