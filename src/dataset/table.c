@@ -13,7 +13,8 @@
  * work the same way here.
  *
  * Reading: each data file of the requested episodes is opened once, each
- * needed row group is decoded once per requested column, and the rows are
+ * needed row group is decoded once per requested column (only the pages
+ * holding the rows the episodes need: vf_pq_read_field_rows), and the rows are
  * copied (with conversion: float features -> float32, integer and bool
  * features -> int64) into contiguous [rows, width] arrays. Every vector row
  * must hold exactly the feature's size (product of shape) elements, nested
@@ -376,6 +377,24 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
         if (pass == 0)
             t->row_groups_read += (int64_t)ng;
     }
+    /* The rows each of those groups must give, [lo, hi): only they are
+     * read, through page-level reads (a converter's file is one row group
+     * of hundreds of episodes: decoding it whole per miss or per rank was
+     * the cost of the file, not of the share). */
+    int64_t *range = r == 0 ? vf_malloc_array(ng ? 2 * ng : 1, sizeof *range) : NULL;
+    if (r == 0 && !range)
+        r = VF_ENOMEM;
+    for (size_t gi = 0; gi < ng && r == 0; gi++) {
+        int64_t lo = INT64_MAX, hi = 0;
+        for (size_t i = 0; i < num_plans; i++)
+            for (int sp = 0; sp < plans[i]->num_spans; sp++)
+                if (plans[i]->spans[sp].row_group == groups[gi]) {
+                    lo = VF_MIN(lo, plans[i]->spans[sp].first_row);
+                    hi = VF_MAX(hi, plans[i]->spans[sp].first_row + plans[i]->spans[sp].count);
+                }
+        range[2 * gi] = lo;
+        range[2 * gi + 1] = hi;
+    }
     /* Columns: the requested ones, plus `index` and `episode_index` for
      * verification (verify = 1 and 2). */
     size_t ncols = t->num_columns + ((flags & VF_DS_VERIFY_INDEX) && pass == 0 ? 2 : 0);
@@ -393,17 +412,7 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
             break;
         }
         for (size_t gi = 0; gi < ng && r == 0; gi++) {
-            /* Only the rows of the group that the episodes need, through
-             * page-level reads (a converter's file is one row group of
-             * hundreds of episodes: decoding it whole per miss or per
-             * rank was the cost of the file, not of the share). */
-            int64_t lo = INT64_MAX, hi = 0;
-            for (size_t i = 0; i < num_plans; i++)
-                for (int sp = 0; sp < plans[i]->num_spans; sp++)
-                    if (plans[i]->spans[sp].row_group == groups[gi]) {
-                        lo = VF_MIN(lo, plans[i]->spans[sp].first_row);
-                        hi = VF_MAX(hi, plans[i]->spans[sp].first_row + plans[i]->spans[sp].count);
-                    }
+            int64_t lo = range[2 * gi], hi = range[2 * gi + 1];
             if (lo >= hi)
                 continue;
             vf_pq_array a;
@@ -439,6 +448,7 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
             vf_pq_array_free(&a);
         }
     }
+    free(range);
     free(groups);
     vf_pq_close(f);
     return r;

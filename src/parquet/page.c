@@ -1112,6 +1112,44 @@ static int data_page_v1(chunk_ctx *c, const page_header *h, const uint8_t *paylo
 }
 
 /* The decompressed v1 page at p: levels, then values. */
+/* The level block of kind k (0: repetition, 1: definition) that starts a
+ * decompressed v1 page's remaining bytes (*p, *len): *out and *out_len get
+ * it, and *p / *len move past it. */
+static int v1_level_block(chunk_ctx *c, int k, int encoding, int max_level, int64_t n, const uint8_t **p,
+                          size_t *len, const uint8_t **out, size_t *out_len)
+{
+    size_t used;
+    if (encoding == VF_PQ_ENC_RLE) {
+        if (*len < 4 || load_u32(*p) > *len - 4)
+            return fail(c, VF_ECORRUPT, "%s levels length prefix passes the page end", k ? "definition" : "repetition");
+        *out_len = load_u32(*p);
+        *out = *p + 4;
+        used = 4 + *out_len;
+    } else if (encoding == VF_PQ_ENC_BIT_PACKED) {
+        uint64_t bytes = ((uint64_t)n * (uint64_t)bit_width(max_level) + 7) / 8;
+        if (bytes > *len)
+            return fail(c, VF_ECORRUPT, "bit-packed levels pass the page end");
+        *out = *p;
+        *out_len = used = (size_t)bytes;
+    } else {
+        return fail(c, VF_EUNSUPPORTED, "level encoding %s (%d) is not supported", vf_pq_encoding_name(encoding),
+                    encoding);
+    }
+    *p += used;
+    *len -= used;
+    return 0;
+}
+
+/* A DATA_PAGE_V2's level blocks (stored uncompressed before its values)
+ * must fit in the page. */
+static int v2_level_lengths(chunk_ctx *c, const page_header *h)
+{
+    if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->compressed_size ||
+        (int64_t)h->rep_len + h->def_len > h->uncompressed_size)
+        return fail(c, VF_ECORRUPT, "DATA_PAGE_V2 level lengths (%d, %d) pass the page size", h->rep_len, h->def_len);
+    return 0;
+}
+
 static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const uint8_t *p, size_t len)
 {
     int r;
@@ -1120,30 +1158,9 @@ static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const 
     size_t lens[2] = {0, 0};
     int encs[2] = {h->rep_encoding, h->def_encoding};
     int maxes[2] = {c->leaf->max_rep, c->leaf->max_def};
-    for (int k = 0; k < 2; k++) {
-        if (maxes[k] == 0)
-            continue;
-        if (encs[k] == VF_PQ_ENC_RLE) {
-            if (len < 4 || load_u32(p) > len - 4)
-                return fail(c, VF_ECORRUPT, "%s levels length prefix passes the page end",
-                            k ? "definition" : "repetition");
-            lens[k] = load_u32(p);
-            levels[k] = p + 4;
-            p += 4 + lens[k];
-            len -= 4 + lens[k];
-        } else if (encs[k] == VF_PQ_ENC_BIT_PACKED) {
-            uint64_t bytes = ((uint64_t)n * (uint64_t)bit_width(maxes[k]) + 7) / 8;
-            if (bytes > len)
-                return fail(c, VF_ECORRUPT, "bit-packed levels pass the page end");
-            levels[k] = p;
-            lens[k] = (size_t)bytes;
-            p += bytes;
-            len -= bytes;
-        } else {
-            return fail(c, VF_EUNSUPPORTED, "level encoding %s (%d) is not supported", vf_pq_encoding_name(encs[k]),
-                        encs[k]);
-        }
-    }
+    for (int k = 0; k < 2; k++)
+        if (maxes[k] > 0 && (r = v1_level_block(c, k, encs[k], maxes[k], n, &p, &len, &levels[k], &lens[k])) < 0)
+            return r;
     int64_t nv;
     if ((r = decode_page_levels(c, n, levels[0], lens[0], encs[0], levels[1], lens[1], encs[1], &nv)) < 0)
         return r;
@@ -1157,35 +1174,23 @@ static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const 
  * not trusted for this: it must agree with the levels. */
 static int page_rows(chunk_ctx *c, const page_header *h, const uint8_t *payload, int64_t *rows)
 {
-    const uint8_t *p;
+    const uint8_t *page, *lv;
     size_t len, lvlen;
     int64_t n = h->num_values;
     int max_rep = c->leaf->max_rep, r, encoding = h->rep_encoding;
     if (h->type == VF_PQ_PAGE_DATA_V2) {
-        if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->compressed_size)
-            return fail(c, VF_ECORRUPT, "DATA_PAGE_V2 level lengths (%d, %d) pass the page size", h->rep_len,
-                        h->def_len);
-        p = payload;
+        if ((r = v2_level_lengths(c, h)) < 0)
+            return r;
+        lv = payload;
         lvlen = (size_t)h->rep_len;
         encoding = VF_PQ_ENC_RLE;
-    } else if ((r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &p)) < 0) {
+    } else if ((r = decompress(c, payload, (size_t)h->compressed_size, (size_t)h->uncompressed_size, &page)) < 0 ||
+               (len = (size_t)h->uncompressed_size,
+                r = v1_level_block(c, 0, encoding, max_rep, n, &page, &len, &lv, &lvlen)) < 0) {
         return r;
-    } else if ((len = (size_t)h->uncompressed_size, h->rep_encoding == VF_PQ_ENC_RLE)) {
-        if (len < 4 || load_u32(p) > len - 4)
-            return fail(c, VF_ECORRUPT, "repetition levels length prefix passes the page end");
-        lvlen = load_u32(p);
-        p += 4;
-    } else if (h->rep_encoding == VF_PQ_ENC_BIT_PACKED) {
-        uint64_t bytes = ((uint64_t)n * (uint64_t)bit_width(max_rep) + 7) / 8;
-        if (bytes > len)
-            return fail(c, VF_ECORRUPT, "bit-packed levels pass the page end");
-        lvlen = (size_t)bytes;
-    } else {
-        return fail(c, VF_EUNSUPPORTED, "level encoding %s (%d) is not supported",
-                    vf_pq_encoding_name(h->rep_encoding), h->rep_encoding);
     }
     level_reader lr;
-    if ((r = level_reader_init(c, &lr, "repetition", encoding, p, lvlen, max_rep, n)) < 0)
+    if ((r = level_reader_init(c, &lr, "repetition", encoding, lv, lvlen, max_rep, n)) < 0)
         return r;
     int64_t zeros = 0;
     for (int64_t done = 0; done < n;) {
@@ -1205,12 +1210,12 @@ static int page_rows(chunk_ctx *c, const page_header *h, const uint8_t *payload,
 
 static int data_page_v2(chunk_ctx *c, const page_header *h, const uint8_t *payload)
 {
-    if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->compressed_size ||
-        (int64_t)h->rep_len + h->def_len > h->uncompressed_size)
-        return fail(c, VF_ECORRUPT, "DATA_PAGE_V2 level lengths (%d, %d) pass the page size", h->rep_len, h->def_len);
+    int r = v2_level_lengths(c, h);
+    if (r < 0)
+        return r;
     size_t lv = (size_t)h->rep_len + (size_t)h->def_len;
     int64_t nv;
-    int r = decode_page_levels(c, h->num_values, payload, (size_t)h->rep_len, VF_PQ_ENC_RLE, payload + h->rep_len,
+    r = decode_page_levels(c, h->num_values, payload, (size_t)h->rep_len, VF_PQ_ENC_RLE, payload + h->rep_len,
                                (size_t)h->def_len, VF_PQ_ENC_RLE, &nv);
     if (r < 0)
         return r;
@@ -1277,6 +1282,21 @@ static int read_page_header(chunk_ctx *c, int64_t off, page_header *h, int64_t *
 
 /* ---- chunk --------------------------------------------------------------------------- */
 
+/* The first k with row_starts[k] >= entry (col->rows when none): row
+ * starts ascend. */
+static int64_t row_start_at_or_after(const vf_pq_column *col, int64_t entry)
+{
+    int64_t lo = 0, hi = col->rows;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (col->row_starts[mid] < entry)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* A repetition level r > 0 continues the list at depth r of the entry
  * before it, which must then hold an element there (its definition level
  * reaches that list's). A file where it does not (an empty or null list
@@ -1303,9 +1323,9 @@ static int check_continuations(chunk_ctx *c, int64_t from)
     }
     if (rep != leaf->max_rep)
         return 0; /* not the path the levels were decoded for: nothing to check against */
-    int64_t k = 0; /* max_rep 1: the next row start at or after i */
-    while (leaf->max_rep == 1 && !col->rep && k < col->rows && col->row_starts[k] < from)
-        k++;
+    /* max_rep 1: the next row start at or after i (the column may already
+     * hold earlier row groups: found by bisection, not by a scan) */
+    int64_t k = col->rep ? 0 : row_start_at_or_after(col, from);
     for (int64_t i = VF_MAX(from, 1); i < col->num_entries; i++) {
         int r;
         if (col->rep) {
@@ -1529,11 +1549,9 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                         break;
                     }
             } else {
-                for (int64_t k = 0; k < col->rows; k++)
-                    if (col->row_starts[k] >= c->entries_start) {
-                        from = col->row_starts[k];
-                        break;
-                    }
+                int64_t k = row_start_at_or_after(col, c->entries_start);
+                if (k < col->rows)
+                    from = col->row_starts[k];
             }
         }
         r = check_continuations(c, from + 1);

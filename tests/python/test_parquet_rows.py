@@ -188,8 +188,10 @@ def _rle_levels(levels):
     return struct.pack("<I", len(out)) + bytes(out)
 
 
-def write_spanning_pages(path, rows, entries_per_page, levels=None):
-    """levels: (rep, def, values) written as given instead of rows' (num_rows = rows)."""
+def write_spanning_pages(path, rows, entries_per_page, levels=None, v2=False, num_rows_off=None):
+    """levels: (rep, def, values) written as given instead of rows' (num_rows = rows). v2: DATA_PAGE_V2
+    pages (levels uncompressed, no length prefixes); num_rows_off: {page: n} added to those pages'
+    num_rows header field."""
     rep, dfn, vals = [], [], []
     for row in rows:
         if not row:
@@ -200,14 +202,23 @@ def write_spanning_pages(path, rows, entries_per_page, levels=None):
         rep, dfn, vals = levels
     body, vi, starts_mid = bytearray(b"PAR1"), 0, 0
     first = len(body)
-    for lo in range(0, len(rep), entries_per_page):
+    for page, lo in enumerate(range(0, len(rep), entries_per_page)):
         r, d = rep[lo:lo + entries_per_page], dfn[lo:lo + entries_per_page]
         nv = sum(d)
-        payload = _rle_levels(r) + _rle_levels(d) + struct.pack(f"<{nv}i", *vals[vi:vi + nv])
+        values = struct.pack(f"<{nv}i", *vals[vi:vi + nv])
         vi += nv
         starts_mid += r[0] != 0
-        dph = _Struct().i32(1, len(r)).i32(2, 0).i32(3, 3).i32(4, 3)
-        header = _Struct().i32(1, 0).i32(2, len(payload)).i32(3, len(payload)).struct(5, dph).end()
+        if v2:
+            rl, dl = _rle_levels(r)[4:], _rle_levels(d)[4:]
+            payload = rl + dl + values
+            num_rows = r.count(0) + (num_rows_off or {}).get(page, 0)
+            dph = (_Struct().i32(1, len(r)).i32(2, len(r) - nv).i32(3, num_rows).i32(4, 0).i32(5, len(dl))
+                   .i32(6, len(rl)).field(7, 2, b""))  # is_compressed = false
+            header = _Struct().i32(1, 3).i32(2, len(payload)).i32(3, len(payload)).struct(8, dph).end()
+        else:
+            payload = _rle_levels(r) + _rle_levels(d) + values
+            dph = _Struct().i32(1, len(r)).i32(2, 0).i32(3, 3).i32(4, 3)
+            header = _Struct().i32(1, 0).i32(2, len(payload)).i32(3, len(payload)).struct(5, dph).end()
         body += header + payload
     size = len(body) - first
     schema = [
@@ -257,3 +268,18 @@ def test_continuing_an_empty_list_is_refused(tmp_path):
         with pytest.raises(native.VlafeedError, match=r"column 'v.list.element', row group 0, page 0: level entry 2 "
                                                       r"continues a list \(repetition level 1\)"):
             read()
+
+
+def test_v2_num_rows_must_agree_with_the_levels(tmp_path):
+    """A ranged read counts a skipped v2 page's rows from its repetition levels; a header whose
+    num_rows says otherwise is an error naming the column and page, not rows shifted silently."""
+    rows = [[i, i + 1] for i in range(40)]
+    path = tmp_path / "v2.parquet"
+    write_spanning_pages(path, rows, 20, v2=True)
+    assert pq.read_table(path).column("v").to_pylist() == rows  # pyarrow reads the hand-written v2 pages
+    got, _, skipped = native.parquet_read_rows(str(path), "v", 0, 30, 5)
+    assert got == rows[30:35] and skipped > 0
+    write_spanning_pages(path, rows, 20, v2=True, num_rows_off={0: 1})  # page 0: 10 rows, header says 11
+    with pytest.raises(native.VlafeedError, match=r"column 'v.list.element', row group 0, page 0: DATA_PAGE_V2 "
+                                                  r"header says 11 rows, its repetition levels start 10"):
+        native.parquet_read_rows(str(path), "v", 0, 30, 5)
