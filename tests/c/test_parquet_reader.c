@@ -622,6 +622,39 @@ static void test_thrift_skip_lists(void)
     vf_pq_tr_init(&t, bad, sizeof bad, "skip-bad");
     vf_pq_tr_skip(&t, VF_TC_STRUCT);
     CHECK(t.err == VF_ECORRUPT && strstr(vf_last_error(), "binary length past the end"));
+    /* nested structs and short lists of structs (a column chunk's
+     * meta_data, statistics, encoding_stats) on the fast path: the same end
+     * as the general path, which a buffer with no slack forces */
+    uint8_t nested[] = {
+        0x1c,                                     /* 1: struct { */
+        0x15, 0x04,                               /*   1: i32 2 */
+        0x1c, 0x18, 0x02, 'm', 'n', 0x00,         /*   2: struct {1: binary "mn"} */
+        0x19, 0x2c,                               /*   3: list<struct> of 2 */
+        0x15, 0x02, 0x15, 0x04, 0x00,             /*     {1: 1, 2: 2} */
+        0x15, 0x06, 0x00,                         /*     {1: 3} */
+        0x19, 0x0c,                               /*   4: list<struct> of 0 */
+        0x16, 0x0a,                               /*   5: i64 5 */
+        0x00,                                     /* } */
+        0x15, 0x08,                               /* 2: i32 4 */
+        0x00,
+        'E', 'N', 'D', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-',
+        '-', '-', '-', '-', '-',
+    };
+    size_t nested_body = sizeof nested - 25;
+    vf_pq_tr_init(&t, nested, sizeof nested, "skip-nested");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK_EQ_INT(t.err, 0);
+    CHECK_EQ_INT(t.p - nested, (int64_t)nested_body);
+    vf_pq_tr_init(&t, nested, nested_body, "skip-nested-short");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK_EQ_INT(t.err, 0);
+    CHECK_EQ_INT(t.p - nested, (int64_t)nested_body);
+    /* structs nested past the limit on the fast path: refused */
+    uint8_t deep[VF_PQ_THRIFT_MAX_DEPTH * 2 + 64];
+    memset(deep, 0x1c, sizeof deep); /* field 1: struct, again and again */
+    vf_pq_tr_init(&t, deep, sizeof deep, "skip-deep");
+    vf_pq_tr_skip(&t, VF_TC_STRUCT);
+    CHECK(t.err == VF_ECORRUPT && strstr(vf_last_error(), "nested too deeply"));
     /* a varint element that never ends */
     uint8_t endless[40] = {0x19, 0x15};
     memset(endless + 2, 0xff, 12);
