@@ -232,6 +232,103 @@ def child_datasource(root, check, warm, full_warm=False):
     return out
 
 
+def child_floor(root):
+    """Ray's own cost of carrying the frames, with no reader at all: a datasource that opens no file and
+    decodes nothing, and yields, task for task and block for block, tables of the same rows and camera
+    frames (zeros, uint8 HWC) as vlafeed's datasource, through the same read path and consumer. Its whole-
+    tree CPU is what Ray Data spends moving those bytes from a read task to the consumer; any datasource
+    that delivers these frames through Ray Data pays at least this on top of its decoding."""
+    if any((REPO / "python" / "vlafeed").glob("_native*.so")):
+        sys.path.insert(0, str(REPO / "python"))
+    ray = _ray_start()
+    import numpy as np
+    import pyarrow as pa
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    import vlafeed.ray as vray
+
+    source = vray.LeRobotDatasource(root, image_format="uint8_hwc")
+    cams = source.meta.video_keys
+    plan = source.read_tasks_plan()
+    # The frames' shapes as the datasource delivers them (one decoded row, untimed).
+    row = ray.data.read_datasource(vray.LeRobotDatasource(root, episodes=[plan[0]["episode_indices"][0]],
+                                                          image_format="uint8_hwc")).take(1)[0]
+    shapes = {k: tuple(np.asarray(row[k]).shape) for k in cams}
+
+    def blocks(rows, per_block):
+        start = 0
+        while start < rows:
+            n = min(per_block, rows - start)
+            cols = [pa.array(np.arange(start, start + n, dtype=np.int64))]
+            for k in cams:  # calloc'd zeros: no pixel work, the bytes are Ray's to move
+                cols.append(pa.FixedShapeTensorArray.from_numpy_ndarray(np.zeros((n, *shapes[k]), np.uint8)))
+            yield pa.Table.from_arrays(cols, names=["episode_index", *cams])
+            start += n
+
+    class Floor(Datasource):
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+            out = []
+            for t in plan:
+                meta = BlockMetadata(num_rows=t["rows"], size_bytes=None, input_files=None, exec_stats=None)
+                out.append(ReadTask(lambda rows=t["rows"]: blocks(rows, ROWS_PER_BLOCK), meta))
+            return out
+
+    _consume(ray.data.read_datasource(Floor()), [], False, None)  # warm: both workers have run the path
+    c0 = tree_cpu_s(os.getpid())
+    t0 = time.perf_counter()
+    rows = 0
+    first = None
+    for batch in ray.data.read_datasource(Floor()).iter_batches(batch_size=None, batch_format="numpy"):
+        if first is None:
+            first = time.perf_counter() - t0
+        rows += len(batch["episode_index"])
+    wall = time.perf_counter() - t0
+    cpu = tree_cpu_s(os.getpid()) - c0
+    ray.shutdown()
+    return {"rows": rows, "frames": rows * len(cams), "wall_s": wall, "cpu_s": cpu, "first_batch_s": first,
+            "tasks": len(plan), "mp4_opens": 0, "frame_shapes": {k: list(v) for k, v in shapes.items()}}
+
+
+def child_ray_loader(root, full_warm=False):
+    """vlafeed.Loader inside Ray workers, the path of Ray Train workers (README "Exact resume under Ray"):
+    two Ray tasks of one CPU each, rank r of 2, one engine thread each, consuming their batches in place
+    as a training loop would. The whole Ray tree is counted, as for the datasource."""
+    if any((REPO / "python" / "vlafeed").glob("_native*.so")):
+        sys.path.insert(0, str(REPO / "python"))
+    ray = _ray_start()
+
+    @ray.remote(num_cpus=1)
+    def worker(rank, world):
+        import vlafeed
+        loader = vlafeed.Loader(root, mode="stream", batch_size=128, shuffle=False, rank=rank, world_size=world,
+                                threads=1, image_format="uint8_hwc", output="numpy")
+        t0 = time.perf_counter()
+        rows, first = 0, None
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            rows += len(batch["index"])
+        st = loader.stats()
+        return {"rows": rows, "first": first, "opens": st["video_opens"], "cams": len(loader.dataset.camera_keys)}
+
+    # Warm-up: both workers import vlafeed (a small share each); --full-warm: a whole untimed pass.
+    warm_world = 2 if full_warm else 40
+    ray.get([worker.remote(r, warm_world) for r in range(2)])
+    c0 = tree_cpu_s(os.getpid())
+    t0 = time.perf_counter()
+    parts = ray.get([worker.remote(r, 2) for r in range(2)])
+    wall = time.perf_counter() - t0
+    cpu = tree_cpu_s(os.getpid()) - c0
+    ray.shutdown()
+    rows = sum(p["rows"] for p in parts)
+    return {"rows": rows, "frames": rows * parts[0]["cams"], "wall_s": wall, "cpu_s": cpu,
+            "first_batch_s": max(p["first"] for p in parts), "mp4_opens": sum(p["opens"] for p in parts)}
+
+
 def _count_opens_hook():
     """Runs in every Ray worker of the peer: counts torchcodec decoder constructions."""
     import torchcodec.decoders as dec
@@ -380,7 +477,9 @@ def main(argv=None):
         warm = not a.cold
         fn = {"loader": lambda: child_loader(a.root, a.check, a.full_warm),
               "datasource": lambda: child_datasource(a.root, a.check, warm, a.full_warm),
-              "peer": lambda: child_peer(a.root, a.check, a.tolerance, warm, a.full_warm)}[a.child]
+              "peer": lambda: child_peer(a.root, a.check, a.tolerance, warm, a.full_warm),
+              "floor": lambda: child_floor(a.root),
+              "ray-loader": lambda: child_ray_loader(a.root, a.full_warm)}[a.child]
         print(json.dumps(fn()))
         return 0
 
@@ -394,7 +493,8 @@ def main(argv=None):
         load_before = f.read().split()[:3]
     results = {"dataset": str(root), "load_before": load_before, "full_warm": a.full_warm, "runs": {}}
     peer_ok = not a.no_peer and os.path.exists(a.peer_python)
-    contenders = [("loader", sys.executable, None), ("datasource", sys.executable, None)]
+    contenders = [("loader", sys.executable, None), ("datasource", sys.executable, None),
+                  ("floor", sys.executable, None), ("ray-loader", sys.executable, None)]
     if peer_ok:
         contenders.append(("peer-loose", a.peer_python, 1.0))  # tolerance filled in below
     info = json.load(open(root / "meta" / "info.json"))
@@ -430,13 +530,23 @@ def main(argv=None):
     for name in results["runs"]:
         b = best(name)
         if b:
-            summary[name] = {"rows_per_s": b["rows"] / b["wall_s"], "frames_per_s": b["frames"] / b["wall_s"],
+            summary[name] = {"frames": b["frames"], "rows_per_s": b["rows"] / b["wall_s"], "frames_per_s": b["frames"] / b["wall_s"],
                              "frames_per_cpu_s": per_cpu(b), "rows_per_cpu_s": b["rows"] / b["cpu_s"],
                              "mp4_opens": b.get("mp4_opens"), "first_batch_s": b.get("first_batch_s"),
                              "peak_rss_per_worker_mb": (b.get("peak_rss_per_worker_bytes") or
                                                         b.get("peak_rss_bytes") or 0) / 2**20}
     if "loader" in summary and "datasource" in summary:
         summary["datasource_vs_loader_per_cpu"] = summary["datasource"]["frames_per_cpu_s"] / \
+            summary["loader"]["frames_per_cpu_s"]
+    if "floor" in summary and "datasource" in summary and "loader" in summary:
+        # Ray's carrying cost measured alone; what the datasource spends beyond it, against the loader;
+        # and the best any datasource could do (decoding at the loader's cost, plus Ray's floor).
+        cpu = {k: summary[k]["frames"] / summary[k]["frames_per_cpu_s"] for k in ("loader", "datasource", "floor")}
+        summary["floor_cpu_s"] = cpu["floor"]
+        summary["datasource_above_floor_vs_loader"] = cpu["loader"] / max(cpu["datasource"] - cpu["floor"], 1e-9)
+        summary["any_datasource_bound_vs_loader"] = cpu["loader"] / (cpu["loader"] + cpu["floor"])
+    if "ray-loader" in summary and "loader" in summary:
+        summary["ray_loader_vs_loader_per_cpu"] = summary["ray-loader"]["frames_per_cpu_s"] / \
             summary["loader"]["frames_per_cpu_s"]
     if "peer-loose" in summary and "datasource" in summary:
         summary["datasource_vs_peer_per_cpu"] = summary["datasource"]["frames_per_cpu_s"] / \
@@ -449,7 +559,8 @@ def main(argv=None):
         if isinstance(s, dict):
             print(f"| {name} | {s['rows_per_s']:.0f} | {s['frames_per_s']:.0f} | {s['frames_per_cpu_s']:.0f} | "
                   f"{s['mp4_opens']} | {s['first_batch_s']:.2f} | {s['peak_rss_per_worker_mb']:.0f} |")
-    for k in ("datasource_vs_loader_per_cpu", "datasource_vs_peer_per_cpu"):
+    for k in ("datasource_vs_loader_per_cpu", "datasource_vs_peer_per_cpu", "floor_cpu_s",
+              "datasource_above_floor_vs_loader", "any_datasource_bound_vs_loader", "ray_loader_vs_loader_per_cpu"):
         if k in summary:
             print(f"{k}: {summary[k]:.2f}")
     print(json.dumps(results["exact"], default=str)[:3000])
