@@ -15,6 +15,11 @@ Each measurement runs in a fresh child process with 2 CPUs for Ray
                (lerobot[dataset] 0.6, torchcodec), its default frame tolerance.
 - peer-loose:  the same with frame_tolerance_s = 1/fps (so it does not abort on
                LeRobot's drift) to count which frames it returns.
+- floor:       Ray Data's own cost: a datasource with no reader (no file, no decode)
+               yielding the same rows and frame bytes task for task, with the same size
+               estimates, paced like a decoder (a sleep per block: the loader's CPU-s
+               per row of the same repeat). What any datasource pays on top of decoding.
+- ray-loader:  vlafeed.Loader in 2 Ray tasks (rank r of 2), the Ray Train worker path.
 
 What is measured: rows/s and frames/s of wall time; frames per CPU-second,
 where the CPU is every process of the run (driver, Ray's daemons and workers:
@@ -37,6 +42,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_PEER = "/work/wt-lerobot06/build-lerobot/venv312/bin/python"
 TICKS = os.sysconf("SC_CLK_TCK")
 ROWS_PER_BLOCK = 128  # --rows-per-block N
+# The floor's pace, seconds per row: the standalone loader's CPU-seconds per row on run 2's dataset
+# (5.1 CPU-s / 2,729 rows); the driver passes the measured value of the same run.
+FLOOR_PACE_S_PER_ROW = 5.1 / 2729
 
 
 # ---- /proc accounting (no psutil in either environment) -------------------------------------------
@@ -232,12 +240,15 @@ def child_datasource(root, check, warm, full_warm=False):
     return out
 
 
-def child_floor(root):
+def child_floor(root, pace_s_per_row=FLOOR_PACE_S_PER_ROW):
     """Ray's own cost of carrying the frames, with no reader at all: a datasource that opens no file and
     decodes nothing, and yields, task for task and block for block, tables of the same rows and camera
-    frames (zeros, uint8 HWC) as vlafeed's datasource, through the same read path and consumer. Its whole-
+    frames (uint8 HWC) as vlafeed's datasource, through the same read path and consumer. Its whole-
     tree CPU is what Ray Data spends moving those bytes from a read task to the consumer; any datasource
-    that delivers these frames through Ray Data pays at least this on top of its decoding."""
+    that delivers these frames through Ray Data pays at least this on top of its decoding. The frames are
+    one block's worth of non-zero pixels per task, filled once and handed to Ray for every block (Ray
+    copies each into its object store); the tasks yield at a decoder's pace (see blocks()) and carry the
+    same size estimates as vlafeed's datasource."""
     if any((REPO / "python" / "vlafeed").glob("_native*.so")):
         sys.path.insert(0, str(REPO / "python"))
     ray = _ray_start()
@@ -257,23 +268,30 @@ def child_floor(root):
     shapes = {k: tuple(np.asarray(row[k]).shape) for k in cams}
 
     def blocks(rows, per_block):
+        frames = {k: np.full((per_block, *shapes[k]), 0x5A, np.uint8) for k in cams}
         start = 0
         while start < rows:
             n = min(per_block, rows - start)
+            # Paced like a reader: the block appears after the time one engine thread takes to decode
+            # it at the standalone loader's rate (a sleep: no CPU). An unpaced source, always ready,
+            # keeps Ray Data's output backpressure engaged and costs Ray far more than a decoder does.
+            time.sleep(n * pace_s_per_row)
             cols = [pa.array(np.arange(start, start + n, dtype=np.int64))]
-            for k in cams:  # calloc'd zeros: no pixel work, the bytes are Ray's to move
-                cols.append(pa.FixedShapeTensorArray.from_numpy_ndarray(np.zeros((n, *shapes[k]), np.uint8)))
+            for k in cams:  # real (non-zero) pages, filled once per task: Ray copies what it is handed
+                cols.append(pa.FixedShapeTensorArray.from_numpy_ndarray(frames[k][:n]))
             yield pa.Table.from_arrays(cols, names=["episode_index", *cams])
             start += n
 
     class Floor(Datasource):
+        # The same size estimates as vlafeed's datasource: Ray Data schedules and backpressures by them.
         def estimate_inmemory_data_size(self):
-            return None
+            return source.estimate_inmemory_data_size()
 
         def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
             out = []
             for t in plan:
-                meta = BlockMetadata(num_rows=t["rows"], size_bytes=None, input_files=None, exec_stats=None)
+                meta = BlockMetadata(num_rows=t["rows"], size_bytes=t["rows"] * source._row_bytes,
+                                     input_files=None, exec_stats=None)
                 out.append(ReadTask(lambda rows=t["rows"]: blocks(rows, ROWS_PER_BLOCK), meta))
             return out
 
@@ -294,7 +312,7 @@ def child_floor(root):
 
 
 def child_ray_loader(root, full_warm=False):
-    """vlafeed.Loader inside Ray workers, the path of Ray Train workers (README "Exact resume under Ray"):
+    """vlafeed.Loader inside Ray workers, the path of Ray Train workers (README "Exact resume under Ray Train"):
     two Ray tasks of one CPU each, rank r of 2, one engine thread each, consuming their batches in place
     as a training loop would. The whole Ray tree is counted, as for the datasource."""
     if any((REPO / "python" / "vlafeed").glob("_native*.so")):
@@ -395,7 +413,8 @@ def child_peer(root, check, tolerance, warm, full_warm=False):
 # ---- driver ------------------------------------------------------------------------------------
 
 
-def run_child(python, what, root, out_dir, check, tolerance=None, timeout=1800, cold=False, full_warm=False):
+def run_child(python, what, root, out_dir, check, tolerance=None, timeout=1800, cold=False, full_warm=False,
+              extra=()):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "python") if python == sys.executable else ""
     env["VF_BENCH_OPENS_LOG"] = str(out_dir / f"opens-{what}-{time.time_ns()}")
@@ -408,7 +427,7 @@ def run_child(python, what, root, out_dir, check, tolerance=None, timeout=1800, 
         args.append("--cold")
     if full_warm:
         args.append("--full-warm")
-    args += ["--rows-per-block", str(ROWS_PER_BLOCK)]
+    args += ["--rows-per-block", str(ROWS_PER_BLOCK), *extra]
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not lines:
@@ -452,6 +471,9 @@ def main(argv=None):
     p.add_argument("--rows-per-block", type=int, default=128,
                    help="the datasource's rows_per_block (default 128, its default)")
     p.add_argument("--root")
+    p.add_argument("--floor-pace", type=float, default=FLOOR_PACE_S_PER_ROW,
+                   help="floor: seconds per row a read task waits before yielding (default: the loader's "
+                        "CPU-s per row; the full run passes the value it measured)")
     p.add_argument("--check", action="store_true")
     p.add_argument("--tolerance", type=float)
     p.add_argument("--cold", action="store_true", help="child: no warm-up read before the clock")
@@ -478,7 +500,7 @@ def main(argv=None):
         fn = {"loader": lambda: child_loader(a.root, a.check, a.full_warm),
               "datasource": lambda: child_datasource(a.root, a.check, warm, a.full_warm),
               "peer": lambda: child_peer(a.root, a.check, a.tolerance, warm, a.full_warm),
-              "floor": lambda: child_floor(a.root),
+              "floor": lambda: child_floor(a.root, a.floor_pace),
               "ray-loader": lambda: child_ray_loader(a.root, a.full_warm)}[a.child]
         print(json.dumps(fn()))
         return 0
@@ -503,7 +525,12 @@ def main(argv=None):
         for name, python, tol in contenders:
             what = "peer" if name.startswith("peer") else name
             tolerance = (1.0 / fps) if name == "peer-loose" else None
-            r = run_child(python, what, root, out, False, tolerance, full_warm=a.full_warm)
+            extra = ()
+            if name == "floor":  # paced at this repeat's measured loader CPU-seconds per row
+                lr = results["runs"]["loader"][-1]
+                if lr.get("cpu_s") and lr.get("rows"):
+                    extra = ("--floor-pace", repr(lr["cpu_s"] / lr["rows"]))
+            r = run_child(python, what, root, out, False, tolerance, full_warm=a.full_warm, extra=extra)
             results["runs"].setdefault(name, []).append(r)
             print(f"[{rep}] {name}: {json.dumps(r)[:400]}", file=sys.stderr, flush=True)
     # Exactness (one run each, not timed): vlafeed's datasource; the peer at its default and loose tolerance.
