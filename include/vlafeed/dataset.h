@@ -109,6 +109,19 @@ int vf_dataset_open(vf_dataset **out, const char *root, const vf_dataset_setting
 /* Frees the dataset and everything its accessors returned. NULL is ok. */
 void vf_dataset_close(vf_dataset *d);
 
+/* A dataset over the episodes of src with the given indices (any order, no
+ * duplicates), built from src's model without reading any metadata file:
+ * its cost is in proportion to those episodes and to the episodes sharing
+ * their data and video files (kept, unselected, so that row offsets,
+ * expected rows and frame ordinals in a concatenated MP4 stay exact), not
+ * to src. What it shares with src (root, file system, info, features,
+ * tasks, stats) is borrowed: src must stay open while the subset is used,
+ * and the two may be used from different threads. File checks are not run
+ * again: files src checked at open are checked here at first use, as with
+ * deferred checks. The fingerprint is the subset's own. On failure *out is
+ * NULL and vf_last_error() names the episode. */
+int vf_dataset_subset(const vf_dataset *src, const int64_t *episodes, size_t num_episodes, vf_dataset **out);
+
 /* ---- description (from meta/info.json) ------------------------------ */
 
 const char *vf_dataset_root(const vf_dataset *d);

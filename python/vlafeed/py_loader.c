@@ -74,6 +74,7 @@ static PyObject *nested(const double *values, const int64_t *shape, int ndim, si
 typedef struct {
     PyObject_HEAD
     vf_dataset *d;
+    PyObject *parent; /* a subset's source Dataset, kept open while the subset lives */
 } DatasetObject;
 
 static PyTypeObject Dataset_Type;
@@ -85,6 +86,7 @@ static void Dataset_dealloc(DatasetObject *self)
         self->d = NULL;
         vf_dataset_close(d);
     }
+    Py_CLEAR(self->parent); /* after the subset that borrows from it */
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -145,6 +147,7 @@ static int Dataset_init(DatasetObject *self, PyObject *args, PyObject *kwargs)
     }
     if (self->d)
         vf_dataset_close(self->d);
+    Py_CLEAR(self->parent);
     self->d = d;
     return 0;
 }
@@ -341,8 +344,41 @@ static PyObject *Dataset_get_episodes(DatasetObject *self, void *c)
     return list;
 }
 
+static PyObject *Dataset_subset(DatasetObject *self, PyObject *episodes_obj)
+{
+    if (!dataset_ready(self))
+        return NULL;
+    int64_t *episodes = NULL;
+    size_t n = 0;
+    if (vf_py_int64_list(episodes_obj, "episodes must be a sequence of episode indices", &episodes, &n) < 0)
+        return NULL;
+    vf_dataset *sub = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = vf_dataset_subset(self->d, episodes, n, &sub);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(episodes);
+    if (r < 0) {
+        vf_py_raise(r);
+        return NULL;
+    }
+    DatasetObject *out = (DatasetObject *)Dataset_Type.tp_alloc(&Dataset_Type, 0);
+    if (!out) {
+        vf_dataset_close(sub);
+        return NULL;
+    }
+    out->d = sub;
+    Py_INCREF(self);
+    out->parent = (PyObject *)self;
+    return (PyObject *)out;
+}
+
 static PyMethodDef Dataset_methods[] = {
     {"info", (PyCFunction)Dataset_info, METH_NOARGS, "info() -> dict: the `vlafeed info --json` document."},
+    {"subset", (PyCFunction)Dataset_subset, METH_O,
+     "subset(episodes) -> Dataset: these episode indices, from this dataset's metadata without reading\n"
+     "any metadata file again (cost in proportion to them and the episodes sharing their files).\n"
+     "The subset keeps this dataset open."},
     {NULL, NULL, 0, NULL},
 };
 

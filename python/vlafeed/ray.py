@@ -183,10 +183,25 @@ def _arrow_table(batch, task_dictionary):
     return pa.Table.from_arrays(columns, names=names)
 
 
+# The dataset each Ray worker process opened for the datasource whose task it ran last: (key, Dataset).
+# A task's episodes are a subset of it (Dataset.subset: no metadata file read again, cost in proportion
+# to the task), so a worker reads the metadata once per datasource, as a rank does, and not once per
+# task (at a million episodes a reopen costs seconds). One entry: a worker holds one model at a time.
+_WORKER_DATASET = []
+
+
+def _task_dataset(spec, episodes):
+    key = (spec["root"], spec.get("source_id"))
+    if not _WORKER_DATASET or _WORKER_DATASET[0][0] != key:
+        _WORKER_DATASET.clear()
+        # The files are checked when the loader first maps them (not indexed twice).
+        _WORKER_DATASET.append((key, _native.Dataset(spec["root"], check_videos=False, check_files=False)))
+    return _WORKER_DATASET[0][1].subset([int(e) for e in episodes])
+
+
 def _loader_for(spec, episodes):
     """A stream loader over exactly `episodes` (dataset episode indices), pinned to rank 0 of 1."""
-    # The files are checked when the loader first maps them (not indexed twice).
-    native = _native.Dataset(spec["root"], list(episodes), check_videos=False, check_files=False)
+    native = _task_dataset(spec, episodes)
     kw = dict(spec["loader"])
     return Loader(native, mode="stream", batch_size=spec["rows_per_block"], seed=0, shuffle=False,
                   drop_last=False, rank=0, world_size=1, output="numpy", **kw)

@@ -890,6 +890,187 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
     return 0;
 }
 
+/* ---- subsets --------------------------------------------------------------- */
+
+/* The set of src positions a subset keeps: a bitmap over src (calloc'd, so
+ * only the pages of kept positions are touched) and the list of them. */
+typedef struct kept_set {
+    uint8_t *bit;
+    size_t *pos;
+    size_t n, cap;
+} kept_set;
+
+static int keep_pos(kept_set *k, size_t p)
+{
+    if (k->bit[p])
+        return 0;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 64;
+        size_t *grown = vf_realloc(k->pos, cap * sizeof *grown);
+        if (!grown)
+            return VF_ENOMEM;
+        k->pos = grown;
+        k->cap = cap;
+    }
+    k->bit[p] = 1;
+    k->pos[k->n++] = p;
+    return 0;
+}
+
+/* Keeps every position of src->episodes stored in file (chunk, file) of
+ * slot camera (-1: data files): through src's per-file episode lists when
+ * src selects every episode it holds, else by a scan (src is then itself a
+ * subset, as small as its closure). */
+static int keep_file_episodes(const vf_dataset *src, int camera, int64_t chunk, int64_t file, kept_set *k)
+{
+    int r = 0;
+    if (src->num_selected == src->num_all_episodes) {
+        const vf_ds_file *files = camera < 0 ? src->data_files : src->cameras[camera].files;
+        size_t n = camera < 0 ? src->num_data_files : src->cameras[camera].num_files;
+        long id = find_file(files, n, chunk, file);
+        if (id >= 0) {
+            for (size_t j = 0; j < files[id].num_episodes && r == 0; j++)
+                r = keep_pos(k, src->selected[files[id].episodes[j]]);
+            return r;
+        }
+    }
+    for (size_t i = 0; i < src->num_all_episodes && r == 0; i++) {
+        file_key key = slot_key(&src->episodes[i], camera);
+        if (key.chunk_index == chunk && key.file_index == file)
+            r = keep_pos(k, i);
+    }
+    return r;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+int vf_dataset_subset(const vf_dataset *src, const int64_t *episodes, size_t num_episodes, vf_dataset **out)
+{
+    if (out)
+        *out = NULL;
+    if (!src || !out || (num_episodes && !episodes))
+        return vf_error(VF_EINVAL, "vf_dataset_subset: src, out and the episodes are required");
+    size_t n_all = src->num_all_episodes;
+    int64_t *want = vf_malloc_array(num_episodes ? num_episodes : 1, sizeof *want);
+    size_t *pos = vf_malloc_array(num_episodes ? num_episodes : 1, sizeof *pos);
+    kept_set k = {.bit = vf_calloc(n_all ? n_all : 1, 1)};
+    int r = want && pos && k.bit ? 0 : VF_ENOMEM;
+    if (r == 0) {
+        memcpy(want, episodes, num_episodes * sizeof *want);
+        qsort(want, num_episodes, sizeof *want, cmp_i64); /* the selection's order, as vf_dataset_open's */
+    }
+    for (size_t i = 0; i < num_episodes && r == 0; i++) {
+        long p = find_all(src, want[i]);
+        if (i && want[i] == want[i - 1])
+            r = vf_error(VF_EINVAL, "%s: episode %lld is selected twice", src->root, (long long)want[i]);
+        else if (p < 0)
+            r = vf_error(VF_ENOENT, "%s: episode %lld is not in the dataset (%zu episodes)", src->root,
+                         (long long)want[i], n_all);
+        else
+            pos[i] = (size_t)p;
+    }
+    /* The closure: every episode sharing a data or video file with a wanted one. */
+    for (size_t i = 0; i < num_episodes && r == 0; i++) {
+        const vf_ds_episode *e = &src->episodes[pos[i]];
+        for (int c = -1; c < (int)src->num_cameras && r == 0; c++) {
+            file_key key = slot_key(e, c);
+            r = keep_file_episodes(src, c, key.chunk_index, key.file_index, &k);
+        }
+        if (r == 0)
+            r = keep_pos(&k, pos[i]); /* an episode in no file still counts */
+    }
+    vf_dataset *d = r == 0 ? vf_calloc(1, sizeof *d) : NULL;
+    if (r == 0 && !d)
+        r = VF_ENOMEM;
+    free(k.bit);
+    if (r < 0) {
+        free(want);
+        free(pos);
+        free(k.pos);
+        return r;
+    }
+    /* In src's order, which keeps row_offset (computed over all of src's
+     * episodes) and each file's episode order valid. */
+    qsort(k.pos, k.n, sizeof *k.pos, cmp_size);
+    pthread_mutex_init(&d->fingerprint_lock, NULL);
+    /* Borrowed from src (its arena and fs; no destroy hook here). */
+    d->root = src->root;
+    d->fs = src->fs;
+    d->fs.destroy = NULL;
+    d->local_fs = src->local_fs;
+    d->version = src->version;
+    d->major = src->major;
+    d->minor = src->minor;
+    d->robot_type = src->robot_type;
+    d->fps = src->fps;
+    d->total_episodes = src->total_episodes;
+    d->total_frames = src->total_frames;
+    d->total_tasks = src->total_tasks;
+    d->chunks_size = src->chunks_size;
+    d->data_path = src->data_path;
+    d->video_path = src->video_path;
+    d->features = src->features;
+    d->num_features = src->num_features;
+    d->meta_files = src->meta_files;
+    d->num_meta_files = src->num_meta_files;
+    d->tasks = src->tasks;
+    d->num_tasks = src->num_tasks;
+    d->stats = src->stats;
+    d->num_stats = src->num_stats;
+    d->file_checks = src->file_checks == VF_FILES_NOT_CHECKED ? VF_FILES_NOT_CHECKED : VF_FILES_DEFERRED;
+    /* Own: the cameras (their file lists are per selection), the episodes, the selection. */
+    d->num_cameras = src->num_cameras;
+    if (d->num_cameras && !(d->cameras = vf_ds_alloc(d, d->num_cameras, sizeof *d->cameras)))
+        r = VF_ENOMEM;
+    for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
+        d->cameras[c].pub = src->cameras[c].pub;
+        d->cameras[c].pub.num_files = 0;
+    }
+    if (r == 0 && !(d->episodes = vf_malloc_array(k.n ? k.n : 1, sizeof *d->episodes)))
+        r = VF_ENOMEM;
+    vf_ds_video_loc *locs = NULL;
+    if (r == 0 && d->num_cameras && k.n && !(locs = vf_ds_alloc(d, k.n * d->num_cameras, sizeof *locs)))
+        r = VF_ENOMEM;
+    for (size_t i = 0; i < k.n && r == 0; i++) {
+        const vf_ds_episode *from = &src->episodes[k.pos[i]];
+        vf_ds_episode *e = &d->episodes[i];
+        *e = *from;
+        e->data_file_id = -1;
+        e->video = d->num_cameras ? locs + i * d->num_cameras : NULL;
+        for (size_t c = 0; c < d->num_cameras; c++) {
+            e->video[c] = from->video[c];
+            e->video[c].file = -1;
+        }
+    }
+    if (r == 0) {
+        d->num_all_episodes = d->cap_episodes = k.n;
+        d->num_selected = num_episodes;
+        if (!(d->selected = vf_ds_alloc(d, num_episodes ? num_episodes : 1, sizeof *d->selected)))
+            r = VF_ENOMEM;
+    }
+    for (size_t i = 0; i < num_episodes && r == 0; i++) {
+        size_t *hit = bsearch(&pos[i], k.pos, k.n, sizeof *k.pos, cmp_size);
+        d->selected[i] = (size_t)(hit - k.pos); /* kept above */
+    }
+    if (r == 0)
+        r = build_files(d);
+    /* A data file's expected rows count every episode stored in it: the
+     * closure holds them all, so the sums equal src's. */
+    free(want);
+    free(pos);
+    free(k.pos);
+    if (r < 0) {
+        vf_dataset_close(d);
+        return r;
+    }
+    *out = d;
+    return 0;
+}
+
 int vf_dataset_open(vf_dataset **out, const char *root, const vf_dataset_settings *settings)
 {
     if (out)

@@ -163,7 +163,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vf_dataset *d = NULL;
     if (vf_ds_open_fs(&d, "mem", &fs, &s) == 0) {
         exercise(d);
-        int64_t first = vf_dataset_num_episodes(d) ? vf_dataset_episode(d, 0)->episode_index : 0;
+        size_t n = vf_dataset_num_episodes(d);
+        int64_t first = n ? vf_dataset_episode(d, 0)->episode_index : 0;
+        /* Subsets built from the model (vf_dataset_subset), and a subset of one. */
+        int64_t picks[2] = {first, n ? vf_dataset_episode(d, n - 1)->episode_index : 1};
+        vf_dataset *sub = NULL, *sub2 = NULL;
+        if (vf_dataset_subset(d, picks, n > 1 ? 2 : 1, &sub) == 0) {
+            exercise(sub);
+            if (vf_dataset_subset(sub, picks, 1, &sub2) == 0)
+                exercise(sub2);
+            vf_dataset_close(sub2);
+            vf_dataset_close(sub);
+        }
         vf_dataset_close(d);
         int64_t subset[2] = {first, first + 1};
         s.episodes = subset;
