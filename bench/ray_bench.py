@@ -136,9 +136,14 @@ def check_frames(rows_iter, cameras):
 # ---- children ----------------------------------------------------------------------------------
 
 
-def child_loader(root, check, full_warm=False):
-    if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+def _use_inplace_build():
+    """Children import the in-place build (make py-inplace) when there is one, else the installed package."""
+    if any((REPO / "python" / "vlafeed").glob("_native*.so")):
         sys.path.insert(0, str(REPO / "python"))
+
+
+def child_loader(root, check, full_warm=False):
+    _use_inplace_build()
     import resource
 
     import numpy as np
@@ -210,8 +215,7 @@ def _consume(ds, cams, check, frame_key):
 
 
 def child_datasource(root, check, warm, full_warm=False):
-    if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
-        sys.path.insert(0, str(REPO / "python"))
+    _use_inplace_build()
     ray = _ray_start()
     import vlafeed.ray as vray
 
@@ -249,8 +253,7 @@ def child_floor(root, pace_s_per_row=FLOOR_PACE_S_PER_ROW):
     one block's worth of non-zero pixels per task, filled once and handed to Ray for every block (Ray
     copies each into its object store); the tasks yield at a decoder's pace (see blocks()) and carry the
     same size estimates as vlafeed's datasource."""
-    if any((REPO / "python" / "vlafeed").glob("_native*.so")):
-        sys.path.insert(0, str(REPO / "python"))
+    _use_inplace_build()
     ray = _ray_start()
     import numpy as np
     import pyarrow as pa
@@ -315,8 +318,7 @@ def child_ray_loader(root, full_warm=False):
     """vlafeed.Loader inside Ray workers, the path of Ray Train workers (README "Exact resume under Ray Train"):
     two Ray tasks of one CPU each, rank r of 2, one engine thread each, consuming their batches in place
     as a training loop would. The whole Ray tree is counted, as for the datasource."""
-    if any((REPO / "python" / "vlafeed").glob("_native*.so")):
-        sys.path.insert(0, str(REPO / "python"))
+    _use_inplace_build()
     ray = _ray_start()
 
     @ray.remote(num_cpus=1)

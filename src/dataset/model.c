@@ -981,7 +981,7 @@ int vf_dataset_subset(const vf_dataset *src, const int64_t *episodes, size_t num
             r = keep_file_episodes(src, c, key.chunk_index, key.file_index, &k);
         }
         if (r == 0)
-            r = keep_pos(&k, pos[i]); /* an episode in no file still counts */
+            r = keep_pos(&k, pos[i]); /* held by the closure already; the selection below looks it up */
     }
     vf_dataset *d = r == 0 ? vf_calloc(1, sizeof *d) : NULL;
     if (r == 0 && !d)

@@ -1111,7 +1111,6 @@ static int data_page_v1(chunk_ctx *c, const page_header *h, const uint8_t *paylo
     return data_page_v1_levels_values(c, h, p, (size_t)h->uncompressed_size);
 }
 
-/* The decompressed v1 page at p: levels, then values. */
 /* The level block of kind k (0: repetition, 1: definition) that starts a
  * decompressed v1 page's remaining bytes (*p, *len): *out and *out_len get
  * it, and *p / *len move past it. */
@@ -1150,6 +1149,7 @@ static int v2_level_lengths(chunk_ctx *c, const page_header *h)
     return 0;
 }
 
+/* The decompressed v1 page at p: levels, then values. */
 static int data_page_v1_levels_values(chunk_ctx *c, const page_header *h, const uint8_t *p, size_t len)
 {
     int r;
