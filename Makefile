@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan build-tsan build-fuzz python py-inplace test test-c test-asan test-tsan fuzz test-py demo bench clean lerobot06
+.PHONY: all deps build build-asan build-tsan build-fuzz python py-inplace test test-c test-asan test-tsan fuzz test-py docs demo bench clean lerobot06
 
 all: build
 
@@ -49,11 +49,11 @@ test-tsan: build-tsan
 fuzz: build-fuzz
 	scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
-# The extension built in place (build-py/ -> python/vlafeed/), for tests.
+# The extension built in place (build-py/ -> python/vlafeed/_native/), for tests.
 py-inplace: deps
 	cmake -S . -B build-py -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVF_PYTHON=ON -DVF_TESTS=OFF -DVF_TOOLS=OFF >/dev/null
 	cmake --build build-py -j $(JOBS)
-	cp build-py/_native*.so python/vlafeed/
+	cp build-py/_core*.so python/vlafeed/_native/
 
 # Upstream LeRobot 0.6 + Ray Data in build-lerobot/venv312 (Python 3.12, torch
 # 2.11 CUDA build from PyPI: ~2.5 GB of downloads, ~5.6 GB on disk, 5-11 min
@@ -68,11 +68,16 @@ test-py: py-inplace build
 	  echo "make test: the LeRobot 0.6 venv could not be installed (see above); the upstream parity tests will skip"; fi
 	PYTHONPATH=$(CURDIR)/python VF_CLI=$(CURDIR)/build/vlafeed $(PY) -m pytest -q tests/python
 
-test: test-c test-asan test-tsan fuzz test-py
+# The documentation site (MkDocs + mkdocstrings, API pages from the docstrings)
+# built with warnings as errors into build-docs/site.
+docs:
+	scripts/build-docs.sh
+
+test: test-c test-asan test-tsan fuzz test-py docs
 	@echo "make test: all suites passed"
 
 demo: python build
 	scripts/demo.sh
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-python build-py tests/fuzz/work python/vlafeed/*.so
+	rm -rf build build-asan build-tsan build-fuzz build-python build-py build-docs tests/fuzz/work python/vlafeed/_native/*.so

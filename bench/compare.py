@@ -40,6 +40,8 @@ import subprocess
 import sys
 import time
 
+import _inplace  # bench/_inplace.py: the in-place build if there is one, else the installed package
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -217,8 +219,7 @@ def main(argv=None):
                    os.path.join(HERE, "torchrun_bench.py"), dataset, "--mode", "single", "--loader", "map",
                    "--num-batches", str(max(20, a.num_batches // 2)), "--out-dir", res_dir]
             log("compare: " + " ".join(cmd[2:]))
-            p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.join(
-                ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", "")))
+            p = subprocess.run(cmd, capture_output=True, text=True, env=_inplace.child_env())
             path = os.path.join(res_dir, f"torchrun-single-map-n{n}.json")
             if p.returncode == 0 and os.path.exists(path):
                 with open(path) as f:

@@ -1,6 +1,6 @@
 """What vlafeed.Mix costs on top of its sources, and the proportions it realises.
 
-    PYTHONPATH=python python3 bench/mix_bench.py [DATASET] [--batch-size 32] [--samples 4000]
+    python3 bench/mix_bench.py [DATASET] [--batch-size 32] [--samples 4000]
         [--weights 0.7 0.3] [--window 100] [--keys lowdim|all] [--repeats 3] [--json]
 
 Two sources: the first and the second half of DATASET's episodes (default: a
@@ -25,13 +25,12 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if any((ROOT / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
-    sys.path.insert(0, str(ROOT / "python"))
+import _inplace  # noqa: E402  (bench/_inplace.py: the in-place build if there is one, else the installed package)
+_inplace.use()
 
 import vlafeed  # noqa: E402
 from vlafeed import _native  # noqa: E402

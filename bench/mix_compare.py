@@ -1,6 +1,6 @@
 """vlafeed.Mix against VLA Foundry's documented mixing, by index arithmetic alone.
 
-    PYTHONPATH=python python3 bench/mix_compare.py [--json]
+    python3 bench/mix_compare.py [--json]
 
 No data is read. Both sides are computed from what decides which dataset
 each sample comes from:
@@ -38,8 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-if any((Path(__file__).resolve().parents[1] / "python" / "vlafeed").glob("_native*.so")):  # in-place build, else installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when a test loads this file by path
+import _inplace  # noqa: E402  (bench/_inplace.py: the in-place build if there is one, else the installed package)
+_inplace.use()
 
 from vlafeed.mix import normalized_weights, window_order  # noqa: E402
 

@@ -30,8 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
-if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
-    sys.path.insert(0, str(REPO / "python"))
+import _inplace  # noqa: E402  (bench/_inplace.py: the in-place build if there is one, else the installed package)
+_inplace.use()
 sys.path.insert(0, str(REPO / "examples"))
 
 from vlafeed import quant as Q  # noqa: E402
@@ -61,7 +61,7 @@ def variant_models(make_model, sd, linear_keys, skip):
         m.load_state_dict({k: v.float() if v.is_floating_point() and v.dtype != Q.FP8_DTYPE else v
                            for k, v in tensors.items() if k in m.state_dict() and k not in quantized},
                           strict=False)
-        Q._install(m, tensors, quantized, name)
+        Q.checkpoint._install(m, tensors, quantized, name)
         out[name] = (m.eval(), nbytes(tensors), res.summary)
     return out
 

@@ -3,7 +3,7 @@
 ray.data.read_lerobot, on the same make-sample dataset, in one run.
 
     make build py-inplace
-    PYTHONPATH=python python3 bench/ray_bench.py --out /tmp/vf-raybench \
+    python3 bench/ray_bench.py --out /tmp/vf-raybench \
         [--peer-python /work/wt-lerobot06/build-lerobot/venv312/bin/python]
 
 Each measurement runs in a fresh child process with 2 CPUs for Ray
@@ -37,6 +37,8 @@ import pathlib
 import subprocess
 import sys
 import time
+
+import _inplace  # bench/_inplace.py: the in-place build if there is one, else the installed package
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_PEER = "/work/wt-lerobot06/build-lerobot/venv312/bin/python"
@@ -138,8 +140,7 @@ def check_frames(rows_iter, cameras):
 
 def _use_inplace_build():
     """Children import the in-place build (make py-inplace) when there is one, else the installed package."""
-    if any((REPO / "python" / "vlafeed").glob("_native*.so")):
-        sys.path.insert(0, str(REPO / "python"))
+    _inplace.use()
 
 
 def child_loader(root, check, full_warm=False):
@@ -315,7 +316,7 @@ def child_floor(root, pace_s_per_row=FLOOR_PACE_S_PER_ROW):
 
 
 def child_ray_loader(root, full_warm=False):
-    """vlafeed.Loader inside Ray workers, the path of Ray Train workers (README "Exact resume under Ray Train"):
+    """vlafeed.Loader inside Ray workers, the path of Ray Train workers (docs/ray.md, exact resume under Ray Train):
     two Ray tasks of one CPU each, rank r of 2, one engine thread each, consuming their batches in place
     as a training loop would. The whole Ray tree is counted, as for the datasource."""
     _use_inplace_build()
@@ -417,8 +418,7 @@ def child_peer(root, check, tolerance, warm, full_warm=False):
 
 def run_child(python, what, root, out_dir, check, tolerance=None, timeout=1800, cold=False, full_warm=False,
               extra=()):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "python") if python == sys.executable else ""
+    env = _inplace.child_env() if python == sys.executable else dict(os.environ, PYTHONPATH="")
     env["VF_BENCH_OPENS_LOG"] = str(out_dir / f"opens-{what}-{time.time_ns()}")
     args = [python, str(pathlib.Path(__file__).resolve()), "--child", what, "--root", str(root)]
     if check:
@@ -441,7 +441,7 @@ def first_training_step(root, out_dir):
     """Seconds from launching examples/ray_finetune.py (Ray start, trainer, 2 workers, Ray Data
     read) to the first logged training step of each rank."""
     log_dir = out_dir / f"train-{time.time_ns()}"
-    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    env = _inplace.child_env()
     t0 = time.time()
     r = subprocess.run([sys.executable, str(REPO / "examples" / "ray_finetune.py"), "--dataset", str(root),
                         "--epochs", "1", "--num-cpus", "2", "--log-dir", str(log_dir)], capture_output=True,

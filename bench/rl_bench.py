@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """RL-VLA3-style ablation of vlafeed.rl on this machine: env steps/s and trained samples/s.
 
-    PYTHONPATH=python python3 bench/rl_bench.py [--workers 2 4] [--steps 12] [--out bench/rl-results.json]
+    python3 bench/rl_bench.py [--workers 2 4] [--steps 12] [--out bench/rl-results.json]
 
 Runs, in one process and one Ray session, for each worker count:
   sync colocated            one process: all envs in lockstep with a local policy, then train
@@ -16,14 +16,13 @@ competing with the learner for the cores). Actor start-up is excluded from the t
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
-    sys.path.insert(0, str(REPO / "python"))
-os.environ["PYTHONPATH"] = str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
+import _inplace  # noqa: E402  (bench/_inplace.py: the in-place build if there is one, else the installed package)
+_inplace.use()
+os.environ.update(_inplace.child_env())  # Ray workers import the same package
 
 from vlafeed import rl  # noqa: E402
 

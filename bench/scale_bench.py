@@ -59,6 +59,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
+import _inplace  # noqa: E402  (the in-place build if there is one, else the installed package)
 import scale_meta  # noqa: E402
 
 TABULAR_KEYS = ["observation.state", "action"]
@@ -205,11 +206,7 @@ def find_cli(arg):
 
 
 def python_env():
-    env = dict(os.environ)
-    local = REPO / "python" / "vlafeed"
-    if list(local.glob("_native*.so")):
-        env["PYTHONPATH"] = str(REPO / "python") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return _inplace.child_env()
 
 
 def skip_check_flags(cli):

@@ -2,7 +2,7 @@
 """torchrun_bench.py: data-loading throughput per node with N ranks on one
 machine (one process per GPU, as torchrun starts them).
 
-    PYTHONPATH=python torchrun --standalone --nproc_per_node=N bench/torchrun_bench.py DATASET
+    torchrun --standalone --nproc_per_node=N bench/torchrun_bench.py DATASET
         [--mode single|sarm] [--loader map|stream|pool] [--batch-size 64] [--num-batches 50]
         [--threads T] [--format float32|uint8] [--gpu] [--out-dir DIR]
 
@@ -27,6 +27,10 @@ import os
 import resource
 import sys
 import time
+
+import _inplace  # bench/_inplace.py: the in-place build if there is one, else the installed package
+
+_inplace.use()
 
 SARM_DELTAS_S = [float(s) for s in range(-7, 1)]
 

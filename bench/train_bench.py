@@ -22,14 +22,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if any((ROOT / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
-    sys.path.insert(0, str(ROOT / "python"))
+import _inplace  # noqa: E402  (bench/_inplace.py: the in-place build if there is one, else the installed package)
+_inplace.use()
 
 import torch  # noqa: E402
 
@@ -116,8 +115,7 @@ def torchrun(args, env):
 def dist_bench(cli, work, steps):
     ds = work / "ds"
     make_dataset(cli, ds)
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
+    env = _inplace.child_env(OMP_NUM_THREADS="1")
     common = ["--data.dataset", str(ds), "--data.batch_size", "8", "--model.d_model", "256", "--model.layers", "4",
               "--model.heads", "8", "--model.patch", "16", "--packing.enabled", "true", "--packing.max_tokens", "256",
               "--train.steps", str(steps), "--train.log_every", "1000", "--train.precision", "fp32"]

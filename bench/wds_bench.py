@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
-    sys.path.insert(0, str(REPO / "python"))
+import _inplace  # noqa: E402  (bench/_inplace.py: the in-place build if there is one, else the installed package)
+_inplace.use()
 
 import torch  # noqa: E402
 import webdataset as wds  # noqa: E402

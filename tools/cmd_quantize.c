@@ -4,12 +4,14 @@
  * The work is PyTorch's and Ray's, so these commands run
  * `python3 -m vlafeed.quant` / `python3 -m vlafeed.rl` with the same arguments (exec, so its exit
  * status and signals are the Python program's). The interpreter is $VF_PYTHON
- * or python3 on PATH; the source tree's python/ folder is appended to
- * PYTHONPATH so the command also works in a build tree without
- * `pip install .` (an installed vlafeed comes first).
+ * or python3 on PATH. The source tree's python/ folder is added to
+ * PYTHONPATH only when it holds a built extension (make py-inplace), so a
+ * build tree works without `pip install .` and a fresh clone after
+ * `make demo` runs the installed package.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,12 +61,25 @@ static void usage(FILE *f)
             "Exit status: 0 ok, 1 bad input (file or layer named), 2 usage error.\n");
 }
 
+/* The source tree's package is used only where it holds a built extension (make py-inplace);
+ * otherwise its python/ folder would shadow the installed package and fail to import. */
+static int source_tree_is_built(void)
+{
+    if (!VF_SOURCE_PYTHON_DIR[0])
+        return 0;
+    glob_t found;
+    int rc = glob(VF_SOURCE_PYTHON_DIR "/vlafeed/_native/_core*.so", 0, NULL, &found);
+    int built = rc == 0 && found.gl_pathc > 0;
+    globfree(&found);
+    return built;
+}
+
 int vf_cli_exec_python(const char *cmd, const char *module, int argc, char **argv)
 {
     const char *py = getenv("VF_PYTHON");
     if (!py || !*py)
         py = "python3";
-    if (VF_SOURCE_PYTHON_DIR[0] && access(VF_SOURCE_PYTHON_DIR "/vlafeed/__init__.py", R_OK) == 0) {
+    if (source_tree_is_built()) {
         const char *old = getenv("PYTHONPATH");
         size_t n = (old ? strlen(old) + 1 : 0) + sizeof VF_SOURCE_PYTHON_DIR;
         char *val = malloc(n);

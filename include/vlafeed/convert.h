@@ -1,7 +1,7 @@
 /*
  * convert.h: the public API of vlafeed's dataset conversion: a LeRobot
  * v3.0 or v2.1 dataset (local folder or http(s)/s3 URL) into WebDataset
- * shards in VLA Foundry's robotics layout (docs: README "Converting to
+ * shards in VLA Foundry's robotics layout (docs: docs/wds.md, "Converting to
  * WebDataset shards").
  *
  *   vf_wds_convert_settings s;  vf_wds_convert_defaults(&s);

@@ -50,7 +50,7 @@ void vf_make_sample_defaults(vf_make_sample_settings *s);
  * dataset). Returns 0 or a negative code with vf_last_error() set. */
 int vf_make_sample(const char *out_dir, const vf_make_sample_settings *s);
 
-/* The ground-truth functions (also documented in the README):
+/* The ground-truth functions (also documented in docs/engine.md):
  *   length(e)              = min + splitmix64(seed*1000003 + e) % (max-min+1)
  *   observation.state[d]   = sin(0.05*k + 0.3*d + e)           (float32)
  *   action[d]              = sin(0.05*(k+1) + 0.3*d + e)       (the next state)

@@ -1,28 +1,43 @@
 """vlafeed: stream LeRobot datasets into PyTorch training from a C engine.
 
-The engine is C (the ``vlafeed._native`` extension); this package is a thin
-layer over it:
+The engine is C (the ``vlafeed._native`` extension); this package is laid out
+by concept:
 
-- ``vlafeed.LeRobotDataset(root, episodes=None, delta_timestamps=None, ...)``:
-  map-style, ``ds[i]`` returns the dict of tensors LeRobot returns;
-  ``ds.meta`` describes the dataset like ``LeRobotDatasetMetadata``.
-- ``vlafeed.Loader(dataset_or_root, mode="stream", batch_size=32, ...)``:
-  iterates batches (dicts of torch tensors viewing engine memory).
-- ``vlafeed.torch.IterableDataset``: the loader behind a
-  ``torch.utils.data.DataLoader(ds, batch_size=None)``.
+- ``vlafeed.data``: ``LeRobotDataset`` (map-style, ``ds[i]`` returns the dict
+  LeRobot returns; ``ds.meta`` like ``LeRobotDatasetMetadata``), ``Loader``
+  (batches of torch tensors viewing engine memory), ``ShardLoader``
+  (WebDataset shards), ``Mix`` (weighted mixing) and ``plan``; the names
+  users need are re-exported here.
+- ``vlafeed.torch``: the loaders behind ``torch.utils.data``.
+- ``vlafeed.ray``: Ray Data datasources and the Ray Train worker's loader.
+- ``vlafeed.train``, ``vlafeed.rl``, ``vlafeed.quant``: training, RL and FP8
+  quantization.
 
 torch is imported only when tensors are made, so the C parts work without it.
+Older module paths (``vlafeed.loader``, ``vlafeed.wds_torch``, ...) still
+import: see ``vlafeed._aliases``.
 
 Importing vlafeed sets what the engine and FFmpeg print to the VF_LOG
 environment variable's level (default: warnings and errors, so decoders do
 not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 """
+from vlafeed import _aliases
 from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F401
-from vlafeed.dataset import LeRobotDataset, LeRobotDatasetMetadata
-from vlafeed.loader import Loader
-from vlafeed.mix import Mix
-from vlafeed.wds import ShardLoader
+from vlafeed.data.dataset import LeRobotDataset, LeRobotDatasetMetadata
+from vlafeed.data.loader import Loader
+from vlafeed.data.mix import Mix
+from vlafeed.data.wds import ShardLoader
 
+_aliases.install()
 set_log_level()
 
-__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "ShardLoader", "set_log_level"]
+
+def __getattr__(name):
+    # ``import vlafeed; vlafeed.loader`` worked while the data modules sat at the top level.
+    if "vlafeed." + name in _aliases.MOVED:
+        import importlib
+        return importlib.import_module("vlafeed." + name)
+    raise AttributeError(f"module 'vlafeed' has no attribute {name!r}")
+
+__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "ShardLoader", "Mix",
+           "set_log_level"]

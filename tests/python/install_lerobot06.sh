@@ -7,7 +7,7 @@
 # written after a successful check, and the check passing again), it does
 # nothing. Otherwise it (re)creates the venv from scratch.
 #
-# Why these versions (see README "Real datasets ...", parity):
+# Why these versions (see bench/lerobot.md, parity):
 #   Python 3.12    lerobot >= 0.5 requires it; the main environment is 3.11 and
 #                  is never touched (no --system-site-packages here)
 #   torch 2.11.0   lerobot 0.6 requires torch < 2.12; the CPU wheel on this disk

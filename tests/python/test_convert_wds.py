@@ -1,5 +1,5 @@
 """`vlafeed convert SRC OUT --to wds`: LeRobot -> WebDataset shards in VLA
-Foundry's robotics layout (README "Converting to WebDataset shards").
+Foundry's robotics layout (docs/wds.md).
 
 Checked against the source dataset read independently (pyarrow for the
 tables, the frame-identity stamps make-sample paints into every frame, and

@@ -13,7 +13,7 @@ data whose MP4s and data files each hold several episodes:
   subset and its loader still work;
 - an unknown or repeated episode is an error naming it;
 - a Ray worker process opens the dataset once per datasource and reuses it
-  for every task (vlafeed.ray._task_dataset).
+  for every task (vlafeed.ray.lerobot._task_dataset).
 The C side (closure of shared files, ordinals, ASan) is tests/c/test_dataset_subset.c.
 """
 import gc
@@ -109,7 +109,7 @@ def test_subset_errors(sample):
 
 def test_ray_worker_opens_the_dataset_once_per_datasource(sample):
     pytest.importorskip("ray")
-    import vlafeed.ray as vray
+    import vlafeed.ray.lerobot as vray
 
     vray._WORKER_DATASET.clear()
     spec = {"root": str(sample), "source_id": "a"}

@@ -373,7 +373,7 @@ class FileCache:
     def __init__(self, directory, max_bytes):
         import ctypes
         from vlafeed import _native
-        lib = ctypes.CDLL(_native.__file__)
+        lib = ctypes.CDLL(_native._core.__file__)
         self.lib, self.ct = lib, ctypes
         p, cp, u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64
         lib.vf_file_cache_open.argtypes = [ctypes.POINTER(p), cp, u64]

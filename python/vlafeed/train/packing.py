@@ -2,8 +2,8 @@
 (the C packer, src/pack/ through vlafeed._native.pack_plan) or one padded
 row per sample.
 
-A sample's sequence is [instruction tokens][image tokens of each kept
-camera][one state token][chunk action-query tokens]. Instruction tokens come
+A sample's sequence is ``[instruction tokens][image tokens of each kept
+camera][one state token][chunk action-query tokens]``. Instruction tokens come
 from a tokenizer (bytes of the UTF-8 string by default: ids 0..255 after a
 BOS id; or any callable str -> list[int] the user gives, e.g. a Hugging Face
 tokenizer's ``encode``), cut to max_text_tokens. Cameras may be dropped per

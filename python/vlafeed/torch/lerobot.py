@@ -1,4 +1,4 @@
-"""vlafeed.torch: the engine behind torch.utils.data.
+"""vlafeed.torch.lerobot: the engine behind torch.utils.data (exported as vlafeed.torch).
 
     ds = vlafeed.torch.IterableDataset("/data/my-dataset", batch_size=64, seed=0)
     loader = vlafeed.torch.DataLoader(ds, num_workers=0)   # or torch.utils.data.DataLoader(ds, batch_size=None)
@@ -38,7 +38,7 @@ import torch
 import torch.utils.data
 
 from vlafeed import _native
-from vlafeed.loader import Loader, LoaderWarning, distributed_rank_world, native_dataset
+from vlafeed.data.loader import Loader, LoaderWarning, distributed_rank_world, native_dataset
 
 # Settings that define the order (the others, threads, image format, ...,
 # may change between a run and its resumption).

@@ -22,7 +22,7 @@ with, so the lists are exactly what the loaders will read.
 import json
 
 from vlafeed import _native
-from vlafeed.loader import native_dataset
+from vlafeed.data.loader import native_dataset
 
 __all__ = ["plan", "tasks", "consumer_tasks"]
 

@@ -1,4 +1,4 @@
-"""vlafeed.ray: LeRobot datasets as Ray Data datasets, decoded by the C engine
+"""vlafeed.ray.lerobot: LeRobot datasets as Ray Data datasets, decoded by the C engine
 inside each Ray read task.
 
     import ray, vlafeed.ray
@@ -14,7 +14,7 @@ What happens where:
 
 - On the driver, the constructor opens the metadata only (info.json, the
   episodes and tasks tables, stats) and lists the read tasks with
-  ``vlafeed.plan.tasks`` (file groups by default: a run of episodes stored
+  ``vlafeed.data.plan.tasks`` (file groups by default: a run of episodes stored
   in the same MP4 of the primary camera). No data or video file is read on
   the driver. ``source.meta`` is plain picklable data.
 - Each read task reopens the metadata restricted to its episodes, runs a
@@ -55,19 +55,16 @@ import uuid
 import numpy as np
 
 from vlafeed import _native
-from vlafeed.dataset import LeRobotDatasetMetadata
-from vlafeed.loader import Loader
-import vlafeed.plan
+from vlafeed.data.dataset import LeRobotDatasetMetadata
+from vlafeed.data.loader import Loader
+from vlafeed.data import plan as data_plan
+from vlafeed.ray._common import VlafeedRayError, _array_column, _ledger, _ray  # noqa: F401
 
 __all__ = ["LeRobotDatasource", "read_lerobot", "TorchCollate", "VlafeedRayError", "RayMeta",
            "loader_for_train_worker"]
 
 PARTITIONINGS = {"file_group": "file_group", "episode": "episode", "sequential": "sequential"}
 IMAGE_BYTES = {"uint8_hwc": 1, "uint8": 1, "float32": 4}
-
-
-class VlafeedRayError(RuntimeError):
-    """A read task failed; the message names the task, its episodes and the file."""
 
 
 class RayMeta:
@@ -97,70 +94,7 @@ class RayMeta:
                 f"total_frames={self.total_frames}, video_keys={self.video_keys})")
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError as e:  # pragma: no cover - optional dependency
-        raise ImportError("vlafeed.ray needs Ray: pip install 'vlafeed[ray]' (ray[data,train]==2.60.0)") from e
-    return ray
-
-
-# ---- skip ledger ---------------------------------------------------------------------------
-
-
-def _ledger_class():
-    ray = _ray()
-
-    @ray.remote(num_cpus=0)
-    class SkipLedger:
-        """Collects what read tasks skipped and what each finished task read, per datasource."""
-
-        def __init__(self):
-            self.records = {}
-
-        def _of(self, source):
-            return self.records.setdefault(source, {"skipped": [], "tasks": []})
-
-        def skip(self, source, record):
-            self._of(source)["skipped"].append(record)
-
-        def done(self, source, record):
-            self._of(source)["tasks"].append(record)
-
-        def report(self, source):
-            entry = self._of(source)
-            return {"skipped": list(entry["skipped"]), "tasks": list(entry["tasks"])}
-
-    return SkipLedger
-
-
-def _ledger():
-    """The Ray session's one ledger actor (created on first use, shared by every datasource, so a
-    new datasource does not start a new actor process)."""
-    # Detached: a named actor that lives by reference counting dies when the first datasource
-    # holding it is collected, even while a later datasource's tasks (which got it by name)
-    # still report to it (seen in CI); the session's shutdown ends it.
-    return _ledger_class().options(name="vlafeed_ray_ledger", namespace="vlafeed", get_if_exists=True,
-                                   lifetime="detached").remote()
-
-
 # ---- the read task --------------------------------------------------------------------------
-
-
-def _array_column(value):
-    """An engine array as an Arrow column: plain for 0/1-D, a fixed-shape tensor column above."""
-    import pyarrow as pa
-
-    value = np.asarray(value)
-    # pyarrow's fixed_shape_tensor wraps the engine's batch memory without a copy (Ray's
-    # ArrowTensorArray.from_numpy copies it: 0.12 s per 177 MB block); Ray 2.60 reads it
-    # in iter_batches / iter_torch_batches like its own tensor type.
-    if value.ndim <= 1:
-        return pa.array(value)
-    if value.dtype == np.bool_:  # pyarrow tensors refuse bool: Ray's type (small masks)
-        from ray.data.extensions import ArrowTensorArray
-        return ArrowTensorArray.from_numpy(value)
-    return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(value))
 
 
 def _arrow_table(batch, task_dictionary):
@@ -398,7 +332,7 @@ class LeRobotDatasource(_Datasource):
 
     def _plan(self, native, parallelism):
         world = max(1, min(int(parallelism), len(self._episode_list))) if self.partitioning == "sequential" else 1
-        raw = vlafeed.plan.tasks(native, partition=PARTITIONINGS[self.partitioning], world_size=world,
+        raw = data_plan.tasks(native, partition=PARTITIONINGS[self.partitioning], world_size=world,
                                  video_files=True)
         out = []
         for t in raw:
@@ -523,16 +457,9 @@ class TorchCollate(_collate_base()):
 def loader_for_train_worker(path, *, state=None, **kwargs):
     """A ``vlafeed.Loader`` for the calling Ray Train worker: rank and world size from
     ``ray.train.get_context()``, optionally restored from a ``state_dict()`` saved in a Ray
-    checkpoint, so a restarted worker continues sample for sample (see README, exact resume)."""
+    checkpoint, so a restarted worker continues sample for sample (see docs/ray.md, exact resume)."""
     import ray.train
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     return Loader(path, rank=rank, world_size=world, state=state, **kwargs)
-
-
-# ---- WebDataset shards (ray_wds.py) -----------------------------------------------------------
-
-from vlafeed.ray_wds import WdsDatasource, read_wds  # noqa: E402  (uses the ledger and errors above)
-
-__all__ += ["WdsDatasource", "read_wds"]

@@ -29,7 +29,7 @@ import json
 import numpy as np
 
 from vlafeed import _native
-from vlafeed.loader import distributed_rank_world, torch_module
+from vlafeed.data.loader import distributed_rank_world, torch_module
 
 
 def _parse_bytes(suffix, items):

@@ -1,4 +1,4 @@
-"""vlafeed.wds_torch.ShardIterableDataset: vlafeed.ShardLoader behind torch's DataLoader.
+"""vlafeed.torch.wds: ShardIterableDataset, vlafeed.ShardLoader behind torch's DataLoader.
 
     ds = ShardIterableDataset("shards/manifest.jsonl", batch_size=64, seed=0)
     dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
@@ -21,8 +21,8 @@ epoch and state).
 """
 import torch.utils.data
 
-from vlafeed.loader import distributed_rank_world
-from vlafeed.wds import ShardLoader
+from vlafeed.data.loader import distributed_rank_world
+from vlafeed.data.wds import ShardLoader
 
 
 class ShardIterableDataset(torch.utils.data.IterableDataset):

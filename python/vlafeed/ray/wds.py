@@ -47,12 +47,9 @@ import uuid
 
 import numpy as np
 
+from vlafeed.ray import _common
+
 __all__ = ["WdsDatasource", "read_wds"]
-
-
-def _vray():
-    import vlafeed.ray as vray  # noqa: WPS433 - this module is part of vlafeed.ray
-    return vray
 
 
 def _column(name, value):
@@ -64,7 +61,7 @@ def _column(name, value):
         if all(v is None or isinstance(v, (bytes, bytearray)) for v in value):
             return pa.array(value, type=pa.binary())
         return pa.array([None if v is None else json.dumps(v) for v in value], type=pa.string())
-    return _vray()._array_column(value)
+    return _common._array_column(value)
 
 
 def _arrow_table(batch):
@@ -85,7 +82,6 @@ def _read_task(spec, task):
     """Runs in a Ray worker: yields Arrow tables of at most rows_per_block rows for `task`."""
     import vlafeed
 
-    vray = _vray()
     t0, wall0 = time.process_time(), time.perf_counter()
     names = [s[0] for s in task["shards"]]
     where = f"vlafeed.ray wds task {task['id']} (shards {', '.join(names)} of {spec['manifest']})"
@@ -104,9 +100,9 @@ def _read_task(spec, task):
             yield table
         stats = loader.stats()
     except vlafeed.VlafeedError as e:
-        raise vray.VlafeedRayError(f"{where}: {e}") from e
+        raise _common.VlafeedRayError(f"{where}: {e}") from e
     except (OSError, ValueError) as e:
-        raise vray.VlafeedRayError(f"{where}: {e}") from e
+        raise _common.VlafeedRayError(f"{where}: {e}") from e
     finally:
         if loader is not None:
             loader.close()
@@ -119,12 +115,12 @@ def _read_task(spec, task):
                       "skipped_samples": int(stats.get("skipped_samples", 0)),
                       "skipped_shards": int(stats.get("skipped_shards", 0)),
                       "error": "; ".join(str(m) for m in stats.get("skip_messages", []))[:4000]}
-            vray._ray().get(ledger.skip.remote(spec["source_id"], record))
+            _common._ray().get(ledger.skip.remote(spec["source_id"], record))
         peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         record = {"task": task["id"], "pid": os.getpid(), "rows": delivered,
                   "skipped_rows": int(task["rows"] - delivered), "cpu_s": time.process_time() - t0,
                   "wall_s": time.perf_counter() - wall0, "peak_rss_bytes": peak_kb * 1024}
-        vray._ray().get(ledger.done.remote(spec["source_id"], record))
+        _common._ray().get(ledger.done.remote(spec["source_id"], record))
 
 
 def _datasource_base():
@@ -203,7 +199,7 @@ class WdsDatasource(_datasource_base()):
 
     def _ensure_ledger(self):
         if self._want_report and self._ledger is None:
-            self._ledger = _vray()._ledger()
+            self._ledger = _common._ledger()
         return self._ledger
 
     def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
@@ -227,7 +223,7 @@ class WdsDatasource(_datasource_base()):
         wall_s, peak_rss_bytes}]} from every read task run so far."""
         if self._ledger is None:
             return {"skipped": [], "tasks": []}
-        return _vray()._ray().get(self._ledger.report.remote(self._source_id))
+        return _common._ray().get(self._ledger.report.remote(self._source_id))
 
     def skipped(self):
         return self.report()["skipped"]
@@ -239,7 +235,7 @@ class WdsDatasource(_datasource_base()):
 def read_wds(manifest, *, ray_remote_args=None, override_num_blocks=None, concurrency=None, **kwargs):
     """ray.data.Dataset over WebDataset shards, decoded by vlafeed inside each read task; kwargs go
     to WdsDatasource, the rest to ray.data.read_datasource."""
-    ray = _vray()._ray()
+    ray = _common._ray()
     source = WdsDatasource(manifest, **kwargs)
     return ray.data.read_datasource(source, ray_remote_args=ray_remote_args,
                                     override_num_blocks=override_num_blocks, concurrency=concurrency)

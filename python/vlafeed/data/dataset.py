@@ -23,8 +23,8 @@ import warnings
 import numpy as np
 
 from vlafeed import _native
-from vlafeed import lerobot_compat as compat
-from vlafeed.loader import batch_to_dict
+from vlafeed.data import lerobot_compat as compat
+from vlafeed.data.loader import batch_to_dict
 
 
 class LeRobotDatasetMetadata:

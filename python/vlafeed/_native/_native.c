@@ -1,6 +1,8 @@
 /*
  * _native.c: module initialisation of the CPython extension over the C
- * engine, and the error mapping shared by every py_*.c file.
+ * engine (built as vlafeed._native._core; the package's __init__.py
+ * re-exports its names as vlafeed._native), and the error mapping shared by
+ * every py_*.c file.
  */
 #include "_native.h"
 
@@ -56,10 +58,10 @@ int vf_py_int64_list(PyObject *obj, const char *what, int64_t **out, size_t *cou
 }
 
 static struct PyModuleDef native_module = {
-    PyModuleDef_HEAD_INIT, "vlafeed._native", "vlafeed C engine", -1, NULL, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "vlafeed._native._core", "vlafeed C engine", -1, NULL, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void)
+PyMODINIT_FUNC PyInit__core(void)
 {
     PyObject *m = PyModule_Create(&native_module);
     if (!m)

@@ -1,0 +1,46 @@
+"""RLConfig (every switch of a run) and RLError."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RLError(RuntimeError):
+    """The run cannot go on: a worker or the server is gone, an env keeps raising, nothing arrives."""
+
+
+@dataclass
+class RLConfig:
+    env: Any = "toy-reach"             # 'toy-reach', a gymnasium id, or a picklable callable returning an env
+    env_kwargs: dict = field(default_factory=dict)
+    num_workers: int = 2
+    envs_per_worker: int = 2
+    steps: int = 20                    # optimizer steps
+    global_batch: int = 16             # trajectories per optimizer step
+    micro_batch: int = 4               # trajectories per forward/backward
+    max_batch_size: int = 8            # policy server: largest batch
+    max_wait_ms: float = 2.0           # policy server: longest wait after a batch's first request
+    queue_size: int = 32               # bounded trajectory queue
+    max_lag: int = 2                   # drop trajectories older than this many versions
+    train_async: bool = True
+    rollout_async: bool = True
+    streamer: bool = True
+    colocated: bool = False            # sync colocated baseline: one process, no Ray actors
+    lr: float = 3e-3
+    gamma: float = 0.97
+    clip: float = 0.2
+    hidden: int = 64
+    seed: int = 0
+    max_restarts: int = 1
+    max_env_errors: int = 20
+    stall_timeout_s: float = 60.0
+
+    def check(self):
+        if self.global_batch % self.micro_batch:
+            raise ValueError(f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}")
+        for k in ("num_workers", "envs_per_worker", "steps", "global_batch", "micro_batch", "max_batch_size",
+                  "queue_size"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
+        if self.max_wait_ms < 0 or self.max_lag < 0:
+            raise ValueError("max_wait_ms and max_lag must be >= 0")
