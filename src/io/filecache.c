@@ -225,16 +225,25 @@ static void tidy(vf_file_cache *c, entry *e)
         remove_entry(c, e);
 }
 
-static void size_job(void *arg)
+/* A job's first step: VF_EIO naming the URL when the cache is closing (the
+ * job then fetches nothing), else 0. */
+static int check_not_closing(const entry *e)
 {
-    entry *e = arg;
     vf_file_cache *c = e->cache;
     pthread_mutex_lock(&c->lock);
     int closing = c->closing;
     pthread_mutex_unlock(&c->lock);
+    return closing ? vf_error(VF_EIO, "%s: the file cache is closing", e->url) : 0;
+}
+
+static void size_job(void *arg)
+{
+    entry *e = arg;
+    vf_file_cache *c = e->cache;
     uint64_t size = 0;
-    int r = closing ? vf_error(VF_EIO, "%s: the file cache is closing", e->url)
-                    : c->fetcher.size(c->fetcher.ctx, e->url, &size);
+    int r = check_not_closing(e);
+    if (r == 0)
+        r = c->fetcher.size(c->fetcher.ctx, e->url, &size);
     char message[1024];
     if (r < 0)
         snprintf(message, sizeof message, "%s", vf_last_error());
@@ -262,12 +271,10 @@ static void fetch_job(void *arg)
 {
     entry *e = arg;
     vf_file_cache *c = e->cache;
-    pthread_mutex_lock(&c->lock);
-    int closing = c->closing;
-    pthread_mutex_unlock(&c->lock);
     /* url, part, path and size do not change while the job runs. */
-    int r = closing ? vf_error(VF_EIO, "%s: the file cache is closing", e->url)
-                    : c->fetcher.fetch(c->fetcher.ctx, e->url, e->part, e->size);
+    int r = check_not_closing(e);
+    if (r == 0)
+        r = c->fetcher.fetch(c->fetcher.ctx, e->url, e->part, e->size);
     if (r == 0) {
         struct stat st;
         if (stat(e->part, &st) < 0)

@@ -4,8 +4,9 @@
  * and (later) an HTTP/S3 object are interchangeable.
  *
  * Implementations: local files and memory (source.c), HTTP(S) and S3 range
- * reads through libcurl (http.c, signing in sigv4.c), and a local file cache
- * that downloads whole remote files ahead of use (filecache.c).
+ * reads through libcurl (http.c, requests in http_request.c, listings in
+ * http_s3_list.c, signing in sigv4.c), and a local file cache that
+ * downloads whole remote files ahead of use (filecache.c).
  *
  * Invariants:
  *  - vf_source_read_at() is positional and thread-safe (pread semantics): no
@@ -93,7 +94,7 @@ typedef struct vf_url {
 int vf_url_parse(const char *url, vf_url *out);
 void vf_url_free(vf_url *u);
 
-/* ---- HTTP(S) and S3 (http.c) --------------------------------------------- */
+/* ---- HTTP(S) and S3 (http.c, http_request.c, http_s3_list.c) ------------- */
 
 typedef struct vf_http_settings {
     int max_attempts;          /* per request, including the first; default 5 */

@@ -1,0 +1,259 @@
+/*
+ * loader_read.c: the consumers of the shard loader reading their parts.
+ *
+ * Each consumer walks its part's pieces (runs of one shard's positions,
+ * vf_plan_each_consumer) with one tar reader, keeping the samples it still
+ * has to deliver (read but not yet emitted: at most about shuffle_buffer
+ * of them) and skipping the bytes of the others (other consumers' samples,
+ * or those delivered before a resume). A piece with nothing left to
+ * deliver is not opened at all. A consumer whose piece reaches its shard's
+ * end reads the tar to its end, so every shard's count is checked against
+ * the manifest by the consumer that reads its tail.
+ *
+ * Bad input: a missing shard, a damaged or truncated tar, or a count that
+ * disagrees with the manifest fails with a message naming the shard
+ * (VF_WDS_RAISE), or under VF_WDS_SKIP marks the positions it affects as a
+ * bad range (counted, and left out of their batches).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "wds/loader_internal.h"
+
+/* ---- consumers: reading the part ---------------------------------------------- */
+
+void vf_wds_stored_free(vf_wds_stored *st)
+{
+    if (!st)
+        return;
+    for (size_t i = 0; i < st->num_members; i++) {
+        free((void *)st->members[i].data);
+        free((void *)st->members[i].suffix);
+        free((void *)st->members[i].name);
+    }
+    free(st->members);
+    free(st->key);
+    free(st);
+}
+
+void vf_wds_consumer_reset(vf_wds_consumer *c)
+{
+    vf_wds_reader_close(c->reader);
+    for (size_t i = 0; i < c->num_store; i++)
+        vf_wds_stored_free(c->store[i]);
+    for (size_t i = 0; i < c->num_bad; i++)
+        free(c->bad[i].message);
+    free(c->store);
+    free(c->bad);
+    free(c->pieces);
+    free(c->piece_needed);
+    free(c->needed);
+    memset(c, 0, sizeof *c);
+}
+
+/* Number of times position p is still needed (sorted array with repeats). */
+size_t vf_wds_needed_count(const vf_wds_consumer *c, int64_t p)
+{
+    size_t lo = 0, hi = c->num_needed;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->needed[mid] < p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t k = 0;
+    while (lo + k < c->num_needed && c->needed[lo + k] == p)
+        k++;
+    return k;
+}
+
+vf_wds_stored *vf_wds_find_stored(vf_wds_consumer *c, int64_t p, size_t *index)
+{
+    for (size_t i = 0; i < c->num_store; i++)
+        if (c->store[i]->position == p) {
+            *index = i;
+            return c->store[i];
+        }
+    return NULL;
+}
+
+const char *vf_wds_find_bad(const vf_wds_consumer *c, int64_t p)
+{
+    for (size_t i = 0; i < c->num_bad; i++)
+        if (p >= c->bad[i].start && p < c->bad[i].end)
+            return c->bad[i].message;
+    return NULL;
+}
+
+static int add_bad(vf_wds_loader *l, vf_wds_consumer *c, int64_t start, int64_t end, const char *message)
+{
+    vf_wds_bad_range *grown = vf_realloc(c->bad, (c->num_bad + 1) * sizeof *grown);
+    if (!grown)
+        return VF_ENOMEM;
+    c->bad = grown;
+    char *copy = vf_strdup(message);
+    if (!copy)
+        return VF_ENOMEM;
+    c->bad[c->num_bad++] = (vf_wds_bad_range){start, end, copy};
+    if (l->s.on_error == VF_WDS_SKIP) {
+        l->stats.skipped_shards++;
+        vf_wds_note_skip(l, message);
+    }
+    return 0;
+}
+
+int vf_wds_store_sample(vf_wds_consumer *c, const vf_wds_sample *smp, int64_t position, size_t shard, int refs)
+{
+    vf_wds_stored *st = vf_calloc(1, sizeof *st);
+    if (!st)
+        return VF_ENOMEM;
+    st->position = position;
+    st->refs = refs;
+    st->shard = shard;
+    st->key = vf_strdup(smp->key);
+    st->members = vf_calloc(smp->num_members ? smp->num_members : 1, sizeof *st->members);
+    if (!st->key || !st->members) {
+        vf_wds_stored_free(st);
+        return VF_ENOMEM;
+    }
+    for (size_t i = 0; i < smp->num_members; i++) {
+        const vf_wds_member *m = &smp->members[i];
+        uint8_t *data = vf_malloc(m->size ? m->size : 1);
+        char *suffix = vf_strdup(m->suffix), *name = vf_strdup(m->name);
+        st->members[i] = (vf_wds_member){.suffix = suffix, .name = name, .data = data, .size = m->size};
+        st->num_members = i + 1;
+        if (!data || !suffix || !name) {
+            vf_wds_stored_free(st);
+            return VF_ENOMEM;
+        }
+        memcpy(data, m->data, m->size);
+    }
+    if (c->num_store == c->cap_store) {
+        size_t cap = c->cap_store ? c->cap_store * 2 : 64;
+        vf_wds_stored **grown = vf_realloc(c->store, cap * sizeof *grown);
+        if (!grown) {
+            vf_wds_stored_free(st);
+            return VF_ENOMEM;
+        }
+        c->store = grown;
+        c->cap_store = cap;
+    }
+    c->store[c->num_store++] = st;
+    return 0;
+}
+
+/* When the reader has just passed the last sample of the current piece and
+ * that piece ends its shard, the tar must end there: a further sample means
+ * the manifest's count is too low. Checked once per piece. */
+int vf_wds_check_tail(vf_wds_loader *l, vf_wds_consumer *c)
+{
+    if (!c->reader || c->piece_i >= c->num_pieces || c->reader_piece != c->piece_i)
+        return 0;
+    const vf_plan_piece *piece = &c->pieces[c->piece_i];
+    const vf_plan_task *task = &l->tasks[piece->task];
+    int64_t piece_end = piece->first_position + piece->num_samples;
+    int64_t task_end = task->first_position + task->num_samples;
+    if (piece_end != task_end || c->reader_pos != task_end)
+        return 0;
+    const char *url = vf_wds_manifest_shard_url(l->manifest, l->task_shard[piece->task]);
+    const vf_wds_sample *extra = NULL;
+    int rc = vf_wds_reader_next(c->reader, 0, &extra);
+    c->reader_pos++;
+    if (rc == 0) {
+        char *msg = vf_asprintf("shard %s: more samples than the manifest's num_sequences %lld (first extra key %s)",
+                                url, (long long)task->num_samples, extra->key);
+        if (!msg)
+            return VF_ENOMEM;
+        int ar = l->s.on_error == VF_WDS_SKIP ? add_bad(l, c, task_end, task_end, msg)
+                                              : vf_error(VF_ECORRUPT, "%s", msg);
+        free(msg);
+        return ar < 0 ? ar : 0;
+    }
+    if (rc != VF_EOF) {
+        if (l->s.on_error != VF_WDS_SKIP)
+            return rc;
+        return add_bad(l, c, task_end, task_end, vf_last_error());
+    }
+    return 0;
+}
+
+/* Reads the consumer's part forward until position p is stored or known bad. */
+int vf_wds_ensure_position(vf_wds_loader *l, vf_wds_consumer *c, int64_t p)
+{
+    size_t idx;
+    while (!vf_wds_find_stored(c, p, &idx) && !vf_wds_find_bad(c, p)) {
+        if (c->piece_i >= c->num_pieces)
+            return vf_error(VF_ECORRUPT, "wds loader: position %lld is not in its consumer's part (internal)",
+                            (long long)p);
+        const vf_plan_piece *piece = &c->pieces[c->piece_i];
+        const vf_plan_task *task = &l->tasks[piece->task];
+        size_t shard = l->task_shard[piece->task];
+        const char *url = vf_wds_manifest_shard_url(l->manifest, shard);
+        int64_t piece_end = piece->first_position + piece->num_samples;
+        if (c->piece_needed[c->piece_i] == 0) {
+            c->piece_i++;
+            continue;
+        }
+        if (!c->reader || c->reader_task != piece->task ||
+            (c->reader_piece != c->piece_i && c->reader_pos > piece->first_position)) {
+            vf_wds_reader_close(c->reader);
+            c->reader = NULL;
+            int rc = vf_wds_reader_open(&c->reader, url);
+            if (rc == VF_ENOMEM)
+                return rc;
+            if (rc < 0) {
+                if ((rc = add_bad(l, c, piece->first_position, piece_end, vf_last_error())) < 0)
+                    return rc;
+                c->piece_i++;
+                continue;
+            }
+            l->stats.shards_opened++;
+            c->reader_task = piece->task;
+            c->reader_pos = task->first_position;
+        }
+        c->reader_piece = c->piece_i;
+        if (c->reader_pos >= piece_end) {
+            int rc = vf_wds_check_tail(l, c);
+            if (rc < 0)
+                return rc;
+            c->piece_i++;
+            continue;
+        }
+        int64_t pos = c->reader_pos;
+        size_t refs = pos >= piece->first_position ? vf_wds_needed_count(c, pos) : 0;
+        const vf_wds_sample *smp = NULL;
+        int rc = vf_wds_reader_next(c->reader, refs > 0, &smp);
+        if (rc == VF_ENOMEM)
+            return rc;
+        if (rc == VF_EOF || rc < 0) {
+            char *msg = rc == VF_EOF ? vf_asprintf("shard %s: ends after %lld samples, the manifest's num_sequences "
+                                                   "is %lld",
+                                                   url, (long long)(pos - task->first_position),
+                                                   (long long)task->num_samples)
+                                     : vf_strdup(vf_last_error());
+            if (!msg)
+                return VF_ENOMEM;
+            int br = add_bad(l, c, pos > piece->first_position ? pos : piece->first_position, piece_end, msg);
+            free(msg);
+            if (br < 0)
+                return br;
+            vf_wds_reader_close(c->reader);
+            c->reader = NULL;
+            c->piece_i++;
+            continue;
+        }
+        c->reader_pos++;
+        if (refs > 0) {
+            l->stats.samples_read++;
+            for (size_t i = 0; i < smp->num_members; i++)
+                l->stats.bytes_read += smp->members[i].size;
+            if ((rc = vf_wds_store_sample(c, smp, pos, shard, (int)refs)) < 0)
+                return rc;
+        } else {
+            l->stats.samples_passed++;
+        }
+    }
+    return 0;
+}
+
