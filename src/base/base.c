@@ -1,5 +1,6 @@
 /*
- * base.c: error messages, checked allocation, buffers, logging, files.
+ * base.c: error messages, checked allocation and array growth, buffers,
+ * logging, files.
  *
  * The only mutable state here is the thread-local error message and the
  * lazily read log level (benign race: every thread computes the same value).
@@ -96,6 +97,25 @@ void *vf_realloc(void *ptr, size_t size)
     if (!p)
         vf_error(VF_ENOMEM, "out of memory reallocating %zu bytes", size);
     return p;
+}
+
+int vf_grow_array(void *array, size_t count, size_t *cap, size_t first_cap, size_t elem_size)
+{
+    if (count < *cap)
+        return 0;
+    size_t new_cap = *cap ? *cap * 2 : first_cap;
+    if (new_cap < *cap || (elem_size && new_cap > SIZE_MAX / elem_size))
+        return vf_error(VF_ENOMEM, "array of %zu x %zu bytes overflows", new_cap, elem_size);
+    /* The caller's pointer is read and written through memcpy: it is some
+     * T *, and only its representation is shared with void *. */
+    void *items;
+    memcpy(&items, array, sizeof items);
+    void *grown = vf_realloc(items, new_cap * elem_size);
+    if (!grown)
+        return VF_ENOMEM;
+    memcpy(array, &grown, sizeof grown);
+    *cap = new_cap;
+    return 0;
 }
 
 void *vf_malloc_array(size_t count, size_t size)
@@ -305,18 +325,20 @@ int vf_read_file(const char *path, uint8_t **data, size_t *len)
 
 const char *vf_file_kind_name(unsigned mode)
 {
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISCHR(mode))
-        return "a character device";
-    if (S_ISBLK(mode))
-        return "a block device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    if (S_ISREG(mode))
-        return "a regular file";
+    static const struct {
+        unsigned type;
+        const char *name;
+    } kinds[] = {
+        {S_IFDIR, "a directory"},
+        {S_IFIFO, "a FIFO"},
+        {S_IFCHR, "a character device"},
+        {S_IFBLK, "a block device"},
+        {S_IFSOCK, "a socket"},
+        {S_IFREG, "a regular file"},
+    };
+    for (size_t i = 0; i < VF_ARRAY_LEN(kinds); i++)
+        if ((mode & S_IFMT) == kinds[i].type)
+            return kinds[i].name;
     return "not a file";
 }
 

@@ -2,8 +2,8 @@
  * base.h: the bottom layer of vlafeed, included by every other layer.
  *
  * Owns: status codes and the thread-local error message, checked allocation,
- * growable byte buffers, logging, small string/path helpers, and whole-file
- * reads. Depends on nothing but libc and pthreads.
+ * growable arrays and byte buffers, logging, small string/path helpers, and
+ * whole-file reads. Depends on nothing but libc and pthreads.
  *
  * Invariants:
  *  - A function that can fail returns int: 0 on success or a negative
@@ -62,6 +62,12 @@ void *vf_malloc(size_t size);
 void *vf_calloc(size_t count, size_t size);
 void *vf_realloc(void *ptr, size_t size);
 void *vf_malloc_array(size_t count, size_t size);
+/* Makes room for element `count` of a growable array: once count reaches
+ * *cap, the array is reallocated to twice *cap elements (first_cap when
+ * *cap is 0). `array` is the address of the caller's element pointer (a
+ * T **, passed as void *) and elem_size is sizeof(T). Returns 0, or
+ * VF_ENOMEM with the array and *cap unchanged. */
+int vf_grow_array(void *array, size_t count, size_t *cap, size_t first_cap, size_t elem_size);
 char *vf_strdup(const char *s);
 char *vf_strndup(const char *s, size_t n);
 /* vf_asprintf: a newly allocated formatted string, or NULL (ENOMEM set). */

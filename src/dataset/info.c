@@ -51,6 +51,15 @@ static int parse_version(const char *s, int *major, int *minor)
     return 0;
 }
 
+/* ORs an optional boolean key of obj (absent or null: false) into *flags. */
+static int or_flag(const char *file, const char *where, const json_t *obj, const char *key, int *flags)
+{
+    int flag = 0;
+    int r = vf_json_get_bool(file, where, obj, key, VF_JSON_OPTIONAL | VF_JSON_NULLABLE, &flag);
+    *flags |= flag;
+    return r;
+}
+
 /* The camera fields from a video feature's "info" (and legacy
  * "video_info") objects. */
 static int load_camera(vf_dataset *d, const char *file, const char *fname, const json_t *fobj, vf_ds_camera *cam)
@@ -66,7 +75,7 @@ static int load_camera(vf_dataset *d, const char *file, const char *fname, const
     const char *codec = "", *pix_fmt = "";
     int64_t width = 0, height = 0, channels = 0;
     double fps = 0;
-    int depth = 0, flag = 0;
+    int depth = 0;
     const int opt = VF_JSON_OPTIONAL | VF_JSON_NULLABLE;
     if (info) {
         if ((r = vf_json_get_string(file, where, info, "video.codec", opt, &codec)) < 0 ||
@@ -77,28 +86,18 @@ static int load_camera(vf_dataset *d, const char *file, const char *fname, const
             (r = vf_json_get_double(file, where, info, "video.fps", opt, &fps)) < 0)
             return r;
         /* The depth flag: canonical is_depth_map, older video.is_depth_map. */
-        flag = 0;
-        if ((r = vf_json_get_bool(file, where, info, "is_depth_map", opt, &flag)) < 0)
+        if ((r = or_flag(file, where, info, "is_depth_map", &depth)) < 0 ||
+            (r = or_flag(file, where, info, "video.is_depth_map", &depth)) < 0)
             return r;
-        depth |= flag;
-        flag = 0;
-        if ((r = vf_json_get_bool(file, where, info, "video.is_depth_map", opt, &flag)) < 0)
-            return r;
-        depth |= flag;
     }
     json_t *legacy = vf_json_member(fobj, "video_info");
     if (legacy && json_is_object(legacy)) {
         char *lwhere = vf_ds_printf(d, "features.%s.video_info", fname);
         if (!lwhere)
             return VF_ENOMEM;
-        flag = 0;
-        if ((r = vf_json_get_bool(file, lwhere, legacy, "video.is_depth_map", opt, &flag)) < 0)
+        if ((r = or_flag(file, lwhere, legacy, "video.is_depth_map", &depth)) < 0 ||
+            (r = or_flag(file, lwhere, legacy, "is_depth_map", &depth)) < 0)
             return r;
-        depth |= flag;
-        flag = 0;
-        if ((r = vf_json_get_bool(file, lwhere, legacy, "is_depth_map", opt, &flag)) < 0)
-            return r;
-        depth |= flag;
     }
     if (width < 0 || width > 65536 || height < 0 || height > 65536 || channels < 0 || channels > 64)
         return vf_error(VF_ECORRUPT, "%s: %s: video size %lldx%lld (%lld channels) out of range", file, where,

@@ -107,14 +107,8 @@ int vf_ds_problem(vf_dataset *d, vf_severity severity, const char *file, int64_t
         d->num_errors++;
     if (d->num_problems > MAX_PROBLEMS)
         return 0;
-    if (d->num_problems == d->cap_problems) {
-        size_t cap = d->cap_problems ? d->cap_problems * 2 : 16;
-        vf_problem *p = vf_realloc(d->problems, cap * sizeof *p);
-        if (!p)
-            return VF_ENOMEM;
-        d->problems = p;
-        d->cap_problems = cap;
-    }
+    if (vf_grow_array(&d->problems, d->num_problems, &d->cap_problems, 16, sizeof *d->problems) < 0)
+        return VF_ENOMEM;
     vf_problem *p = &d->problems[d->num_problems];
     char message[1024];
     if (d->num_problems == MAX_PROBLEMS) {
@@ -142,14 +136,8 @@ int vf_ds_problem(vf_dataset *d, vf_severity severity, const char *file, int64_t
 
 int vf_ds_missing_file(vf_dataset *d, const char *rel)
 {
-    if (d->num_missing == d->cap_missing) {
-        size_t cap = d->cap_missing ? d->cap_missing * 2 : 16;
-        const char **p = vf_realloc(d->missing, cap * sizeof *p);
-        if (!p)
-            return VF_ENOMEM;
-        d->missing = p;
-        d->cap_missing = cap;
-    }
+    if (vf_grow_array(&d->missing, d->num_missing, &d->cap_missing, 16, sizeof *d->missing) < 0)
+        return VF_ENOMEM;
     d->missing[d->num_missing] = vf_ds_strdup(d, rel);
     if (!d->missing[d->num_missing])
         return VF_ENOMEM;
@@ -159,14 +147,8 @@ int vf_ds_missing_file(vf_dataset *d, const char *rel)
 
 vf_ds_episode *vf_ds_add_episode(vf_dataset *d)
 {
-    if (d->num_all_episodes == d->cap_episodes) {
-        size_t cap = d->cap_episodes ? d->cap_episodes * 2 : 64;
-        vf_ds_episode *grown = vf_realloc(d->episodes, cap * sizeof *grown);
-        if (!grown)
-            return NULL;
-        d->episodes = grown;
-        d->cap_episodes = cap;
-    }
+    if (vf_grow_array(&d->episodes, d->num_all_episodes, &d->cap_episodes, 64, sizeof *d->episodes) < 0)
+        return NULL;
     vf_ds_episode *e = &d->episodes[d->num_all_episodes];
     memset(e, 0, sizeof *e);
     e->data_file_id = -1;
@@ -904,14 +886,8 @@ static int keep_pos(kept_set *k, size_t p)
 {
     if (k->bit[p])
         return 0;
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 64;
-        size_t *grown = vf_realloc(k->pos, cap * sizeof *grown);
-        if (!grown)
-            return VF_ENOMEM;
-        k->pos = grown;
-        k->cap = cap;
-    }
+    if (vf_grow_array(&k->pos, k->n, &k->cap, 64, sizeof *k->pos) < 0)
+        return VF_ENOMEM;
     k->bit[p] = 1;
     k->pos[k->n++] = p;
     return 0;

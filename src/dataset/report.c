@@ -101,39 +101,42 @@ static json_t *int_list(const int64_t *v, size_t n)
     return a;
 }
 
-static int add_features(const vf_dataset *d, json_t *root)
+/* Fills the report object of item i of one of the dataset's lists. */
+typedef int (*fill_object_fn)(json_t *o, const vf_dataset *d, size_t i);
+
+/* Puts key -> a list of n objects into root, object i filled by fill. */
+static int put_object_list(json_t *root, const char *key, size_t n, const vf_dataset *d, fill_object_fn fill)
 {
     json_t *arr = json_array();
-    int r = put(root, "features", arr);
-    for (size_t i = 0; i < d->num_features && r == 0; i++) {
-        const vf_feature *f = &d->features[i];
+    int r = put(root, key, arr);
+    for (size_t i = 0; i < n && r == 0; i++) {
         json_t *o = json_object();
-        if ((r = append(arr, o)) < 0)
-            break;
-        if ((r = put(o, "name", str(f->name))) < 0 || (r = put(o, "dtype", str(f->dtype))) < 0 ||
-            (r = put(o, "shape", int_list(f->shape, (size_t)f->ndim))) < 0)
-            break;
-        r = put(o, "kind", str(kind_name(f->kind)));
+        if ((r = append(arr, o)) == 0)
+            r = fill(o, d, i);
     }
     return r;
 }
 
-static int add_cameras(const vf_dataset *d, json_t *root)
+static int feature_object(json_t *o, const vf_dataset *d, size_t i)
 {
-    json_t *arr = json_array();
-    int r = put(root, "cameras", arr);
-    for (size_t i = 0; i < d->num_cameras && r == 0; i++) {
-        const vf_camera *c = &d->cameras[i].pub;
-        json_t *o = json_object();
-        if ((r = append(arr, o)) < 0 || (r = put(o, "key", str(c->key))) < 0 ||
-            (r = put(o, "codec", str(c->codec))) < 0 || (r = put(o, "width", json_integer(c->width))) < 0 ||
-            (r = put(o, "height", json_integer(c->height))) < 0 ||
-            (r = put(o, "pix_fmt", str(c->pix_fmt))) < 0 || (r = put(o, "fps", number(c->fps))) < 0 ||
-            (r = put(o, "is_depth", json_boolean(c->is_depth))) < 0)
-            break;
-        r = put(o, "files", json_integer((json_int_t)c->num_files));
-    }
-    return r;
+    const vf_feature *f = &d->features[i];
+    int r;
+    if ((r = put(o, "name", str(f->name))) < 0 || (r = put(o, "dtype", str(f->dtype))) < 0 ||
+        (r = put(o, "shape", int_list(f->shape, (size_t)f->ndim))) < 0)
+        return r;
+    return put(o, "kind", str(kind_name(f->kind)));
+}
+
+static int camera_object(json_t *o, const vf_dataset *d, size_t i)
+{
+    const vf_camera *c = &d->cameras[i].pub;
+    int r;
+    if ((r = put(o, "key", str(c->key))) < 0 || (r = put(o, "codec", str(c->codec))) < 0 ||
+        (r = put(o, "width", json_integer(c->width))) < 0 || (r = put(o, "height", json_integer(c->height))) < 0 ||
+        (r = put(o, "pix_fmt", str(c->pix_fmt))) < 0 || (r = put(o, "fps", number(c->fps))) < 0 ||
+        (r = put(o, "is_depth", json_boolean(c->is_depth))) < 0)
+        return r;
+    return put(o, "files", json_integer((json_int_t)c->num_files));
 }
 
 static int add_stats(const vf_dataset *d, json_t *root)
@@ -166,21 +169,21 @@ static int add_stats(const vf_dataset *d, json_t *root)
     return r;
 }
 
+static int problem_object(json_t *o, const vf_dataset *d, size_t i)
+{
+    const vf_problem *p = &d->problems[i];
+    int r;
+    if ((r = put(o, "severity", str(p->severity == VF_SEVERITY_ERROR ? "error" : "warning"))) < 0 ||
+        (r = put(o, "file", str(p->file))) < 0 ||
+        (r = put(o, "episode", p->episode >= 0 ? json_integer((json_int_t)p->episode) : json_null())) < 0 ||
+        (r = put(o, "column", str(p->column))) < 0)
+        return r;
+    return put(o, "message", str(p->message));
+}
+
 static int add_problems(const vf_dataset *d, json_t *root)
 {
-    json_t *arr = json_array();
-    int r = put(root, "problems", arr);
-    for (size_t i = 0; i < d->num_problems && r == 0; i++) {
-        const vf_problem *p = &d->problems[i];
-        json_t *o = json_object();
-        if ((r = append(arr, o)) < 0 ||
-            (r = put(o, "severity", str(p->severity == VF_SEVERITY_ERROR ? "error" : "warning"))) < 0 ||
-            (r = put(o, "file", str(p->file))) < 0 ||
-            (r = put(o, "episode", p->episode >= 0 ? json_integer((json_int_t)p->episode) : json_null())) < 0 ||
-            (r = put(o, "column", str(p->column))) < 0)
-            break;
-        r = put(o, "message", str(p->message));
-    }
+    int r = put_object_list(root, "problems", d->num_problems, d, problem_object);
     json_t *missing = json_array();
     if (r == 0)
         r = put(root, "missing_files", missing);
@@ -207,7 +210,8 @@ int vf_dataset_info_json(const vf_dataset *d, int flags, char **out)
         (r = put(root, "total_episodes", json_integer((json_int_t)d->total_episodes))) < 0 ||
         (r = put(root, "total_frames", json_integer((json_int_t)d->total_frames))) < 0 ||
         (r = put(root, "total_tasks", json_integer((json_int_t)d->total_tasks))) < 0 ||
-        (r = add_features(d, root)) < 0 || (r = add_cameras(d, root)) < 0 ||
+        (r = put_object_list(root, "features", d->num_features, d, feature_object)) < 0 ||
+        (r = put_object_list(root, "cameras", d->num_cameras, d, camera_object)) < 0 ||
         (r = put(root, "data_files", json_integer((json_int_t)d->num_data_files))) < 0 ||
         (r = put(root, "file_checks", str(d->file_checks == VF_FILES_CHECKED    ? "at_open"
                                           : d->file_checks == VF_FILES_DEFERRED ? "deferred"

@@ -150,35 +150,56 @@ static int read_i64_column(vf_pq_file *f, const char *file, const char *name, in
     return convert_i64(&a, file, name, out, len);
 }
 
-/* An integer column read as int64 (any width); frees the array. */
-static int convert_i64(vf_pq_array *array, const char *file, const char *name, int64_t **out, int64_t *len)
+/* Element i of an integer array (any width) as int64; 0 for another type. */
+static int int_at(const vf_pq_array *a, int64_t i, int64_t *out)
 {
+    switch (a->type) {
+    case VF_PQ_T_INT8: *out = ((const int8_t *)a->values)[i]; return 1;
+    case VF_PQ_T_INT16: *out = ((const int16_t *)a->values)[i]; return 1;
+    case VF_PQ_T_INT32: *out = ((const int32_t *)a->values)[i]; return 1;
+    case VF_PQ_T_INT64: *out = ((const int64_t *)a->values)[i]; return 1;
+    case VF_PQ_T_UINT8: *out = ((const uint8_t *)a->values)[i]; return 1;
+    case VF_PQ_T_UINT16: *out = ((const uint16_t *)a->values)[i]; return 1;
+    case VF_PQ_T_UINT32: *out = ((const uint32_t *)a->values)[i]; return 1;
+    case VF_PQ_T_UINT64: *out = (int64_t)((const uint64_t *)a->values)[i]; return 1;
+    default: return 0;
+    }
+}
+
+/* Element i of a FLOAT or DOUBLE array as double; 0 for another type. */
+static int double_at(const vf_pq_array *a, int64_t i, double *out)
+{
+    if (a->type == VF_PQ_T_DOUBLE)
+        *out = ((const double *)a->values)[i];
+    else if (a->type == VF_PQ_T_FLOAT)
+        *out = ((const float *)a->values)[i];
+    else
+        return 0;
+    return 1;
+}
+
+/* A whole column as 8-byte values: int64 from any integer type, or (as_double)
+ * double from FLOAT or DOUBLE. Takes the array (frees it, zeroes *array);
+ * *out is newly allocated, NULL on failure. */
+static int convert_column(vf_pq_array *array, const char *file, const char *name, int as_double, void **out,
+                          int64_t *len)
+{
+    *out = NULL;
     vf_pq_array a = *array;
     memset(array, 0, sizeof *array);
     int r = 0;
-    int64_t *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
+    _Static_assert(sizeof(int64_t) == sizeof(double), "one buffer serves both");
+    void *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof(int64_t));
     if (!vals) {
         vf_pq_array_free(&a);
         return VF_ENOMEM;
     }
     for (int64_t i = 0; i < a.length && r == 0; i++) {
-        if (a.valid && !a.valid[i]) {
+        if (a.valid && !a.valid[i])
             r = vf_error(VF_ECORRUPT, "%s: column '%s': null in row %lld", file, name, (long long)i);
-            break;
-        }
-        switch (a.type) {
-        case VF_PQ_T_INT8: vals[i] = ((const int8_t *)a.values)[i]; break;
-        case VF_PQ_T_INT16: vals[i] = ((const int16_t *)a.values)[i]; break;
-        case VF_PQ_T_INT32: vals[i] = ((const int32_t *)a.values)[i]; break;
-        case VF_PQ_T_INT64: vals[i] = ((const int64_t *)a.values)[i]; break;
-        case VF_PQ_T_UINT8: vals[i] = ((const uint8_t *)a.values)[i]; break;
-        case VF_PQ_T_UINT16: vals[i] = ((const uint16_t *)a.values)[i]; break;
-        case VF_PQ_T_UINT32: vals[i] = ((const uint32_t *)a.values)[i]; break;
-        case VF_PQ_T_UINT64: vals[i] = (int64_t)((const uint64_t *)a.values)[i]; break;
-        default:
-            r = vf_error(VF_ECORRUPT, "%s: column '%s': expected integers, found %s", file, name,
-                         vf_pq_type_name(a.type));
-        }
+        else if (as_double ? !double_at(&a, i, (double *)vals + i) : !int_at(&a, i, (int64_t *)vals + i))
+            r = vf_error(VF_ECORRUPT, "%s: column '%s': expected %s, found %s", file, name,
+                         as_double ? "floating point" : "integers", vf_pq_type_name(a.type));
     }
     *len = a.length;
     vf_pq_array_free(&a);
@@ -190,37 +211,22 @@ static int convert_i64(vf_pq_array *array, const char *file, const char *name, i
     return 0;
 }
 
+/* An integer column read as int64 (any width); frees the array. */
+static int convert_i64(vf_pq_array *array, const char *file, const char *name, int64_t **out, int64_t *len)
+{
+    void *vals;
+    int r = convert_column(array, file, name, 0, &vals, len);
+    *out = vals;
+    return r;
+}
+
 /* A FLOAT or DOUBLE column as double; frees the array. */
 static int convert_f64(vf_pq_array *array, const char *file, const char *name, double **out, int64_t *len)
 {
-    *out = NULL;
-    vf_pq_array a = *array;
-    memset(array, 0, sizeof *array);
-    int r = 0;
-    double *vals = vf_malloc_array(a.length ? (size_t)a.length : 1, sizeof *vals);
-    if (!vals) {
-        vf_pq_array_free(&a);
-        return VF_ENOMEM;
-    }
-    for (int64_t i = 0; i < a.length && r == 0; i++) {
-        if (a.valid && !a.valid[i])
-            r = vf_error(VF_ECORRUPT, "%s: column '%s': null in row %lld", file, name, (long long)i);
-        else if (a.type == VF_PQ_T_DOUBLE)
-            vals[i] = ((const double *)a.values)[i];
-        else if (a.type == VF_PQ_T_FLOAT)
-            vals[i] = ((const float *)a.values)[i];
-        else
-            r = vf_error(VF_ECORRUPT, "%s: column '%s': expected floating point, found %s", file, name,
-                         vf_pq_type_name(a.type));
-    }
-    *len = a.length;
-    vf_pq_array_free(&a);
-    if (r < 0) {
-        free(vals);
-        return r;
-    }
+    void *vals;
+    int r = convert_column(array, file, name, 1, &vals, len);
     *out = vals;
-    return 0;
+    return r;
 }
 
 /* String view of element i of a STRING/BINARY array; 0 if null. */

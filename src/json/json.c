@@ -141,19 +141,6 @@ static int type_error(const char *file, const char *where, const char *key, cons
     return vf_error(VF_ECORRUPT, "%s: %s: expected %s", file, key, expected);
 }
 
-int vf_json_get_string(const char *file, const char *where, const json_t *obj, const char *key, int flags,
-                       const char **out)
-{
-    json_t *v;
-    int r = lookup(file, where, obj, key, flags, &v);
-    if (r <= 0)
-        return r;
-    if (!json_is_string(v))
-        return type_error(file, where, key, "a string");
-    *out = json_string_value(v);
-    return 0;
-}
-
 /* An integer value, or a real with an integral value in int64 range. */
 static int as_int(const json_t *v, int64_t *out)
 {
@@ -171,71 +158,100 @@ static int as_int(const json_t *v, int64_t *out)
     return 0;
 }
 
-int vf_json_get_int(const char *file, const char *where, const json_t *obj, const char *key, int flags,
-                    int64_t *out)
+/* The scalar getters: what each stores through its `out` and the type a
+ * refusal names. */
+typedef enum scalar_kind { GET_STRING, GET_INT, GET_DOUBLE, GET_BOOL, GET_OBJECT } scalar_kind;
+
+static int get_scalar(const char *file, const char *where, const json_t *obj, const char *key, int flags,
+                      scalar_kind kind, void *out)
 {
+    static const char *const expected[] = {"a string", "an integer", "a number", "true or false", "an object"};
     json_t *v;
     int r = lookup(file, where, obj, key, flags, &v);
     if (r <= 0)
         return r;
-    if (!as_int(v, out))
-        return type_error(file, where, key, "an integer");
-    return 0;
+    int ok = 0;
+    switch (kind) {
+    case GET_STRING:
+        if ((ok = json_is_string(v)))
+            *(const char **)out = json_string_value(v);
+        break;
+    case GET_INT: ok = as_int(v, out); break;
+    case GET_DOUBLE:
+        if ((ok = json_is_number(v)))
+            *(double *)out = json_number_value(v);
+        break;
+    case GET_BOOL:
+        if ((ok = json_is_boolean(v)))
+            *(int *)out = json_is_true(v);
+        break;
+    case GET_OBJECT:
+        if ((ok = json_is_object(v)))
+            *(json_t **)out = v;
+        break;
+    }
+    return ok ? 0 : type_error(file, where, key, expected[kind]);
+}
+
+int vf_json_get_string(const char *file, const char *where, const json_t *obj, const char *key, int flags,
+                       const char **out)
+{
+    return get_scalar(file, where, obj, key, flags, GET_STRING, out);
+}
+
+int vf_json_get_int(const char *file, const char *where, const json_t *obj, const char *key, int flags,
+                    int64_t *out)
+{
+    return get_scalar(file, where, obj, key, flags, GET_INT, out);
 }
 
 int vf_json_get_double(const char *file, const char *where, const json_t *obj, const char *key, int flags,
                        double *out)
 {
-    json_t *v;
-    int r = lookup(file, where, obj, key, flags, &v);
-    if (r <= 0)
-        return r;
-    if (!json_is_number(v))
-        return type_error(file, where, key, "a number");
-    *out = json_number_value(v);
-    return 0;
+    return get_scalar(file, where, obj, key, flags, GET_DOUBLE, out);
 }
 
 int vf_json_get_bool(const char *file, const char *where, const json_t *obj, const char *key, int flags, int *out)
 {
-    json_t *v;
-    int r = lookup(file, where, obj, key, flags, &v);
-    if (r <= 0)
-        return r;
-    if (!json_is_boolean(v))
-        return type_error(file, where, key, "true or false");
-    *out = json_is_true(v);
-    return 0;
+    return get_scalar(file, where, obj, key, flags, GET_BOOL, out);
 }
 
 int vf_json_get_object(const char *file, const char *where, const json_t *obj, const char *key, int flags,
                        json_t **out)
 {
-    json_t *v;
-    int r = lookup(file, where, obj, key, flags, &v);
+    return get_scalar(file, where, obj, key, flags, GET_OBJECT, out);
+}
+
+/* lookup() for a list of at most max_count `items` ("integers", "strings"
+ * in messages): 1 with *v the list and *n its length, 0 when the caller
+ * keeps its default, or a negative code. */
+static int lookup_list(const char *file, const char *where, const json_t *obj, const char *key, int flags,
+                       size_t max_count, const char *items, json_t **v, size_t *n)
+{
+    int r = lookup(file, where, obj, key, flags, v);
     if (r <= 0)
         return r;
-    if (!json_is_object(v))
-        return type_error(file, where, key, "an object");
-    *out = v;
-    return 0;
+    char what[96];
+    if (!json_is_array(*v)) {
+        snprintf(what, sizeof what, "a list of %s", items);
+        return type_error(file, where, key, what);
+    }
+    *n = json_array_size(*v);
+    if (*n > max_count) {
+        snprintf(what, sizeof what, "at most %zu %s (got %zu)", max_count, items, *n);
+        return type_error(file, where, key, what);
+    }
+    return 1;
 }
 
 int vf_json_get_int_list(const char *file, const char *where, const json_t *obj, const char *key, int flags,
                          size_t max_count, int64_t min_value, int64_t max_value, int64_t **values, size_t *count)
 {
     json_t *v;
-    int r = lookup(file, where, obj, key, flags, &v);
+    size_t n;
+    int r = lookup_list(file, where, obj, key, flags, max_count, "integers", &v, &n);
     if (r <= 0)
         return r;
-    if (!json_is_array(v))
-        return type_error(file, where, key, "a list of integers");
-    size_t n = json_array_size(v);
-    if (n > max_count) {
-        char what[96];
-        snprintf(what, sizeof what, "at most %zu integers (got %zu)", max_count, n);
-        return type_error(file, where, key, what);
-    }
     int64_t *vals = vf_malloc_array(n ? n : 1, sizeof *vals);
     if (!vals)
         return VF_ENOMEM;
@@ -261,17 +277,10 @@ int vf_json_get_string_list(const char *file, const char *where, const json_t *o
                             size_t max_count, const char ***values, size_t *count)
 {
     json_t *v;
-    int r = lookup(file, where, obj, key, flags, &v);
+    size_t n;
+    int r = lookup_list(file, where, obj, key, flags, max_count, "strings", &v, &n);
     if (r <= 0)
         return r;
-    if (!json_is_array(v))
-        return type_error(file, where, key, "a list of strings");
-    size_t n = json_array_size(v);
-    if (n > max_count) {
-        char what[96];
-        snprintf(what, sizeof what, "at most %zu strings (got %zu)", max_count, n);
-        return type_error(file, where, key, what);
-    }
     const char **vals = vf_malloc_array(n ? n : 1, sizeof *vals);
     if (!vals)
         return VF_ENOMEM;

@@ -57,7 +57,7 @@ typedef struct schema_elem {
 typedef struct footer {
     int version;
     int64_t num_rows;
-    int has_schema, has_num_rows, has_row_groups;
+    int has_schema, has_num_rows, has_row_groups, has_kv;
     uint32_t num_elems;
     schema_elem *elems;
     char *created_by;
@@ -85,10 +85,26 @@ static int32_t int_field(vf_pq_tr *t, int type)
     return (int32_t)v;
 }
 
-static void parse_logical_type(vf_pq_tr *t, schema_elem *e)
+/* Checks a list header just read (n elements of wire type elem): the
+ * elements must be of type want_elem, else the decoder fails with
+ * `not_that`; too_long (unless NULL) refuses more elements than an int
+ * counts. Returns 0 or the decoder's error. */
+static int check_list(vf_pq_tr *t, uint32_t n, int elem, int want_elem, const char *not_that, const char *too_long)
+{
+    if (n && elem != want_elem)
+        return vf_pq_tr_fail(t, not_that);
+    if (too_long && n > INT32_MAX)
+        return vf_pq_tr_fail(t, too_long);
+    return 0;
+}
+
+/* The LogicalType union of field `wire_type` (skipped unless a struct). */
+static void parse_logical_type(vf_pq_tr *t, int wire_type, schema_elem *e)
 {
     int16_t last = 0, id, iid;
     int type, itype;
+    if (!WANT(wire_type, VF_TC_STRUCT))
+        return;
     vf_pq_tr_struct_begin(t);
     while (vf_pq_tr_field(t, &last, &id, &type)) {
         if (type != VF_TC_STRUCT) {
@@ -139,10 +155,7 @@ static void parse_schema_element(vf_pq_tr *t, schema_elem *e)
             break;
         case 5: e->num_children = int_field(t, type); break;
         case 6: e->converted = int_field(t, type); break;
-        case 10:
-            if (WANT(type, VF_TC_STRUCT))
-                parse_logical_type(t, e);
-            break;
+        case 10: parse_logical_type(t, type, e); break;
         default: vf_pq_tr_skip(t, type); break;
         }
     }
@@ -152,13 +165,15 @@ static void parse_schema_element(vf_pq_tr *t, schema_elem *e)
 /* Statistics are kept as pointers into the footer while it is parsed
  * (no allocation per column chunk: a LeRobot episodes file with small row
  * groups has millions) and copied into one block per file at the end
- * (collect_stats). */
-static void parse_statistics(vf_pq_tr *t, vf_pq_chunk_meta *c)
+ * (collect_stats). The field's wire type must be a struct (else skipped). */
+static void parse_statistics(vf_pq_tr *t, int wire_type, vf_pq_chunk_meta *c)
 {
     int16_t last = 0, id;
     int type;
     const uint8_t *vals[7] = {0};
     uint32_t lens[7] = {0};
+    if (!WANT(wire_type, VF_TC_STRUCT))
+        return;
     vf_pq_tr_struct_begin(t);
     while (vf_pq_tr_field(t, &last, &id, &type)) {
         if ((id == 1 || id == 2 || id == 5 || id == 6) && type == VF_TC_BINARY) {
@@ -200,14 +215,9 @@ static void parse_column_meta(vf_pq_tr *t, vf_pq_chunk_meta *c)
                 break;
             int elem;
             uint32_t n = vf_pq_tr_list_begin(t, &elem);
-            if (n && elem != VF_TC_BINARY) {
-                vf_pq_tr_fail(t, "path_in_schema is not a list of strings");
+            if (check_list(t, n, elem, VF_TC_BINARY, "path_in_schema is not a list of strings",
+                           "path_in_schema too long") < 0)
                 break;
-            }
-            if (n > INT32_MAX) {
-                vf_pq_tr_fail(t, "path_in_schema too long");
-                break;
-            }
             c->path_raw = t->p;
             c->path_len = (int)n;
             for (uint32_t i = 0; i < n && !t->err; i++) {
@@ -222,10 +232,7 @@ static void parse_column_meta(vf_pq_tr *t, vf_pq_chunk_meta *c)
         case 7: c->total_compressed_size = vf_pq_tr_int_field(t, type, &ok); break;
         case 9: c->data_page_offset = vf_pq_tr_int_field(t, type, &ok); break;
         case 11: c->dictionary_page_offset = vf_pq_tr_int_field(t, type, &ok); break;
-        case 12:
-            if (WANT(type, VF_TC_STRUCT))
-                parse_statistics(t, c);
-            break;
+        case 12: parse_statistics(t, type, c); break;
         default: vf_pq_tr_skip(t, type); break;
         }
     }
@@ -312,14 +319,8 @@ static void parse_row_group(vf_pq_tr *t, vf_pq_row_group_meta *rg, const footer 
                 break;
             }
             seen_columns = 1;
-            if (n && elem != VF_TC_STRUCT) {
-                vf_pq_tr_fail(t, "row group columns are not structs");
+            if (check_list(t, n, elem, VF_TC_STRUCT, "row group columns are not structs", "too many column chunks") < 0)
                 break;
-            }
-            if (n > INT32_MAX) {
-                vf_pq_tr_fail(t, "too many column chunks");
-                break;
-            }
             rg->num_chunks = (int)n;
             uint32_t kept = m->leaf_slot ? (uint32_t)m->num_slots : n;
             if (kept) {
@@ -381,33 +382,46 @@ static void *list_alloc(vf_pq_tr *t, uint32_t n, size_t size)
     return p;
 }
 
+/* Starts FileMetaData's list field `name` (wire type `type`), which must
+ * be a list of structs and come once (*seen). Returns a zeroed array for
+ * its *n items of item_size bytes, or NULL when the field is skipped (not
+ * a list) or refused (the decoder has failed). The caller counts the items
+ * as it parses them, so that free_footer frees only what was read. */
+static void *begin_struct_list(vf_pq_tr *t, int type, const char *name, int *seen, size_t item_size, uint32_t *n)
+{
+    if (!WANT(type, VF_TC_LIST))
+        return NULL;
+    int elem;
+    char reason[96];
+    *n = vf_pq_tr_list_begin(t, &elem);
+    snprintf(reason, sizeof reason, "%s is not a list of structs", name);
+    if (check_list(t, *n, elem, VF_TC_STRUCT, reason, NULL) < 0)
+        return NULL;
+    if (*seen) {
+        snprintf(reason, sizeof reason, "duplicate %s field", name);
+        vf_pq_tr_fail(t, reason);
+        return NULL;
+    }
+    *seen = 1;
+    return list_alloc(t, *n, item_size);
+}
+
 static void parse_file_metadata(vf_pq_tr *t, footer *m)
 {
     int16_t last = 0, id;
-    int type, elem, ok;
+    int type, ok;
     uint32_t n;
+    void *list;
     vf_pq_tr_struct_begin(t);
     while (vf_pq_tr_field(t, &last, &id, &type)) {
         switch (id) {
         case 1: m->version = int_field(t, type); break;
         case 2:
-            if (!WANT(type, VF_TC_LIST))
+            if (!(list = begin_struct_list(t, type, "schema", &m->has_schema, sizeof *m->elems, &n)))
                 break;
-            n = vf_pq_tr_list_begin(t, &elem);
-            if (n && elem != VF_TC_STRUCT) {
-                vf_pq_tr_fail(t, "schema is not a list of structs");
-                break;
-            }
-            if (m->elems) {
-                vf_pq_tr_fail(t, "duplicate schema field");
-                break;
-            }
-            m->elems = list_alloc(t, n, sizeof *m->elems);
-            for (uint32_t i = 0; m->elems && i < n && !t->err; i++) {
-                m->num_elems = i + 1;
-                parse_schema_element(t, &m->elems[i]);
-            }
-            m->has_schema = 1;
+            m->elems = list;
+            while (m->num_elems < n && !t->err)
+                parse_schema_element(t, &m->elems[m->num_elems++]);
             if (m->proj && !m->row_groups && !t->err)
                 compute_projection(t, m);
             break;
@@ -416,40 +430,19 @@ static void parse_file_metadata(vf_pq_tr *t, footer *m)
             m->has_num_rows = ok;
             break;
         case 4:
-            if (!WANT(type, VF_TC_LIST))
+            if (!(list = begin_struct_list(t, type, "row_groups", &m->has_row_groups, sizeof *m->row_groups, &n)))
                 break;
-            n = vf_pq_tr_list_begin(t, &elem);
-            if (n && elem != VF_TC_STRUCT) {
-                vf_pq_tr_fail(t, "row_groups is not a list of structs");
-                break;
-            }
-            if (m->row_groups) {
-                vf_pq_tr_fail(t, "duplicate row_groups field");
-                break;
-            }
-            m->row_groups = list_alloc(t, n, sizeof *m->row_groups);
-            for (uint32_t i = 0; m->row_groups && i < n && !t->err; i++) {
-                m->num_row_groups = i + 1;
-                parse_row_group(t, &m->row_groups[i], m);
-            }
-            m->has_row_groups = 1;
+            m->row_groups = list;
+            while (m->num_row_groups < n && !t->err)
+                parse_row_group(t, &m->row_groups[m->num_row_groups++], m);
             break;
         case 5:
-            if (!WANT(type, VF_TC_LIST))
+            if (!(list = begin_struct_list(t, type, "key_value_metadata", &m->has_kv, sizeof(char *), &n)))
                 break;
-            n = vf_pq_tr_list_begin(t, &elem);
-            if (n && elem != VF_TC_STRUCT) {
-                vf_pq_tr_fail(t, "key_value_metadata is not a list of structs");
-                break;
-            }
-            if (m->kv_keys) {
-                vf_pq_tr_fail(t, "duplicate key_value_metadata field");
-                break;
-            }
-            m->kv_keys = list_alloc(t, n, sizeof(char *));
-            m->kv_values = m->kv_keys ? list_alloc(t, n, sizeof(char *)) : NULL;
-            for (uint32_t i = 0; m->kv_values && i < n && !t->err; i++) {
-                m->num_kv = i + 1;
+            m->kv_keys = list;
+            m->kv_values = list_alloc(t, n, sizeof(char *));
+            while (m->kv_values && m->num_kv < n && !t->err) {
+                uint32_t i = m->num_kv++;
                 parse_kv(t, &m->kv_keys[i], &m->kv_values[i]);
             }
             break;

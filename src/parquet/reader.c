@@ -202,21 +202,48 @@ static int check_projected(const vf_pq_file *f, int leaf_index)
     return r;
 }
 
+/* VF_ERANGE for a field index the file does not have; VF_EINVAL when a
+ * projected open skipped the field's chunks. */
+static int check_field(const vf_pq_file *f, int field_index)
+{
+    if (field_index < 0 || field_index >= vf_pq_num_fields(f))
+        return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index,
+                        vf_pq_num_fields(f));
+    const vf_pq_plan *plan = &f->fields[field_index];
+    for (int i = 0; i < plan->num_leaves; i++) {
+        int r = check_projected(f, plan->first_leaf + i);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 vf_pq_codec vf_pq_column_codec(const vf_pq_file *f, int row_group, int leaf_index)
 {
     const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
     return m ? (vf_pq_codec)m->codec : VF_PQ_UNCOMPRESSED;
 }
 
-int vf_pq_column_chunk(const vf_pq_file *f, int row_group, int leaf_index, vf_pq_chunk_info *out)
+/* The metadata of a column chunk that was loaded: VF_EINVAL naming the
+ * field when a projected open skipped it, VF_ERANGE when there is none. */
+static int loaded_chunk(const vf_pq_file *f, int row_group, int leaf_index, const vf_pq_chunk_meta **out)
 {
-    memset(out, 0, sizeof *out);
     int r = check_projected(f, leaf_index);
     if (r < 0)
         return r;
-    const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
-    if (!m)
+    *out = chunk(f, row_group, leaf_index);
+    if (!*out)
         return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
+    return 0;
+}
+
+int vf_pq_column_chunk(const vf_pq_file *f, int row_group, int leaf_index, vf_pq_chunk_info *out)
+{
+    memset(out, 0, sizeof *out);
+    const vf_pq_chunk_meta *m;
+    int r = loaded_chunk(f, row_group, leaf_index, &m);
+    if (r < 0)
+        return r;
     out->codec = (vf_pq_codec)m->codec;
     out->num_values = m->num_values;
     out->compressed_size = m->total_compressed_size;
@@ -257,12 +284,10 @@ static int stat_value(const vf_pq_file *f, const vf_pq_node *leaf, const uint8_t
 
 int vf_pq_stats_i64(const vf_pq_file *f, int row_group, int leaf_index, int64_t *min, int64_t *max)
 {
-    int pr = check_projected(f, leaf_index);
-    if (pr < 0)
-        return pr;
-    const vf_pq_chunk_meta *m = chunk(f, row_group, leaf_index);
-    if (!m)
-        return vf_error(VF_ERANGE, "%s: no column chunk for row group %d, leaf %d", f->name, row_group, leaf_index);
+    const vf_pq_chunk_meta *m;
+    int r = loaded_chunk(f, row_group, leaf_index, &m);
+    if (r < 0)
+        return r;
     const vf_pq_node *leaf = f->leaves[leaf_index];
     if (leaf->physical != VF_PQ_INT32 && leaf->physical != VF_PQ_INT64)
         return vf_error(VF_EINVAL, "%s: leaf '%s' is not an integer column", f->name, leaf->name);
@@ -270,7 +295,7 @@ int vf_pq_stats_i64(const vf_pq_file *f, int row_group, int leaf_index, int64_t 
      * for unsigned columns. */
     if (!m->has_min || !m->has_max || (m->stats_deprecated && is_unsigned(leaf->type)))
         return vf_error(VF_ENOENT, "%s: leaf '%s' has no statistics in row group %d", f->name, leaf->name, row_group);
-    int r = stat_value(f, leaf, m->stat_min, m->stat_min_len, min);
+    r = stat_value(f, leaf, m->stat_min, m->stat_min_len, min);
     if (r == 0)
         r = stat_value(f, leaf, m->stat_max, m->stat_max_len, max);
     return r;
@@ -317,19 +342,13 @@ static int read_field_groups(vf_pq_file *f, int field_index, int first_group, in
                              int64_t num_rows, vf_pq_array *out, vf_pq_page_counts *pages)
 {
     memset(out, 0, sizeof *out);
-    if (field_index < 0 || field_index >= vf_pq_num_fields(f))
-        return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index,
-                        vf_pq_num_fields(f));
+    int r = check_field(f, field_index);
+    if (r < 0)
+        return r;
     const vf_pq_plan *plan = &f->fields[field_index];
-    for (int i = 0; i < plan->num_leaves; i++) {
-        int pr = check_projected(f, plan->first_leaf + i);
-        if (pr < 0)
-            return pr;
-    }
     vf_pq_column *cols = vf_calloc(plan->num_leaves ? (size_t)plan->num_leaves : 1, sizeof *cols);
     if (!cols)
         return VF_ENOMEM;
-    int r = 0;
     int64_t rows = 0;
     vf_pq_scratch scratch;
     memset(&scratch, 0, sizeof scratch);
@@ -417,22 +436,33 @@ static int chunk_range(const vf_pq_file *f, int g, int leaf, int64_t *lo, int64_
 
 #define PREFETCH_BYTES ((int64_t)4 << 20)
 
+/* Widens the byte range [*lo, *hi) to cover the chunks that the fields'
+ * leaves have in row group g. */
+static void widen_to_chunks(const vf_pq_file *f, int g, const int *field_index, int num_fields, int64_t *lo,
+                            int64_t *hi)
+{
+    for (int k = 0; k < num_fields; k++) {
+        const vf_pq_plan *plan = &f->fields[field_index[k]];
+        for (int i = 0; i < plan->num_leaves; i++) {
+            int64_t a, b;
+            if (chunk_range(f, g, plan->first_leaf + i, &a, &b)) {
+                *lo = VF_MIN(*lo, a);
+                *hi = VF_MAX(*hi, b);
+            }
+        }
+    }
+}
+
 int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields, vf_pq_array *out)
 {
     for (int k = 0; k < num_fields; k++)
         memset(&out[k], 0, sizeof out[k]);
     int total_leaves = 0;
     for (int k = 0; k < num_fields; k++) {
-        if (field_index[k] < 0 || field_index[k] >= vf_pq_num_fields(f))
-            return vf_error(VF_ERANGE, "%s: field index %d out of range (%d fields)", f->name, field_index[k],
-                            vf_pq_num_fields(f));
-        const vf_pq_plan *plan = &f->fields[field_index[k]];
-        for (int i = 0; i < plan->num_leaves; i++) {
-            int pr = check_projected(f, plan->first_leaf + i);
-            if (pr < 0)
-                return pr;
-        }
-        total_leaves += plan->num_leaves;
+        int r = check_field(f, field_index[k]);
+        if (r < 0)
+            return r;
+        total_leaves += f->fields[field_index[k]].num_leaves;
     }
     vf_pq_column *cols = vf_calloc(total_leaves ? (size_t)total_leaves : 1, sizeof *cols);
     if (!cols)
@@ -449,16 +479,7 @@ int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields,
      * are decoded in place from one view of the span they occupy. */
     int64_t span_lo = INT64_MAX, span_hi = 0;
     for (int g = 0; g < f->num_row_groups; g++)
-        for (int k = 0; k < num_fields; k++) {
-            const vf_pq_plan *plan = &f->fields[field_index[k]];
-            for (int i = 0; i < plan->num_leaves; i++) {
-                int64_t a, b;
-                if (chunk_range(f, g, plan->first_leaf + i, &a, &b)) {
-                    span_lo = VF_MIN(span_lo, a);
-                    span_hi = VF_MAX(span_hi, b);
-                }
-            }
-        }
+        widen_to_chunks(f, g, field_index, num_fields, &span_lo, &span_hi);
     if (span_hi > span_lo)
         scratch.view = vf_source_view(f->src, (uint64_t)span_lo, (size_t)(span_hi - span_lo), 0, &scratch.view_token);
     if (scratch.view) {
@@ -471,16 +492,7 @@ int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields,
          * together (a wide file's small row groups: one pread instead of
          * one per column); the decoder finds them in the window. */
         int64_t lo = INT64_MAX, hi = 0;
-        for (int k = 0; k < num_fields; k++) {
-            const vf_pq_plan *plan = &f->fields[field_index[k]];
-            for (int i = 0; i < plan->num_leaves; i++) {
-                int64_t a, b;
-                if (chunk_range(f, g, plan->first_leaf + i, &a, &b)) {
-                    lo = VF_MIN(lo, a);
-                    hi = VF_MAX(hi, b);
-                }
-            }
-        }
+        widen_to_chunks(f, g, field_index, num_fields, &lo, &hi);
         if (!scratch.view && hi > lo && hi - lo <= PREFETCH_BYTES) {
             size_t want = (size_t)(hi - lo);
             if (want > scratch.window_cap) {

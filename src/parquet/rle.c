@@ -59,33 +59,38 @@ static ALWAYS_INLINE void unpack_u8_w(const uint8_t *in, uint8_t *out, int64_t g
     }
 }
 
-#define CASE_U32(w)                                                                                  \
+/* One case of the width switches below: the unpacker inlined with a
+ * constant width. */
+#define UNPACK_CASE(unpack, w)                                                                       \
     case w:                                                                                          \
-        unpack_u32_w(in, out, groups, w);                                                            \
+        unpack(in, out, groups, w);                                                                  \
         break;
 
 void vf_pq_unpack_u32(const uint8_t *in, uint32_t *out, int64_t groups, int width)
 {
     switch (width) {
     case 0: memset(out, 0, (size_t)groups * 8 * sizeof *out); break;
-        CASE_U32(1) CASE_U32(2) CASE_U32(3) CASE_U32(4) CASE_U32(5) CASE_U32(6) CASE_U32(7) CASE_U32(8)
-        CASE_U32(9) CASE_U32(10) CASE_U32(11) CASE_U32(12) CASE_U32(13) CASE_U32(14) CASE_U32(15)
-        CASE_U32(16) CASE_U32(17) CASE_U32(18) CASE_U32(19) CASE_U32(20) CASE_U32(21) CASE_U32(22)
-        CASE_U32(23) CASE_U32(24) CASE_U32(25) CASE_U32(26) CASE_U32(27) CASE_U32(28) CASE_U32(29)
-        CASE_U32(30) CASE_U32(31) CASE_U32(32)
+        UNPACK_CASE(unpack_u32_w, 1) UNPACK_CASE(unpack_u32_w, 2) UNPACK_CASE(unpack_u32_w, 3)
+        UNPACK_CASE(unpack_u32_w, 4) UNPACK_CASE(unpack_u32_w, 5) UNPACK_CASE(unpack_u32_w, 6)
+        UNPACK_CASE(unpack_u32_w, 7) UNPACK_CASE(unpack_u32_w, 8) UNPACK_CASE(unpack_u32_w, 9)
+        UNPACK_CASE(unpack_u32_w, 10) UNPACK_CASE(unpack_u32_w, 11) UNPACK_CASE(unpack_u32_w, 12)
+        UNPACK_CASE(unpack_u32_w, 13) UNPACK_CASE(unpack_u32_w, 14) UNPACK_CASE(unpack_u32_w, 15)
+        UNPACK_CASE(unpack_u32_w, 16) UNPACK_CASE(unpack_u32_w, 17) UNPACK_CASE(unpack_u32_w, 18)
+        UNPACK_CASE(unpack_u32_w, 19) UNPACK_CASE(unpack_u32_w, 20) UNPACK_CASE(unpack_u32_w, 21)
+        UNPACK_CASE(unpack_u32_w, 22) UNPACK_CASE(unpack_u32_w, 23) UNPACK_CASE(unpack_u32_w, 24)
+        UNPACK_CASE(unpack_u32_w, 25) UNPACK_CASE(unpack_u32_w, 26) UNPACK_CASE(unpack_u32_w, 27)
+        UNPACK_CASE(unpack_u32_w, 28) UNPACK_CASE(unpack_u32_w, 29) UNPACK_CASE(unpack_u32_w, 30)
+        UNPACK_CASE(unpack_u32_w, 31) UNPACK_CASE(unpack_u32_w, 32)
     default: memset(out, 0, (size_t)groups * 8 * sizeof *out); break; /* callers validate width */
     }
 }
 
-#define CASE_U8(w)                                                                                   \
-    case w:                                                                                          \
-        unpack_u8_w(in, out, groups, w);                                                             \
-        break;
-
 void vf_pq_unpack_u8(const uint8_t *in, uint8_t *out, int64_t groups, int width)
 {
     switch (width) {
-        CASE_U8(1) CASE_U8(2) CASE_U8(3) CASE_U8(4) CASE_U8(5) CASE_U8(6) CASE_U8(7) CASE_U8(8)
+        UNPACK_CASE(unpack_u8_w, 1) UNPACK_CASE(unpack_u8_w, 2) UNPACK_CASE(unpack_u8_w, 3)
+        UNPACK_CASE(unpack_u8_w, 4) UNPACK_CASE(unpack_u8_w, 5) UNPACK_CASE(unpack_u8_w, 6)
+        UNPACK_CASE(unpack_u8_w, 7) UNPACK_CASE(unpack_u8_w, 8)
     default: memset(out, 0, (size_t)groups * 8); break; /* width 0 (callers validate width) */
     }
 }

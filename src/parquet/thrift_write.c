@@ -192,6 +192,21 @@ void vf_pq_tw_elem_struct_begin(vf_pq_tw *t) { vf_pq_tw_struct_begin(t); }
 
 /* ---- Parquet structures ---- */
 
+/* A top-level struct (a PageHeader or the FileMetaData) appended to out:
+ * begin sets up the encoder, end closes the struct and returns the first
+ * failure or 0. */
+static void begin_top_struct(vf_pq_tw *t, vf_buf *out)
+{
+    vf_pq_tw_init(t, out);
+    vf_pq_tw_struct_begin(t);
+}
+
+static int end_top_struct(vf_pq_tw *t)
+{
+    vf_pq_tw_struct_end(t);
+    return t->status;
+}
+
 static void write_statistics(vf_pq_tw *t, int16_t id, const vf_pq_tw_statistics *s)
 {
     vf_pq_tw_field_struct_begin(t, id);
@@ -210,46 +225,46 @@ static void write_statistics(vf_pq_tw *t, int16_t id, const vf_pq_tw_statistics 
     vf_pq_tw_struct_end(t);
 }
 
+/* One of PageHeader's per-type structs (field `id`): i32 fields 1..n in
+ * order, then, unless it is -1, a bool field n + 1. */
+static void write_page_type_header(vf_pq_tw *t, int16_t id, const int32_t *fields, int n, int last_bool)
+{
+    vf_pq_tw_field_struct_begin(t, id);
+    for (int i = 0; i < n; i++)
+        vf_pq_tw_field_i32(t, (int16_t)(i + 1), fields[i]);
+    if (last_bool >= 0)
+        vf_pq_tw_field_bool(t, (int16_t)(n + 1), last_bool);
+    vf_pq_tw_struct_end(t);
+}
+
 int vf_pq_tw_write_page_header(vf_buf *out, const vf_pq_tw_page_header *h)
 {
     vf_pq_tw t;
-    vf_pq_tw_init(&t, out);
-    vf_pq_tw_struct_begin(&t);
+    begin_top_struct(&t, out);
     vf_pq_tw_field_i32(&t, 1, h->type);
     vf_pq_tw_field_i32(&t, 2, h->uncompressed_page_size);
     vf_pq_tw_field_i32(&t, 3, h->compressed_page_size);
     switch (h->type) {
-    case VF_PQ_W_PAGE_DATA:
-        vf_pq_tw_field_struct_begin(&t, 5);
-        vf_pq_tw_field_i32(&t, 1, h->num_values);
-        vf_pq_tw_field_i32(&t, 2, h->encoding);
-        vf_pq_tw_field_i32(&t, 3, h->def_encoding);
-        vf_pq_tw_field_i32(&t, 4, h->rep_encoding);
-        vf_pq_tw_struct_end(&t);
+    case VF_PQ_W_PAGE_DATA: {
+        const int32_t v1[] = {h->num_values, h->encoding, h->def_encoding, h->rep_encoding};
+        write_page_type_header(&t, 5, v1, 4, -1);
         break;
-    case VF_PQ_W_PAGE_DICTIONARY:
-        vf_pq_tw_field_struct_begin(&t, 7);
-        vf_pq_tw_field_i32(&t, 1, h->num_values);
-        vf_pq_tw_field_i32(&t, 2, h->encoding);
-        vf_pq_tw_field_bool(&t, 3, h->is_sorted);
-        vf_pq_tw_struct_end(&t);
+    }
+    case VF_PQ_W_PAGE_DICTIONARY: {
+        const int32_t dict[] = {h->num_values, h->encoding};
+        write_page_type_header(&t, 7, dict, 2, h->is_sorted != 0);
         break;
-    case VF_PQ_W_PAGE_DATA_V2:
-        vf_pq_tw_field_struct_begin(&t, 8);
-        vf_pq_tw_field_i32(&t, 1, h->num_values);
-        vf_pq_tw_field_i32(&t, 2, h->num_nulls);
-        vf_pq_tw_field_i32(&t, 3, h->num_rows);
-        vf_pq_tw_field_i32(&t, 4, h->encoding);
-        vf_pq_tw_field_i32(&t, 5, h->def_levels_byte_length);
-        vf_pq_tw_field_i32(&t, 6, h->rep_levels_byte_length);
-        vf_pq_tw_field_bool(&t, 7, h->is_compressed);
-        vf_pq_tw_struct_end(&t);
+    }
+    case VF_PQ_W_PAGE_DATA_V2: {
+        const int32_t v2[] = {h->num_values, h->num_nulls, h->num_rows, h->encoding,
+                              h->def_levels_byte_length, h->rep_levels_byte_length};
+        write_page_type_header(&t, 8, v2, 6, h->is_compressed != 0);
         break;
+    }
     default:
         return vf_error(VF_EINVAL, "thrift encoder: unsupported page type %d", h->type);
     }
-    vf_pq_tw_struct_end(&t);
-    return t.status;
+    return end_top_struct(&t);
 }
 
 static void write_schema_element(vf_pq_tw *t, const vf_pq_tw_schema_element *e)
@@ -333,8 +348,7 @@ static void write_row_group(vf_pq_tw *t, const vf_pq_tw_row_group *rg)
 int vf_pq_tw_write_file_metadata(vf_buf *out, const vf_pq_tw_file_metadata *m)
 {
     vf_pq_tw t;
-    vf_pq_tw_init(&t, out);
-    vf_pq_tw_struct_begin(&t);
+    begin_top_struct(&t, out);
     vf_pq_tw_field_i32(&t, 1, m->version);
     vf_pq_tw_field_list_begin(&t, 2, VF_PQ_TW_STRUCT, m->num_schema);
     for (int i = 0; i < m->num_schema; i++)
@@ -362,6 +376,5 @@ int vf_pq_tw_write_file_metadata(vf_buf *out, const vf_pq_tw_file_metadata *m)
         vf_pq_tw_struct_end(&t);
         vf_pq_tw_struct_end(&t);
     }
-    vf_pq_tw_struct_end(&t);
-    return t.status;
+    return end_top_struct(&t);
 }

@@ -54,18 +54,22 @@ struct vf_pq_writer {
     char **field_names;
     char **field_sigs;
     vf_pq_tw_schema_element *schema;
-    char **schema_names;
-    int num_schema, schema_cap;
+    char **schema_names;  /* the owned copies of schema[i].name */
+    int num_schema;
+    size_t schema_cap, schema_names_cap;
     vf_pq_w_leaf *leaves;
-    int num_leaves, leaves_cap;
+    int num_leaves;
+    size_t leaves_cap;
     /* row groups */
     rg_meta *row_groups;
-    int num_row_groups, row_groups_cap;
+    int num_row_groups;
+    size_t row_groups_cap;
     int64_t num_rows;
     /* key-value metadata */
     char **kv_keys;
     char **kv_values;
-    int num_kv, kv_cap;
+    int num_kv;
+    size_t kv_keys_cap, kv_values_cap;
     /* scratch for chunk encoding */
     vf_buf dict_page, data_pages;
 };
@@ -193,7 +197,8 @@ static void free_schema(vf_pq_writer *w)
     free(w->schema);
     w->schema_names = NULL;
     w->schema = NULL;
-    w->num_schema = w->schema_cap = 0;
+    w->num_schema = 0;
+    w->schema_cap = w->schema_names_cap = 0;
     for (int i = 0; i < w->num_leaves; i++) {
         for (int j = 0; j < w->leaves[i].path_len; j++)
             free(w->leaves[i].path[j]);
@@ -202,7 +207,8 @@ static void free_schema(vf_pq_writer *w)
     }
     free(w->leaves);
     w->leaves = NULL;
-    w->num_leaves = w->leaves_cap = 0;
+    w->num_leaves = 0;
+    w->leaves_cap = 0;
     w->have_schema = 0;
 }
 
@@ -303,18 +309,10 @@ int vf_pq_writer_add_kv(vf_pq_writer *w, const char *key, const char *value)
             return 0;
         }
     }
-    if (w->num_kv == w->kv_cap) {
-        int cap = w->kv_cap ? w->kv_cap * 2 : 8;
-        char **k = vf_realloc(w->kv_keys, (size_t)cap * sizeof *k);
-        if (!k)
-            return VF_ENOMEM;
-        w->kv_keys = k;
-        char **v = vf_realloc(w->kv_values, (size_t)cap * sizeof *v);
-        if (!v)
-            return VF_ENOMEM;
-        w->kv_values = v;
-        w->kv_cap = cap;
-    }
+    size_t n = (size_t)w->num_kv;
+    if (vf_grow_array(&w->kv_keys, n, &w->kv_keys_cap, 8, sizeof *w->kv_keys) < 0 ||
+        vf_grow_array(&w->kv_values, n, &w->kv_values_cap, 8, sizeof *w->kv_values) < 0)
+        return VF_ENOMEM;
     char *k = vf_strdup(key);
     char *v = value ? vf_strdup(value) : NULL;
     if (!k || (value && !v)) {
@@ -459,18 +457,10 @@ static int type_signature(vf_buf *b, const vf_pq_array *a)
 
 static int add_schema_element(vf_pq_writer *w, const vf_pq_tw_schema_element *e)
 {
-    if (w->num_schema == w->schema_cap) {
-        int cap = w->schema_cap ? w->schema_cap * 2 : 32;
-        vf_pq_tw_schema_element *s = vf_realloc(w->schema, (size_t)cap * sizeof *s);
-        if (!s)
-            return VF_ENOMEM;
-        w->schema = s;
-        char **n = vf_realloc(w->schema_names, (size_t)cap * sizeof *n);
-        if (!n)
-            return VF_ENOMEM;
-        w->schema_names = n;
-        w->schema_cap = cap;
-    }
+    size_t n = (size_t)w->num_schema;
+    if (vf_grow_array(&w->schema, n, &w->schema_cap, 32, sizeof *w->schema) < 0 ||
+        vf_grow_array(&w->schema_names, n, &w->schema_names_cap, 32, sizeof *w->schema_names) < 0)
+        return VF_ENOMEM;
     char *name = vf_strdup(e->name);
     if (!name)
         return VF_ENOMEM;
@@ -480,76 +470,65 @@ static int add_schema_element(vf_pq_writer *w, const vf_pq_tw_schema_element *e)
     return 0;
 }
 
+/* How each leaf type is stored: physical type, bytes per gathered value,
+ * FIXED_LEN_BYTE_ARRAY width, and the logical / converted annotations
+ * pyarrow writes (LT_NONE and -1: none). FIXED_BINARY's width is the
+ * array's, set by add_leaf. */
+static const struct leaf_storage {
+    vf_pq_physical physical;
+    size_t value_size;
+    int32_t type_length;
+    int logical_type;
+    int32_t converted_type;
+    int8_t int_bit_width;
+    int int_signed;
+} storage_by_type[] = {
+    [VF_PQ_T_BOOL] = {VF_PQ_BOOLEAN, 1, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+    [VF_PQ_T_INT8] = {VF_PQ_INT32, 4, 0, VF_PQ_W_LT_INTEGER, VF_PQ_W_CT_INT_8, 8, 1},
+    [VF_PQ_T_INT16] = {VF_PQ_INT32, 4, 0, VF_PQ_W_LT_INTEGER, VF_PQ_W_CT_INT_16, 16, 1},
+    [VF_PQ_T_INT32] = {VF_PQ_INT32, 4, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+    [VF_PQ_T_INT64] = {VF_PQ_INT64, 8, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+    [VF_PQ_T_UINT8] = {VF_PQ_INT32, 4, 0, VF_PQ_W_LT_INTEGER, VF_PQ_W_CT_UINT_8, 8, 0},
+    [VF_PQ_T_UINT16] = {VF_PQ_INT32, 4, 0, VF_PQ_W_LT_INTEGER, VF_PQ_W_CT_UINT_16, 16, 0},
+    [VF_PQ_T_UINT32] = {VF_PQ_INT32, 4, 0, VF_PQ_W_LT_INTEGER, VF_PQ_W_CT_UINT_32, 32, 0},
+    [VF_PQ_T_UINT64] = {VF_PQ_INT64, 8, 0, VF_PQ_W_LT_INTEGER, VF_PQ_W_CT_UINT_64, 64, 0},
+    [VF_PQ_T_FLOAT16] = {VF_PQ_FIXED_LEN_BYTE_ARRAY, 2, 2, VF_PQ_W_LT_FLOAT16, -1, 0, 0},
+    [VF_PQ_T_FLOAT] = {VF_PQ_FLOAT, 4, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+    [VF_PQ_T_DOUBLE] = {VF_PQ_DOUBLE, 8, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+    [VF_PQ_T_STRING] = {VF_PQ_BYTE_ARRAY, 0, 0, VF_PQ_W_LT_STRING, VF_PQ_W_CT_UTF8, 0, 0},
+    [VF_PQ_T_BINARY] = {VF_PQ_BYTE_ARRAY, 0, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+    [VF_PQ_T_FIXED_BINARY] = {VF_PQ_FIXED_LEN_BYTE_ARRAY, 0, 0, VF_PQ_W_LT_NONE, -1, 0, 0},
+};
+
 static void leaf_annotation(vf_pq_type t, vf_pq_tw_schema_element *e, vf_pq_w_leaf *lf)
 {
-    e->converted_type = -1;
-    e->logical_type = VF_PQ_W_LT_NONE;
-    lf->type_length = 0;
-    switch (t) {
-    case VF_PQ_T_BOOL:
-        lf->physical = VF_PQ_BOOLEAN;
-        lf->value_size = 1;
-        break;
-    case VF_PQ_T_INT8:
-    case VF_PQ_T_INT16:
-    case VF_PQ_T_UINT8:
-    case VF_PQ_T_UINT16:
-    case VF_PQ_T_UINT32: {
-        int is_signed = t == VF_PQ_T_INT8 || t == VF_PQ_T_INT16;
-        int bits = (t == VF_PQ_T_INT8 || t == VF_PQ_T_UINT8) ? 8 : (t == VF_PQ_T_UINT32 ? 32 : 16);
-        lf->physical = VF_PQ_INT32;
-        lf->value_size = 4;
-        e->logical_type = VF_PQ_W_LT_INTEGER;
-        e->int_bit_width = (int8_t)bits;
-        e->int_signed = is_signed;
-        e->converted_type = is_signed ? (bits == 8 ? VF_PQ_W_CT_INT_8 : VF_PQ_W_CT_INT_16)
-                                      : (bits == 8 ? VF_PQ_W_CT_UINT_8 : bits == 16 ? VF_PQ_W_CT_UINT_16 : VF_PQ_W_CT_UINT_32);
-        break;
+    /* Validation let only leaf types through; anything else would be stored
+     * like FIXED_BINARY. */
+    const struct leaf_storage *st =
+        &storage_by_type[t > VF_PQ_T_NULL && t <= VF_PQ_T_FIXED_BINARY ? t : VF_PQ_T_FIXED_BINARY];
+    lf->physical = st->physical;
+    lf->value_size = st->value_size;
+    lf->type_length = st->type_length;
+    e->logical_type = st->logical_type;
+    e->converted_type = st->converted_type;
+    if (st->logical_type == VF_PQ_W_LT_INTEGER) {
+        e->int_bit_width = st->int_bit_width;
+        e->int_signed = st->int_signed;
     }
-    case VF_PQ_T_INT32:
-        lf->physical = VF_PQ_INT32;
-        lf->value_size = 4;
-        break;
-    case VF_PQ_T_INT64:
-        lf->physical = VF_PQ_INT64;
-        lf->value_size = 8;
-        break;
-    case VF_PQ_T_UINT64:
-        lf->physical = VF_PQ_INT64;
-        lf->value_size = 8;
-        e->logical_type = VF_PQ_W_LT_INTEGER;
-        e->int_bit_width = 64;
-        e->int_signed = 0;
-        e->converted_type = VF_PQ_W_CT_UINT_64;
-        break;
-    case VF_PQ_T_FLOAT16:
-        lf->physical = VF_PQ_FIXED_LEN_BYTE_ARRAY;
-        lf->type_length = 2;
-        lf->value_size = 2;
-        e->logical_type = VF_PQ_W_LT_FLOAT16;
-        break;
-    case VF_PQ_T_FLOAT:
-        lf->physical = VF_PQ_FLOAT;
-        lf->value_size = 4;
-        break;
-    case VF_PQ_T_DOUBLE:
-        lf->physical = VF_PQ_DOUBLE;
-        lf->value_size = 8;
-        break;
-    case VF_PQ_T_STRING:
-        lf->physical = VF_PQ_BYTE_ARRAY;
-        lf->value_size = 0;
-        e->converted_type = VF_PQ_W_CT_UTF8;
-        e->logical_type = VF_PQ_W_LT_STRING;
-        break;
-    case VF_PQ_T_BINARY:
-        lf->physical = VF_PQ_BYTE_ARRAY;
-        lf->value_size = 0;
-        break;
-    default: /* FIXED_BINARY (others were rejected by validation) */
-        lf->physical = VF_PQ_FIXED_LEN_BYTE_ARRAY;
-        break;
-    }
+}
+
+/* A schema element without a type or annotations yet. repetition -1: none
+ * (the root); num_children -1: a leaf. */
+static vf_pq_tw_schema_element schema_element(const char *name, int repetition, int32_t num_children)
+{
+    vf_pq_tw_schema_element e;
+    memset(&e, 0, sizeof e);
+    e.name = name;
+    e.has_repetition = repetition >= 0;
+    e.repetition = repetition >= 0 ? repetition : 0;
+    e.num_children = num_children;
+    e.converted_type = -1;
+    return e;
 }
 
 typedef struct path_state {
@@ -563,14 +542,8 @@ typedef struct path_state {
 static int add_leaf(vf_pq_writer *w, const vf_pq_array *a, int field_index, const path_state *ps,
                     vf_pq_tw_schema_element *e)
 {
-    if (w->num_leaves == w->leaves_cap) {
-        int cap = w->leaves_cap ? w->leaves_cap * 2 : 16;
-        vf_pq_w_leaf *l = vf_realloc(w->leaves, (size_t)cap * sizeof *l);
-        if (!l)
-            return VF_ENOMEM;
-        w->leaves = l;
-        w->leaves_cap = cap;
-    }
+    if (vf_grow_array(&w->leaves, (size_t)w->num_leaves, &w->leaves_cap, 16, sizeof *w->leaves) < 0)
+        return VF_ENOMEM;
     vf_pq_w_leaf *lf = &w->leaves[w->num_leaves];
     memset(lf, 0, sizeof *lf);
     lf->path = vf_calloc((size_t)ps->len, sizeof *lf->path);
@@ -609,13 +582,7 @@ static int add_leaf(vf_pq_writer *w, const vf_pq_array *a, int field_index, cons
 /* Adds the schema elements and leaves of array `a` named `name`. */
 static int build_node(vf_pq_writer *w, const vf_pq_array *a, const char *name, int field_index, path_state *ps)
 {
-    vf_pq_tw_schema_element e;
-    memset(&e, 0, sizeof e);
-    e.name = name;
-    e.has_repetition = 1;
-    e.repetition = VF_PQ_OPTIONAL;
-    e.num_children = -1;
-    e.converted_type = -1;
+    vf_pq_tw_schema_element e = schema_element(name, VF_PQ_OPTIONAL, -1);
     ps->names[ps->len++] = name;
     ps->def++;
     int rc = 0;
@@ -623,13 +590,7 @@ static int build_node(vf_pq_writer *w, const vf_pq_array *a, const char *name, i
         e.num_children = 1;
         e.converted_type = VF_PQ_W_CT_LIST;
         e.logical_type = VF_PQ_W_LT_LIST;
-        vf_pq_tw_schema_element rep;
-        memset(&rep, 0, sizeof rep);
-        rep.name = "list";
-        rep.has_repetition = 1;
-        rep.repetition = VF_PQ_REPEATED;
-        rep.num_children = 1;
-        rep.converted_type = -1;
+        vf_pq_tw_schema_element rep = schema_element("list", VF_PQ_REPEATED, 1);
         if ((rc = add_schema_element(w, &e)) < 0 || (rc = add_schema_element(w, &rep)) < 0)
             return rc;
         ps->names[ps->len++] = "list";
@@ -661,11 +622,7 @@ static int build_node(vf_pq_writer *w, const vf_pq_array *a, const char *name, i
 
 static int build_schema(vf_pq_writer *w, const vf_pq_array *fields, int num_fields, char **sigs)
 {
-    vf_pq_tw_schema_element root;
-    memset(&root, 0, sizeof root);
-    root.name = "schema";
-    root.num_children = num_fields;
-    root.converted_type = -1;
+    vf_pq_tw_schema_element root = schema_element("schema", -1, num_fields);
     int rc = add_schema_element(w, &root);
     w->field_names = vf_calloc((size_t)num_fields, sizeof *w->field_names);
     w->field_sigs = vf_calloc((size_t)num_fields, sizeof *w->field_sigs);
@@ -788,14 +745,8 @@ int vf_pq_writer_write_row_group(vf_pq_writer *w, const vf_pq_array *fields, int
     if (rc < 0)
         return rc;
 
-    if (w->num_row_groups == w->row_groups_cap) {
-        int cap = w->row_groups_cap ? w->row_groups_cap * 2 : 8;
-        rg_meta *r = vf_realloc(w->row_groups, (size_t)cap * sizeof *r);
-        if (!r)
-            return VF_ENOMEM;
-        w->row_groups = r;
-        w->row_groups_cap = cap;
-    }
+    if (vf_grow_array(&w->row_groups, (size_t)w->num_row_groups, &w->row_groups_cap, 8, sizeof *w->row_groups) < 0)
+        return VF_ENOMEM;
     rg_meta *rg = &w->row_groups[w->num_row_groups];
     memset(rg, 0, sizeof *rg);
     rg->num_rows = fields[0].length;
@@ -864,10 +815,7 @@ static int write_footer(vf_pq_writer *w)
         kv[i].key = w->kv_keys[i];
         kv[i].value = w->kv_values[i];
     }
-    vf_pq_tw_schema_element empty_root;
-    memset(&empty_root, 0, sizeof empty_root);
-    empty_root.name = "schema";
-    empty_root.converted_type = -1;
+    vf_pq_tw_schema_element empty_root = schema_element("schema", -1, 0);
     vf_pq_tw_file_metadata fm;
     memset(&fm, 0, sizeof fm);
     fm.version = 2;

@@ -409,6 +409,45 @@ static int byte_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen
     return alen < blen ? -1 : alen > blen;
 }
 
+/* The minimum and maximum of n fixed-width values of C type T as the
+ * chunk statistics (write_legacy: also as the deprecated min/max). NaN is
+ * skipped (only the float types have one, IS_NAN says which); no bound
+ * when every value is NaN. Zero bounds take the sign the sort order wants:
+ * -0 for a minimum, +0 for a maximum (a no-op for integers). C has no
+ * generics, so one definition is stamped out per type. */
+#define NEVER_NAN(x) (0)
+#define DEFINE_MIN_MAX(name, T, IS_NAN)                                                         \
+    static int name(vf_pq_w_chunk *m, const uint8_t *fx, int64_t n, int write_legacy)           \
+    {                                                                                           \
+        const T *v = (const T *)(const void *)fx;                                               \
+        T lo = 0, hi = 0;                                                                       \
+        int any = 0;                                                                            \
+        for (int64_t i = 0; i < n; i++) {                                                       \
+            if (IS_NAN(v[i]))                                                                   \
+                continue;                                                                       \
+            if (!any || v[i] < lo)                                                              \
+                lo = v[i];                                                                      \
+            if (!any || v[i] > hi)                                                              \
+                hi = v[i];                                                                      \
+            any = 1;                                                                            \
+        }                                                                                       \
+        if (!any)                                                                               \
+            return 0;                                                                           \
+        if (lo == 0)                                                                            \
+            lo = -(T)0;                                                                         \
+        if (hi == 0)                                                                            \
+            hi = (T)0;                                                                          \
+        m->stats.write_legacy = write_legacy;                                                   \
+        return set_stat_bytes(m, &lo, sizeof lo, &hi, sizeof hi);                               \
+    }
+
+DEFINE_MIN_MAX(min_max_i32, int32_t, NEVER_NAN)
+DEFINE_MIN_MAX(min_max_u32, uint32_t, NEVER_NAN)
+DEFINE_MIN_MAX(min_max_i64, int64_t, NEVER_NAN)
+DEFINE_MIN_MAX(min_max_u64, uint64_t, NEVER_NAN)
+DEFINE_MIN_MAX(min_max_float, float, isnan)
+DEFINE_MIN_MAX(min_max_double, double, isnan)
+
 static int compute_stats(const vf_pq_w_leaf *lf, const vf_pq_w_column *col, vf_pq_w_chunk *m)
 {
     m->has_stats = 1;
@@ -429,86 +468,14 @@ static int compute_stats(const vf_pq_w_leaf *lf, const vf_pq_w_column *col, vf_p
     }
     case VF_PQ_T_INT8:
     case VF_PQ_T_INT16:
-    case VF_PQ_T_INT32: {
-        const int32_t *v = (const int32_t *)(const void *)fx;
-        int32_t lo = v[0], hi = v[0];
-        for (int64_t i = 1; i < n; i++) {
-            lo = v[i] < lo ? v[i] : lo;
-            hi = v[i] > hi ? v[i] : hi;
-        }
-        m->stats.write_legacy = 1;
-        return set_stat_bytes(m, &lo, 4, &hi, 4);
-    }
+    case VF_PQ_T_INT32: return min_max_i32(m, fx, n, 1);
     case VF_PQ_T_UINT8:
     case VF_PQ_T_UINT16:
-    case VF_PQ_T_UINT32: {
-        const uint32_t *v = (const uint32_t *)(const void *)fx;
-        uint32_t lo = v[0], hi = v[0];
-        for (int64_t i = 1; i < n; i++) {
-            lo = v[i] < lo ? v[i] : lo;
-            hi = v[i] > hi ? v[i] : hi;
-        }
-        return set_stat_bytes(m, &lo, 4, &hi, 4);
-    }
-    case VF_PQ_T_INT64: {
-        const int64_t *v = (const int64_t *)(const void *)fx;
-        int64_t lo = v[0], hi = v[0];
-        for (int64_t i = 1; i < n; i++) {
-            lo = v[i] < lo ? v[i] : lo;
-            hi = v[i] > hi ? v[i] : hi;
-        }
-        m->stats.write_legacy = 1;
-        return set_stat_bytes(m, &lo, 8, &hi, 8);
-    }
-    case VF_PQ_T_UINT64: {
-        const uint64_t *v = (const uint64_t *)(const void *)fx;
-        uint64_t lo = v[0], hi = v[0];
-        for (int64_t i = 1; i < n; i++) {
-            lo = v[i] < lo ? v[i] : lo;
-            hi = v[i] > hi ? v[i] : hi;
-        }
-        return set_stat_bytes(m, &lo, 8, &hi, 8);
-    }
-    case VF_PQ_T_FLOAT: {
-        const float *v = (const float *)(const void *)fx;
-        float lo = INFINITY, hi = -INFINITY;
-        int any = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (isnan(v[i]))
-                continue;
-            any = 1;
-            lo = v[i] < lo ? v[i] : lo;
-            hi = v[i] > hi ? v[i] : hi;
-        }
-        if (!any)
-            return 0;
-        if (lo == 0.0f)
-            lo = -0.0f;
-        if (hi == 0.0f)
-            hi = 0.0f;
-        m->stats.write_legacy = 1;
-        return set_stat_bytes(m, &lo, 4, &hi, 4);
-    }
-    case VF_PQ_T_DOUBLE: {
-        const double *v = (const double *)(const void *)fx;
-        double lo = INFINITY, hi = -INFINITY;
-        int any = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (isnan(v[i]))
-                continue;
-            any = 1;
-            lo = v[i] < lo ? v[i] : lo;
-            hi = v[i] > hi ? v[i] : hi;
-        }
-        if (!any)
-            return 0;
-        if (lo == 0.0)
-            lo = -0.0;
-        if (hi == 0.0)
-            hi = 0.0;
-        m->stats.write_legacy = 1;
-        return set_stat_bytes(m, &lo, 8, &hi, 8);
-    }
+    case VF_PQ_T_UINT32: return min_max_u32(m, fx, n, 0);
+    case VF_PQ_T_INT64: return min_max_i64(m, fx, n, 1);
+    case VF_PQ_T_UINT64: return min_max_u64(m, fx, n, 0);
+    case VF_PQ_T_FLOAT: return min_max_float(m, fx, n, 1);
+    case VF_PQ_T_DOUBLE: return min_max_double(m, fx, n, 1);
     case VF_PQ_T_FLOAT16: {
         const uint16_t *v = (const uint16_t *)(const void *)fx;
         float lo = INFINITY, hi = -INFINITY;

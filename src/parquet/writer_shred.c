@@ -31,6 +31,18 @@ void vf_pq_w_column_free(vf_pq_w_column *c)
     memset(c, 0, sizeof *c);
 }
 
+/* Element i of an INT8, UINT8, INT16 or UINT16 array, widened to the INT32
+ * that Parquet stores it as. */
+static int32_t small_int_at(const vf_pq_array *a, int64_t i)
+{
+    switch (a->type) {
+    case VF_PQ_T_INT8: return ((const int8_t *)a->values)[i];
+    case VF_PQ_T_UINT8: return ((const uint8_t *)a->values)[i];
+    case VF_PQ_T_INT16: return ((const int16_t *)a->values)[i];
+    default: return ((const uint16_t *)a->values)[i];
+    }
+}
+
 /* Copies the present values (slot indices alive in `index`) into the
  * physical representation of the leaf type. */
 static int gather_fixed(const vf_pq_array *a, const vf_pq_w_leaf *lf, const int64_t *index, int64_t num_slots,
@@ -48,36 +60,14 @@ static int gather_fixed(const vf_pq_array *a, const vf_pq_w_leaf *lf, const int6
                 buf[v++] = src[index[s]] ? 1 : 0;
         break;
     }
-    case VF_PQ_T_INT8: {
-        const int8_t *src = a->values;
-        int32_t *dst = (int32_t *)(void *)buf;
-        for (int64_t s = 0; s < num_slots; s++)
-            if (index[s] >= 0)
-                dst[v++] = src[index[s]];
-        break;
-    }
-    case VF_PQ_T_UINT8: {
-        const uint8_t *src = a->values;
-        int32_t *dst = (int32_t *)(void *)buf;
-        for (int64_t s = 0; s < num_slots; s++)
-            if (index[s] >= 0)
-                dst[v++] = src[index[s]];
-        break;
-    }
-    case VF_PQ_T_INT16: {
-        const int16_t *src = a->values;
-        int32_t *dst = (int32_t *)(void *)buf;
-        for (int64_t s = 0; s < num_slots; s++)
-            if (index[s] >= 0)
-                dst[v++] = src[index[s]];
-        break;
-    }
+    case VF_PQ_T_INT8:
+    case VF_PQ_T_UINT8:
+    case VF_PQ_T_INT16:
     case VF_PQ_T_UINT16: {
-        const uint16_t *src = a->values;
         int32_t *dst = (int32_t *)(void *)buf;
         for (int64_t s = 0; s < num_slots; s++)
             if (index[s] >= 0)
-                dst[v++] = src[index[s]];
+                dst[v++] = small_int_at(a, index[s]);
         break;
     }
     default: {

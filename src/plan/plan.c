@@ -287,6 +287,16 @@ static void consumer_batches(int64_t rank_count, int c, int nc, size_t batch_siz
     part_slice(rank_count, c, nc, batch_size, drop_last, &cs, &cl, keep, batches);
 }
 
+/* Samples in consumer c's batch of round `round` of the rank's
+ * round-robin (its round-th batch); 0 when it has no batch left by then. */
+static int64_t round_batch_samples(int64_t rank_count, int c, int nc, size_t batch_size, int drop_last,
+                                   int64_t round)
+{
+    int64_t keep, nb;
+    consumer_batches(rank_count, c, nc, batch_size, drop_last, &keep, &nb);
+    return round < nb ? VF_MIN((int64_t)batch_size, keep - round * (int64_t)batch_size) : 0;
+}
+
 /* Samples consumer c has delivered once its rank delivered `batches`
  * rank-level batches (the round-robin over consumers, exhausted ones
  * skipped). */
@@ -300,9 +310,7 @@ static int64_t consumer_delivered(int64_t rank_count, int c, int nc, size_t batc
     while (done < batches) {
         int active = 0;
         for (int k = 0; k < nc; k++) {
-            int64_t keep, nb;
-            consumer_batches(rank_count, k, nc, batch_size, drop_last, &keep, &nb);
-            if (round >= nb)
+            if (!round_batch_samples(rank_count, k, nc, batch_size, drop_last, round))
                 continue;
             active++;
             if (done == batches)
@@ -337,14 +345,13 @@ static int64_t walk_batches(int64_t n, int world_size, int nc, size_t batch_size
             return -1;
         int any = 0;
         for (int c = 0; c < nc; c++) {
-            int64_t keep, nb;
-            consumer_batches(rank_count, c, nc, batch_size, drop_last, &keep, &nb);
-            if (round >= nb)
+            int64_t in_batch = round_batch_samples(rank_count, c, nc, batch_size, drop_last, round);
+            if (!in_batch)
                 continue;
             any = 1;
             if (batches >= 0 ? done_b == batches : done_s >= samples)
                 break;
-            done_s += VF_MIN((int64_t)batch_size, keep - round * (int64_t)batch_size);
+            done_s += in_batch;
             done_b++;
         }
         if (!any)

@@ -36,24 +36,22 @@ static int summarize(const vf_plan_input *in, vf_partition partition, size_t con
     return 0;
 }
 
-static int check_sizes(int world_size, int num_consumers)
+/* The plan input of d once the sizes are checked (the caller frees it). */
+static int plan_input(const vf_dataset *d, int world_size, int num_consumers, vf_plan_input *in)
 {
     if (world_size < 1 || world_size > 1 << 20)
         return vf_error(VF_EINVAL, "plan: world size %d must be between 1 and %d", world_size, 1 << 20);
     if (num_consumers < 1 || num_consumers > 1 << 16)
         return vf_error(VF_EINVAL, "plan: workers per rank %d must be between 1 and %d", num_consumers, 1 << 16);
-    return 0;
+    return vf_plan_input_from_dataset(d, in);
 }
 
 int vf_plan_summarize(const vf_dataset *d, vf_partition partition, int world_size, int num_consumers,
                       vf_plan_summary *out)
 {
     memset(out, 0, sizeof *out);
-    int r = check_sizes(world_size, num_consumers);
-    if (r < 0)
-        return r;
     vf_plan_input in;
-    r = vf_plan_input_from_dataset(d, &in);
+    int r = plan_input(d, world_size, num_consumers, &in);
     if (r < 0)
         return r;
     r = summarize(&in, partition, (size_t)world_size * (size_t)num_consumers, out, NULL);
@@ -64,11 +62,8 @@ int vf_plan_summarize(const vf_dataset *d, vf_partition partition, int world_siz
 int vf_plan_json(const vf_dataset *d, int world_size, int num_consumers, int flags, char **out)
 {
     *out = NULL;
-    int r = check_sizes(world_size, num_consumers);
-    if (r < 0)
-        return r;
     vf_plan_input in;
-    r = vf_plan_input_from_dataset(d, &in);
+    int r = plan_input(d, world_size, num_consumers, &in);
     if (r < 0)
         return r;
     size_t consumers = (size_t)world_size * (size_t)num_consumers;

@@ -199,17 +199,26 @@ static cache_entry *find_reader(vf_video_cache *c, const vf_video_reader *reader
     return NULL;
 }
 
-void vf_video_cache_return(vf_video_cache *c, vf_video_reader *reader)
+/* Locks the cache and finds the entry of a checked-out reader; returns
+ * it with the lock held, or NULL (lock released, the misuse logged: the
+ * reader was `what`, "returned" or "discarded", while not checked out). */
+static cache_entry *lock_checked_out(vf_video_cache *c, const vf_video_reader *reader, const char *what)
 {
-    if (!reader)
-        return;
     pthread_mutex_lock(&c->lock);
     cache_entry *e = find_reader(c, reader);
     if (!e || !e->busy) {
         pthread_mutex_unlock(&c->lock);
-        vf_log(VF_LOG_ERROR, "decoder cache: a reader was returned that is not checked out");
-        return;
+        vf_log(VF_LOG_ERROR, "decoder cache: a reader was %s that is not checked out", what);
+        return NULL;
     }
+    return e;
+}
+
+void vf_video_cache_return(vf_video_cache *c, vf_video_reader *reader)
+{
+    cache_entry *e = reader ? lock_checked_out(c, reader, "returned") : NULL;
+    if (!e)
+        return;
     e->busy = 0;
     c->busy--;
     size_t bytes = vf_video_reader_memory(reader); /* scratch may have grown */
@@ -224,15 +233,9 @@ void vf_video_cache_return(vf_video_cache *c, vf_video_reader *reader)
 
 void vf_video_cache_discard(vf_video_cache *c, vf_video_reader *reader)
 {
-    if (!reader)
+    cache_entry *e = reader ? lock_checked_out(c, reader, "discarded") : NULL;
+    if (!e)
         return;
-    pthread_mutex_lock(&c->lock);
-    cache_entry *e = find_reader(c, reader);
-    if (!e || !e->busy) {
-        pthread_mutex_unlock(&c->lock);
-        vf_log(VF_LOG_ERROR, "decoder cache: a reader was discarded that is not checked out");
-        return;
-    }
     unlink_entry(c, e);
     c->entries--;
     c->busy--;

@@ -207,18 +207,32 @@ __attribute__((target("ssse3"))) static inline void split16(const uint8_t *src, 
                       _mm_shuffle_epi8(z, _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15)));
 }
 
+/* The block loop of both kernels: whole 16-pixel blocks from src are split
+ * into planes and each plane's 16 values stored by STORE(dst, vector);
+ * `done` ends as the number of pixels done. A macro, not a function,
+ * because the kernels are compiled for different instruction sets and
+ * STORE must be inlined into each. */
+#define CHW_BLOCKS(done, src, r, g, b, pixels, STORE)                                                \
+    for (done = 0; done + 16 <= (pixels); done += 16) {                                              \
+        __m128i vr, vg, vb;                                                                          \
+        split16((src) + 3 * done, &vr, &vg, &vb);                                                    \
+        STORE((r) + done, vr);                                                                       \
+        STORE((g) + done, vg);                                                                       \
+        STORE((b) + done, vb);                                                                       \
+    }
+
+/* 16 bytes stored as they are. */
+__attribute__((target("ssse3"))) static inline void store16_u8(uint8_t *dst, __m128i v)
+{
+    _mm_storeu_si128((__m128i *)dst, v);
+}
+
 __attribute__((target("ssse3"))) static size_t chw_u8_ssse3(const uint8_t *src, uint8_t *r, uint8_t *g, uint8_t *b,
                                                              size_t pixels)
 {
-    size_t i = 0;
-    for (; i + 16 <= pixels; i += 16) {
-        __m128i vr, vg, vb;
-        split16(src + 3 * i, &vr, &vg, &vb);
-        _mm_storeu_si128((__m128i *)(r + i), vr);
-        _mm_storeu_si128((__m128i *)(g + i), vg);
-        _mm_storeu_si128((__m128i *)(b + i), vb);
-    }
-    return i;
+    size_t done;
+    CHW_BLOCKS(done, src, r, g, b, pixels, store16_u8)
+    return done;
 }
 
 /* 16 bytes -> 16 floats v / 255.0f. */
@@ -234,15 +248,9 @@ __attribute__((target("avx2"))) static inline void store16_div255(float *dst, __
 __attribute__((target("avx2,ssse3"))) static size_t chw_f32_avx2(const uint8_t *src, float *r, float *g, float *b,
                                                                  size_t pixels)
 {
-    size_t i = 0;
-    for (; i + 16 <= pixels; i += 16) {
-        __m128i vr, vg, vb;
-        split16(src + 3 * i, &vr, &vg, &vb);
-        store16_div255(r + i, vr);
-        store16_div255(g + i, vg);
-        store16_div255(b + i, vb);
-    }
-    return i;
+    size_t done;
+    CHW_BLOCKS(done, src, r, g, b, pixels, store16_div255)
+    return done;
 }
 #endif
 

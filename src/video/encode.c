@@ -269,6 +269,20 @@ static int configure_encoder(encoder *e, const vf_video_encode_settings *s, AVDi
     return 0;
 }
 
+/* A frame of the given pixel format and size with its buffers allocated.
+ * *frame is set even on failure, for the caller to free. */
+static int alloc_frame(AVFrame **frame, int format, int width, int height, const char *path)
+{
+    AVFrame *f = *frame = av_frame_alloc();
+    if (!f)
+        return VF_ENOMEM;
+    f->format = format;
+    f->width = width;
+    f->height = height;
+    int ar = av_frame_get_buffer(f, 0);
+    return ar < 0 ? vf_vid_av_error_named(path, ar, "cannot allocate a frame") : 0;
+}
+
 int vf_video_write_episode(const char *path, const vf_video_encode_settings *settings, int64_t num_frames,
                            vf_video_fill_fn fill, void *ctx)
 {
@@ -342,34 +356,18 @@ int vf_video_write_episode(const char *path, const vf_video_encode_settings *set
     }
     e.header_written = 1;
     e.pkt = av_packet_alloc();
-    input = av_frame_alloc();
-    if (!e.pkt || !input) {
+    if (!e.pkt) {
         rc = VF_ENOMEM;
         goto done;
     }
     int gray = s.pixfmt == VF_VIDEO_PIX_GRAY12;
-    input->format = gray ? AV_PIX_FMT_GRAY12LE : AV_PIX_FMT_RGB24;
-    input->width = s.width;
-    input->height = s.height;
-    ar = av_frame_get_buffer(input, 0);
-    if (ar < 0) {
-        rc = vf_vid_av_error_named(path, ar, "cannot allocate a frame");
+    rc = alloc_frame(&input, gray ? AV_PIX_FMT_GRAY12LE : AV_PIX_FMT_RGB24, s.width, s.height, path);
+    if (rc < 0)
         goto done;
-    }
     if (!gray) {
-        yuv = av_frame_alloc();
-        if (!yuv) {
-            rc = VF_ENOMEM;
+        rc = alloc_frame(&yuv, AV_PIX_FMT_YUV420P, s.width, s.height, path);
+        if (rc < 0)
             goto done;
-        }
-        yuv->format = AV_PIX_FMT_YUV420P;
-        yuv->width = s.width;
-        yuv->height = s.height;
-        ar = av_frame_get_buffer(yuv, 0);
-        if (ar < 0) {
-            rc = vf_vid_av_error_named(path, ar, "cannot allocate a frame");
-            goto done;
-        }
         sws = sws_getContext(s.width, s.height, AV_PIX_FMT_RGB24, s.width, s.height, AV_PIX_FMT_YUV420P,
                              SWS_BILINEAR, NULL, NULL, NULL);
         if (!sws) {

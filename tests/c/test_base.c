@@ -1,9 +1,12 @@
-/* test_base.c: error messages, buffers, paths and byte sources. */
+/* test_base.c: error messages, buffers, growable arrays, file kinds, paths and
+ * byte sources. */
 #define _POSIX_C_SOURCE 200809L
 #include "io/io.h"
 #include "testutil.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static void test_errors(void)
 {
@@ -27,6 +30,50 @@ static void test_buf(void)
     char *p = vf_path_join("/a/b/", "/c");
     CHECK(p && strcmp(p, "/a/b/c") == 0);
     free(p);
+}
+
+/* vf_grow_array: doubling from the first capacity, contents kept, and a
+ * capacity that would overflow refused with the array left as it was. */
+static void test_grow_array(void)
+{
+    int64_t *items = NULL;
+    size_t cap = 0;
+    for (size_t n = 0; n < 100; n++) {
+        CHECK_OK(vf_grow_array(&items, n, &cap, 4, sizeof *items));
+        CHECK(cap > n);
+        items[n] = (int64_t)n * 3;
+    }
+    CHECK(cap == 128);
+    int same = 1;
+    for (size_t n = 0; n < 100; n++)
+        same &= items[n] == (int64_t)n * 3;
+    CHECK(same);
+    CHECK_OK(vf_grow_array(&items, 100, &cap, 4, sizeof *items)); /* room left: unchanged */
+    CHECK(cap == 128);
+    int64_t *before = items;
+    size_t huge = SIZE_MAX / 4;
+    CHECK(vf_grow_array(&items, huge, &huge, 4, sizeof *items) == VF_ENOMEM);
+    CHECK(items == before && huge == SIZE_MAX / 4);
+    free(items);
+}
+
+/* vf_file_kind_name on what stat() reports for a few kinds of file. */
+static void test_file_kinds(void)
+{
+    struct stat st;
+    CHECK(stat(".", &st) == 0 && strcmp(vf_file_kind_name(st.st_mode), "a directory") == 0);
+    CHECK(stat("/dev/null", &st) != 0 || strcmp(vf_file_kind_name(st.st_mode), "a character device") == 0);
+    char *dir = vf_test_tmpdir("kinds");
+    char *path = vf_path_join(dir, "file");
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    CHECK(stat(path, &st) == 0 && strcmp(vf_file_kind_name(st.st_mode), "a regular file") == 0);
+    CHECK(strcmp(vf_file_kind_name(0), "not a file") == 0);
+    vf_test_rmtree(dir);
+    free(path);
+    free(dir);
 }
 
 static void test_sources(void)
@@ -116,6 +163,8 @@ int main(void)
 {
     test_errors();
     test_buf();
+    test_grow_array();
+    test_file_kinds();
     test_sources();
     test_views();
     return vf_test_finish("test_base");
