@@ -295,6 +295,9 @@ typedef struct vf_loader_settings {
     const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
                                     * vf_loader_set_state; overrides epoch) */
     vf_on_error on_error;      /* VF_ON_ERROR_RAISE (default) or VF_ON_ERROR_SKIP (see below) */
+    int log_warnings;          /* default 1: each vf_loader_warning is also printed on stderr (a
+                                * warning about the whole epoch by rank 0 only); 0 when the caller
+                                * reports them itself (the Python binding, through `warnings`) */
     vf_sample_settings sample;
 } vf_loader_settings;
 
@@ -365,9 +368,12 @@ size_t vf_loader_batches_delivered(const vf_loader *l);
 
 /* Warnings the loader logged (uneven splits over ranks, consumers without
  * samples), each once per loader; i < vf_loader_num_warnings(l). The
- * strings live as long as the loader. */
+ * strings live as long as the loader. vf_loader_warning_is_global is 1 for
+ * a warning whose text is the same on every rank (how the epoch splits over
+ * the ranks: report it once, from rank 0) and 0 for one about this rank. */
 size_t vf_loader_num_warnings(const vf_loader *l);
 const char *vf_loader_warning(const vf_loader *l, size_t i);
+int vf_loader_warning_is_global(const vf_loader *l, size_t i);
 
 /* Map mode: one batch holding the samples at the given positions
  * (0 <= position < vf_loader_num_positions), in order. VF_ERANGE names an

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -249,6 +250,31 @@ int vf_log_level(void)
 
 void vf_log_set_level(int level) { log_level_cached = level < 0 ? 0 : level > 3 ? 3 : level; }
 
+/* Warnings are printed once per process: the same text from another
+ * loader, thread or epoch is dropped (a run with many loaders or file opens
+ * would otherwise repeat it). The set of texts printed is a table of
+ * hashes, bounded: past WARNED_MAX distinct warnings, every one prints. */
+enum { WARNED_MAX = 1024 };
+static pthread_mutex_t warned_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t warned[WARNED_MAX];
+static size_t warned_count;
+
+static int first_warning(const char *line)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the text, then mixed */
+    for (const unsigned char *c = (const unsigned char *)line; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    h = vf_mix64(h);
+    int first = 1;
+    pthread_mutex_lock(&warned_lock);
+    for (size_t i = 0; i < warned_count && first; i++)
+        first = warned[i] != h;
+    if (first && warned_count < WARNED_MAX)
+        warned[warned_count++] = h;
+    pthread_mutex_unlock(&warned_lock);
+    return first;
+}
+
 void vf_log(int level, const char *fmt, ...)
 {
     if (level > vf_log_level())
@@ -259,6 +285,8 @@ void vf_log(int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (level == VF_LOG_WARN && !first_warning(line))
+        return;
     fprintf(stderr, "vlafeed: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], line);
 }
 

@@ -95,7 +95,8 @@ char *vf_buf_take_string(vf_buf *b);
 
 enum { VF_LOG_ERROR = 0, VF_LOG_WARN = 1, VF_LOG_INFO = 2, VF_LOG_DEBUG = 3 };
 /* Level comes from the VF_LOG environment variable (error|warn|info|debug
- * or 0..3); default warn. Messages go to stderr prefixed "vlafeed: ". */
+ * or 0..3); default warn. Messages go to stderr prefixed "vlafeed: ". A
+ * warning is printed once per process: the same text again is dropped. */
 int vf_log_level(void);
 void vf_log_set_level(int level);
 void vf_log(int level, const char *fmt, ...) VF_PRINTF(2, 3);

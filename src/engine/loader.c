@@ -57,6 +57,7 @@ void vf_loader_defaults(vf_loader_settings *s)
     s->sample.image_format = VF_IMAGE_FLOAT32_CHW;
     s->sample.lerobot_shapes = 1;
     s->sample.include_task = 1;
+    s->log_warnings = 1;
 }
 
 static int env_int(const char *name, int fallback, int *out)
@@ -189,6 +190,7 @@ void vf_loader_close(vf_loader *l)
     for (size_t i = 0; i < l->num_warnings; i++)
         free(l->warnings[i]);
     free(l->warnings);
+    free(l->warning_global);
     for (size_t i = 0; i < l->num_skips; i++)
         vf_engine_free_skip(&l->skips[i]);
     free(l->skips);
@@ -392,6 +394,7 @@ int vf_loader_get_state(const vf_loader *l, vf_loader_state *out)
 
 size_t vf_loader_num_warnings(const vf_loader *l) { return l->num_warnings; }
 const char *vf_loader_warning(const vf_loader *l, size_t i) { return i < l->num_warnings ? l->warnings[i] : NULL; }
+int vf_loader_warning_is_global(const vf_loader *l, size_t i) { return i < l->num_warnings && l->warning_global[i]; }
 
 int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
 {

@@ -58,6 +58,7 @@ struct vf_loader {
     uint64_t selection;        /* hash of the selected episodes (resume states) */
     size_t cache_capacity;
     char **warnings;           /* logged once each */
+    unsigned char *warning_global; /* per warning: 1 = the same text on every rank */
     size_t num_warnings;
     vf_loader_skip *skips;     /* on_error = SKIP: samples left out of delivered batches (the first
                                   VF_ENGINE_MAX_SKIP_RECORDS) */

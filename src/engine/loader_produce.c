@@ -298,8 +298,10 @@ void vf_engine_drain(vf_loader *l)
     atomic_store(&l->cancel, 0);
 }
 
-/* Logs a warning once per loader and keeps it for vf_loader_warning. */
-static void warn_once(vf_loader *l, char *message)
+/* Keeps a warning once per loader for vf_loader_warning, and prints it
+ * unless the caller reports warnings itself (log_warnings = 0). A global
+ * warning (the same text on every rank) is printed by rank 0 only. */
+static void warn_once(vf_loader *l, int global, char *message)
 {
     if (!message)
         return;
@@ -314,8 +316,16 @@ static void warn_once(vf_loader *l, char *message)
         return;
     }
     l->warnings = grown;
+    unsigned char *scopes = realloc(l->warning_global, l->num_warnings + 1);
+    if (!scopes) {
+        free(message);
+        return;
+    }
+    l->warning_global = scopes;
+    l->warning_global[l->num_warnings] = (unsigned char)(global != 0);
     l->warnings[l->num_warnings++] = message;
-    vf_log(VF_LOG_WARN, "%s", message);
+    if (l->settings.log_warnings && (!global || l->settings.rank == 0))
+        vf_log(VF_LOG_WARN, "%s", message);
 }
 
 static void remainder_warnings(vf_loader *l)
@@ -325,18 +335,18 @@ static void remainder_warnings(vf_loader *l)
     int64_t n = p->epoch_samples, per = p->rank_samples, w = s->world_size, bs = (int64_t)s->batch_size;
     int64_t kept = per / bs * bs;
     if (s->drop_last && n - kept * w > 0) {
-        warn_once(l, vf_asprintf("loader: drop_last drops %lld of the %lld samples of an epoch: every rank keeps "
+        warn_once(l, 1, vf_asprintf("loader: drop_last drops %lld of the %lld samples of an epoch: every rank keeps "
                                  "%lld whole batches of %lld (%lld of its %lld samples), over %d rank%s",
                                  (long long)(n - kept * w), (long long)n, (long long)(kept / bs), (long long)bs,
                                  (long long)kept, (long long)per, s->world_size, s->world_size == 1 ? "" : "s"));
     } else if (w > 1 && n % w != 0 && !s->drop_last) {
-        warn_once(l, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
+        warn_once(l, 1, vf_asprintf("loader: world_size %d does not divide the %lld samples of an epoch: every rank "
                                  "gets %lld, and %lld samples are repeated to even the ranks out (the last "
                                  "rank's slice wraps around to the start of the epoch's order)",
                                  s->world_size, (long long)n, (long long)per, (long long)(per * w - n)));
     }
     if (p->empty_consumers > 0)
-        warn_once(l, vf_asprintf("loader: %d consumer%s of rank %d get%s no samples (%lld samples per rank over %d "
+        warn_once(l, 0, vf_asprintf("loader: %d consumer%s of rank %d get%s no samples (%lld samples per rank over %d "
                                  "consumers%s)%s",
                                  p->empty_consumers, p->empty_consumers == 1 ? "" : "s", s->rank,
                                  p->empty_consumers == 1 ? "s" : "", (long long)per, s->num_consumers,

@@ -1,5 +1,5 @@
-/* test_base.c: error messages, buffers, growable arrays, file kinds, paths and
- * byte sources. */
+/* test_base.c: error messages, buffers, growable arrays, file kinds, paths,
+ * byte sources and the log (a warning printed once per process). */
 #define _POSIX_C_SOURCE 200809L
 #include "io/io.h"
 #include "testutil.h"
@@ -159,6 +159,27 @@ static void test_views(void)
     free(dir);
 }
 
+/* stderr captured while the log prints: a warning's second print is dropped,
+ * errors and a different warning are not. */
+static void test_log_once(void)
+{
+    vf_test_capture_stderr_begin();
+    vf_log_set_level(VF_LOG_WARN);
+    for (int i = 0; i < 3; i++) {
+        vf_log(VF_LOG_WARN, "same warning %d", 7);
+        vf_log(VF_LOG_ERROR, "an error");
+    }
+    vf_log(VF_LOG_WARN, "same warning %d", 8);
+    vf_log(VF_LOG_INFO, "info, below the level");
+    char text[1024];
+    vf_test_capture_stderr_end(text, sizeof text);
+    const char *want = "vlafeed: warning: same warning 7\nvlafeed: error: an error\nvlafeed: error: an error\n"
+                       "vlafeed: error: an error\nvlafeed: warning: same warning 8\n";
+    CHECK(strcmp(text, want) == 0);
+    if (strcmp(text, want) != 0)
+        fprintf(stderr, "log printed:\n%s", text);
+}
+
 int main(void)
 {
     test_errors();
@@ -167,5 +188,6 @@ int main(void)
     test_file_kinds();
     test_sources();
     test_views();
+    test_log_once();
     return vf_test_finish("test_base");
 }

@@ -634,6 +634,8 @@ static void test_warnings(vf_dataset *d, int64_t n)
         CHECK_EQ_INT(vf_loader_num_warnings(l), 1);
         const char *w = vf_loader_warning(l, 0);
         CHECK(w && strstr(w, "world_size 7 does not divide") && strstr(w, "repeated"));
+        CHECK(vf_loader_warning_is_global(l, 0) == 1); /* the same text on every rank */
+        CHECK(vf_loader_warning_is_global(l, 1) == 0); /* out of range */
         /* Once per loader, not once per epoch. */
         CHECK_OK(vf_loader_set_epoch(l, 1));
         CHECK_EQ_INT(vf_loader_num_warnings(l), 1);
@@ -658,12 +660,41 @@ static void test_warnings(vf_dataset *d, int64_t n)
         vf_loader_get_stats(l, &st);
         CHECK_EQ_INT(st.empty_consumers, 3);
         CHECK(st.warnings == 1 && strstr(vf_loader_warning(l, 0), "3 consumers of rank 0 get no samples"));
+        CHECK(vf_loader_warning_is_global(l, 0) == 0); /* about this rank */
         CHECK(strstr(vf_loader_warning(l, 0), "no episodes to pool") != NULL);
         tp_run r = {0};
         tp_take(l, d, SIZE_MAX, 0, g_ms.state_dim, &r);
         CHECK(exactly_once(&r, n));
         tp_run_free(&r);
         vf_loader_close(l);
+    }
+    /* Printed on stderr: a global warning by rank 0 only, nothing when the
+     * caller reports warnings itself (log_warnings = 0), once per process. */
+    {
+        vf_set_log_level(VF_LOG_WARN);
+        char text[4096];
+        tp_settings(&ls, VF_MODE_POOL, 1, 4, 1);
+        ls.world_size = 7;
+        ls.drop_last = 1;
+        vf_test_capture_stderr_begin();
+        for (int rank = 6; rank >= 0; rank--) {
+            ls.rank = rank;
+            ls.log_warnings = rank != 0; /* rank 0 first opens as the Python binding does */
+            CHECK_OK(vf_loader_open(&l, d, &ls));
+            vf_loader_close(l);
+        }
+        vf_test_capture_stderr_end(text, sizeof text);
+        CHECK(text[0] == 0); /* ranks 6..1 global: silent; rank 0 with log_warnings 0: silent */
+        ls.log_warnings = 1;
+        vf_test_capture_stderr_begin();
+        for (int i = 0; i < 2; i++) {
+            CHECK_OK(vf_loader_open(&l, d, &ls));
+            vf_loader_close(l);
+        }
+        vf_test_capture_stderr_end(text, sizeof text);
+        const char *first = strstr(text, "drop_last drops");
+        CHECK(first && !strstr(first + 1, "drop_last drops")); /* printed once for two loaders */
+        vf_set_log_level(-1);
     }
     /* Even splits: no warning. */
     tp_settings(&ls, VF_MODE_POOL, 1, 4, 1);

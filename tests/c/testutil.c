@@ -40,3 +40,30 @@ void vf_test_rmtree(const char *path)
         fprintf(stderr, "warning: could not remove %s\n", path);
     free(cmd);
 }
+
+static int capture_fd = -1, saved_stderr = -1;
+
+void vf_test_capture_stderr_begin(void)
+{
+    char path[] = "/tmp/vftest-stderr-XXXXXX";
+    capture_fd = mkstemp(path);
+    if (capture_fd < 0) {
+        fprintf(stderr, "cannot create a temporary file\n");
+        exit(2);
+    }
+    unlink(path);
+    fflush(stderr);
+    saved_stderr = dup(STDERR_FILENO);
+    dup2(capture_fd, STDERR_FILENO);
+}
+
+void vf_test_capture_stderr_end(char *text, size_t size)
+{
+    fflush(stderr);
+    dup2(saved_stderr, STDERR_FILENO);
+    close(saved_stderr);
+    ssize_t n = pread(capture_fd, text, size - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    close(capture_fd);
+    capture_fd = saved_stderr = -1;
+}

@@ -61,6 +61,11 @@ extern int vf_test_checks;
 /* Prints the summary line and returns the process exit code. */
 int vf_test_finish(const char *name);
 
+/* What the code between begin and end prints on stderr: end restores stderr
+ * and copies at most size - 1 bytes of it, NUL-terminated, into text. */
+void vf_test_capture_stderr_begin(void);
+void vf_test_capture_stderr_end(char *text, size_t size);
+
 /* Paths: the shared fixtures folder and a fresh scratch directory
  * (under $TMPDIR, removed by the caller with vf_test_rmtree). Newly
  * allocated strings. */
