@@ -10,6 +10,6 @@ Nothing here is public API: the classes and functions users call are in
 ``vlafeed.data``, ``vlafeed.torch``, ``vlafeed.ray`` and the top-level
 ``vlafeed`` package.
 """
-from vlafeed._native import _core
+from vlafeed._native import _core  # noqa: F401  (vlafeed._native._core, for its __file__)
 from vlafeed._native._core import *  # noqa: F401,F403  (the extension's public names)
 from vlafeed._native._core import __version__  # noqa: F401

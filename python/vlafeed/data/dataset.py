@@ -27,6 +27,16 @@ from vlafeed.data import lerobot_compat as compat
 from vlafeed.data.loader import batch_to_dict
 
 
+def _native_property(name, doc=None):
+    """A read-only property that returns the native dataset's attribute `name`."""
+    return property(lambda self: getattr(self._native, name), doc=doc)
+
+
+def _meta_property(name):
+    """A read-only property that returns the metadata's attribute `name` (``ds.fps`` is ``ds.meta.fps``)."""
+    return property(lambda self: getattr(self.meta, name), doc=f"``meta.{name}``")
+
+
 class LeRobotDatasetMetadata:
     """LeRobot 0.6's LeRobotDatasetMetadata over the engine's dataset.
 
@@ -126,12 +136,6 @@ class LeRobotDatasetMetadata:
                    and "stats" not in p["file"])
 
     @property
-    def metadata_errors_ignored(self):
-        """Metadata errors let through by on_metadata_error="warn" (0 in the strict default)."""
-        return sum(1 for p in self.info["problems"] if p["severity"] == "error" and p["file"].startswith("meta/")
-                   and "stats" not in p["file"])
-
-    @property
     def root(self):
         return self._native.root
 
@@ -147,13 +151,8 @@ class LeRobotDatasetMetadata:
         fps = self._native.fps
         return int(fps) if float(fps).is_integer() else fps
 
-    @property
-    def total_frames(self):
-        return self._native.total_frames
-
-    @property
-    def total_episodes(self):
-        return self._native.total_episodes
+    total_frames = _native_property("total_frames")
+    total_episodes = _native_property("total_episodes")
 
     @property
     def total_tasks(self):
@@ -171,13 +170,8 @@ class LeRobotDatasetMetadata:
     def shapes(self):
         return {name: f["shape"] for name, f in self.features.items()}
 
-    @property
-    def camera_keys(self):
-        return self._native.camera_keys
-
-    @property
-    def video_keys(self):
-        return self._native.camera_keys
+    camera_keys = _native_property("camera_keys", "The video features' keys (LeRobot's camera_keys).")
+    video_keys = _native_property("camera_keys", "The video features' keys (LeRobot's video_keys).")
 
     @property
     def image_keys(self):
@@ -188,10 +182,7 @@ class LeRobotDatasetMetadata:
         """LeRobot's task table: a pandas DataFrame indexed by the task string, column task_index."""
         return compat.tasks_frame(self._native.tasks)
 
-    @property
-    def task_list(self):
-        """Task strings by task_index (a list)."""
-        return self._native.tasks
+    task_list = _native_property("tasks", "Task strings by task_index (a list).")
 
     @property
     def episodes(self):
@@ -372,9 +363,7 @@ class LeRobotDataset:
         fps = self.native_dataset.fps
         return {k: [int(round(d * fps)) for d in v] for k, v in self.delta_timestamps.items()}
 
-    @property
-    def fps(self):
-        return self.meta.fps
+    fps = _meta_property("fps")
 
     @property
     def num_frames(self):
@@ -384,17 +373,9 @@ class LeRobotDataset:
     def num_episodes(self):
         return self.native_dataset.num_episodes
 
-    @property
-    def features(self):
-        return self.meta.features
-
-    @property
-    def camera_keys(self):
-        return self.meta.camera_keys
-
-    @property
-    def video_keys(self):
-        return self.meta.video_keys
+    features = _meta_property("features")
+    camera_keys = _meta_property("camera_keys")
+    video_keys = _meta_property("video_keys")
 
     @property
     def hf_dataset(self):
