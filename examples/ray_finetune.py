@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "python") not in sys.path and (REPO / "python" / "vlafeed").is_dir():
-    if any((REPO / "python" / "vlafeed").glob("_native*.so")):  # the in-place build, else the installed package
+    if any((REPO / "python" / "vlafeed" / "_native").glob("_core*.so")):  # the in-place build, else the installed package
         sys.path.insert(0, str(REPO / "python"))
 
 CAMERA = "front"  # the renamed first camera
