@@ -24,8 +24,10 @@ the consumer stopped, on every rank: the state counts the samples all ranks
 received in the current epoch. A state from another dataset or other order
 settings raises ValueError naming what differs.
 """
+import contextlib
 import os
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -83,6 +85,49 @@ def distributed_rank_world():
     rank = int(os.environ.get("RANK", "0") or 0)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     return rank, world
+
+
+class OneThreadAtATime:
+    """A loader serves one consumer thread at a time. A pass (an iteration over the loader) belongs
+    to the thread that started it until it ends, is abandoned or that thread exits; another thread
+    that starts a pass, or moves the loader to another epoch or state, meanwhile gets RuntimeError
+    naming the holder. (Before, the second thread's set_epoch waited forever behind the first
+    thread's wait in the engine queue, or silently moved the first thread's pass to another epoch.)
+    Passes started one after the other from different threads, and nested or abandoned passes in
+    one thread, are fine."""
+
+    def __init__(self, what):
+        self.what = what
+        self._lock = threading.Lock()
+        self._owner = None
+        self._passes = 0
+
+    def _refuse_others(self):
+        owner = self._owner
+        if owner is not None and owner is not threading.current_thread() and owner.is_alive():
+            raise RuntimeError(f"this {self.what} is already being iterated by thread {owner.name!r}: a "
+                               f"{self.what} is iterated by one thread at a time (give each thread its own "
+                               f"{self.what}, or hand batches between threads with a queue)")
+
+    def check(self):
+        """Raises RuntimeError when another live thread holds a pass."""
+        with self._lock:
+            self._refuse_others()
+
+    @contextlib.contextmanager
+    def iterating(self):
+        """Holds the loader for this thread during a pass."""
+        with self._lock:
+            self._refuse_others()
+            self._owner = threading.current_thread()
+            self._passes += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._passes -= 1
+                if self._passes == 0:
+                    self._owner = None
 
 
 class LoaderWarning(UserWarning):
@@ -170,6 +215,7 @@ class Loader:
         self._epoch = epoch
         self._consumed = 0
         self._resume_pending = False
+        self._one_thread = OneThreadAtATime("Loader")
         self._native = _native.Loader(
             native, mode=mode, batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
@@ -206,6 +252,7 @@ class Loader:
         restored position."""
         if self._resume_pending and epoch == self._epoch:
             return
+        self._one_thread.check()
         self._native.set_epoch(epoch)
         self._epoch = epoch
         self._consumed = 0
@@ -217,18 +264,19 @@ class Loader:
         # next epoch (like a shuffling DataLoader); set_epoch(e) before the
         # pass chooses e explicitly; after load_state_dict() the pass
         # continues the restored epoch.
-        if self._resume_pending:
-            self._resume_pending = False
-        elif self._consumed:
-            self.set_epoch(self._epoch + 1)
-        skipping = self.on_error == "skip"
-        for batch in self._native:
-            self._consumed += 1
-            if skipping:
+        with self._one_thread.iterating():
+            if self._resume_pending:
+                self._resume_pending = False
+            elif self._consumed:
+                self.set_epoch(self._epoch + 1)
+            skipping = self.on_error == "skip"
+            for batch in self._native:
+                self._consumed += 1
+                if skipping:
+                    self._warn_skips()
+                yield batch_to_dict(batch, self.output)
+            if skipping:  # the skips of the epoch's last batches, or of an epoch with nothing left
                 self._warn_skips()
-            yield batch_to_dict(batch, self.output)
-        if skipping:  # the skips of the epoch's last batches, or of an epoch with nothing left
-            self._warn_skips()
 
     def _warn_skips(self):
         skips = self._native.skips
@@ -254,6 +302,7 @@ class Loader:
         another dataset, episode selection or order settings (mode, seed, batch_size,
         world_size, consumers, shuffle, drop_last, partition, shuffle_buffer,
         episode_pool_size)."""
+        self._one_thread.check()
         self._native.set_state(state)
         self._resumed(state)
 

@@ -29,7 +29,7 @@ import json
 import numpy as np
 
 from vlafeed import _native
-from vlafeed.data.loader import distributed_rank_world, torch_module
+from vlafeed.data.loader import OneThreadAtATime, distributed_rank_world, torch_module
 
 
 def _parse_bytes(suffix, items):
@@ -110,6 +110,7 @@ class ShardLoader:
         self._epoch = epoch
         self._consumed = 0
         self._resume_pending = False
+        self._one_thread = OneThreadAtATime("ShardLoader")
         self._native = _native.WdsLoader(
             str(manifest_or_url), batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
@@ -141,22 +142,24 @@ class ShardLoader:
         """Starts epoch `epoch`; after load_state_dict(), set_epoch(<the state's epoch>) keeps the position."""
         if self._resume_pending and epoch == self._epoch:
             return
+        self._one_thread.check()
         self._native.set_epoch(epoch)
         self._epoch = epoch
         self._consumed = 0
         self._resume_pending = False
 
     def __iter__(self):
-        if self._resume_pending:
-            self._resume_pending = False
-        elif self._consumed:
-            self.set_epoch(self._epoch + 1)
-        while True:
-            raw = self._native.next_batch()
-            if raw is None:
-                return
-            self._consumed += 1
-            yield convert_batch(raw, self.output)
+        with self._one_thread.iterating():  # one thread at a time (see OneThreadAtATime)
+            if self._resume_pending:
+                self._resume_pending = False
+            elif self._consumed:
+                self.set_epoch(self._epoch + 1)
+            while True:
+                raw = self._native.next_batch()
+                if raw is None:
+                    return
+                self._consumed += 1
+                yield convert_batch(raw, self.output)
 
     def state_dict(self):
         """{kind: "wds", version, fingerprint (of the manifest's shard names and counts), positions, seed,
@@ -167,6 +170,7 @@ class ShardLoader:
     def load_state_dict(self, state):
         """Continues where `state` stopped: the next batch is the one an uninterrupted run would have
         yielded. ValueError names what differs for a state of another manifest or order settings."""
+        self._one_thread.check()
         self._native.set_state(state)
         self._resumed(state)
 
