@@ -100,13 +100,8 @@ static PyObject *py_pack_plan(PyObject *self, PyObject *args, PyObject *kwargs)
     return out;
 }
 
-static PyMethodDef pack_methods[] = {
-    {"pack_plan", (PyCFunction)(void (*)(void))py_pack_plan, METH_VARARGS | METH_KEYWORDS,
-     "pack_plan(lengths, max_tokens, window=0) -> dict: first-fit-decreasing packing of samples into rows"},
+PyMethodDef vf_py_pack_functions[] = {
+    VF_PY_KW_FUNCTION("pack_plan", py_pack_plan,
+     "pack_plan(lengths, max_tokens, window=0) -> dict: first-fit-decreasing packing of samples into rows"),
     {NULL, NULL, 0, NULL},
 };
-
-int vf_py_register_pack(PyObject *module)
-{
-    return PyModule_AddFunctions(module, pack_methods);
-}

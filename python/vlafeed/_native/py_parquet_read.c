@@ -433,9 +433,9 @@ static PyObject *py_parquet_read_rows(PyObject *self, PyObject *args)
     return Py_BuildValue("(NLL)", list, (long long)pages.decoded, (long long)pages.skipped);
 }
 
-static PyMethodDef methods[] = {
-    {"parquet_read", (PyCFunction)(void (*)(void))py_parquet_read, METH_VARARGS | METH_KEYWORDS,
-     "parquet_read(path, columns=None, row_group=None) -> dict[name, list] (C reader, pyarrow-like values)"},
+PyMethodDef vf_py_parquet_read_functions[] = {
+    VF_PY_KW_FUNCTION("parquet_read", py_parquet_read,
+     "parquet_read(path, columns=None, row_group=None) -> dict[name, list] (C reader, pyarrow-like values)"),
     {"parquet_read_rows", py_parquet_read_rows, METH_VARARGS,
      "parquet_read_rows(path, column, row_group, first_row, num_rows) -> (list, pages_decoded, pages_skipped): rows of one row "
      "group, decoding only the pages that hold them where the page headers allow"},
@@ -444,5 +444,3 @@ static PyMethodDef methods[] = {
      "parquet_select_row_groups(path, column, lo, hi) -> row groups whose statistics overlap [lo, hi]"},
     {NULL, NULL, 0, NULL},
 };
-
-int vf_py_register_parquet_read(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -17,7 +17,7 @@
  * "builders" (growable buffers), handed to vf_pq_writer_write_row_group and
  * freed. The GIL is released while the C writer encodes and writes.
  */
-#include "_native.h"
+#include "settings.h"
 
 #include "parquet/parquet.h"
 
@@ -43,24 +43,24 @@ static void ptype_free(ptype *t)
     memset(t, 0, sizeof *t);
 }
 
-static const struct {
-    const char *name;
-    vf_pq_type type;
-} scalar_types[] = {
-    {"bool", VF_PQ_T_BOOL},       {"int8", VF_PQ_T_INT8},       {"int16", VF_PQ_T_INT16},
-    {"int32", VF_PQ_T_INT32},     {"int64", VF_PQ_T_INT64},     {"uint8", VF_PQ_T_UINT8},
-    {"uint16", VF_PQ_T_UINT16},   {"uint32", VF_PQ_T_UINT32},   {"uint64", VF_PQ_T_UINT64},
-    {"float16", VF_PQ_T_FLOAT16}, {"float32", VF_PQ_T_FLOAT},   {"float64", VF_PQ_T_DOUBLE},
-    {"float", VF_PQ_T_FLOAT},     {"double", VF_PQ_T_DOUBLE},   {"string", VF_PQ_T_STRING},
-    {"binary", VF_PQ_T_BINARY},
+/* The scalar type names (settings.h name lists), and the codec names (case-insensitive). */
+static const vf_py_choice scalar_types[] = {
+    {"bool", VF_PQ_T_BOOL},     {"int8", VF_PQ_T_INT8},       {"int16", VF_PQ_T_INT16},   {"int32", VF_PQ_T_INT32},
+    {"int64", VF_PQ_T_INT64},   {"uint8", VF_PQ_T_UINT8},     {"uint16", VF_PQ_T_UINT16}, {"uint32", VF_PQ_T_UINT32},
+    {"uint64", VF_PQ_T_UINT64}, {"float16", VF_PQ_T_FLOAT16}, {"float32", VF_PQ_T_FLOAT}, {"float64", VF_PQ_T_DOUBLE},
+    {"float", VF_PQ_T_FLOAT},   {"double", VF_PQ_T_DOUBLE},   {"string", VF_PQ_T_STRING}, {"binary", VF_PQ_T_BINARY},
+    {NULL, 0},
+};
+static const vf_py_choice codecs[] = {
+    {"none", VF_PQ_UNCOMPRESSED}, {"uncompressed", VF_PQ_UNCOMPRESSED}, {"snappy", VF_PQ_SNAPPY}, {"gzip", VF_PQ_GZIP},
+    {"zstd", VF_PQ_ZSTD},         {"lz4", VF_PQ_LZ4_RAW},               {"brotli", VF_PQ_BROTLI}, {"lzo", VF_PQ_LZO},
+    {NULL, 0},
 };
 
 static const char *type_label(vf_pq_type t)
 {
-    for (size_t i = 0; i < sizeof scalar_types / sizeof scalar_types[0]; i++)
-        if (scalar_types[i].type == t)
-            return scalar_types[i].name;
-    return "?";
+    const char *name = vf_py_choice_name(scalar_types, (int)t);
+    return name ? name : "?";
 }
 
 static void skip_space(const char **p)
@@ -135,12 +135,12 @@ static int parse_type(const char **p, ptype *out, const char *whole, int depth)
             return 0;
         }
     }
-    for (size_t i = 0; i < sizeof scalar_types / sizeof scalar_types[0]; i++) {
-        size_t n = strlen(scalar_types[i].name);
-        if (strncmp(*p, scalar_types[i].name, n) == 0) {
+    for (const vf_py_choice *c = scalar_types; c->name; c++) {
+        size_t n = strlen(c->name);
+        if (strncmp(*p, c->name, n) == 0) {
             char next = (*p)[n];
             if (next == 0 || next == '>' || next == ',' || next == ' ') {
-                out->type = scalar_types[i].type;
+                out->type = (vf_pq_type)c->value;
                 *p += n;
                 return 0;
             }
@@ -470,16 +470,12 @@ static int builder_view(builder *b, const char *name, vf_pq_array *a)
     a->offsets = b->offsets.len ? (int64_t *)(void *)b->offsets.data : NULL;
     a->data = b->data.data;
     a->data_len = (int64_t)b->data.len;
-    if (b->num_children > 0) {
-        a->children = calloc((size_t)b->num_children, sizeof *a->children);
-        if (!a->children)
-            return nomem();
-        a->num_children = b->num_children;
-        for (int i = 0; i < b->num_children; i++)
-            if (builder_view(&b->children[i], b->type->children[i].name, &a->children[i]) < 0)
-                return -1;
-    }
-    return 0;
+    a->children = b->num_children > 0 ? calloc((size_t)b->num_children, sizeof *a->children) : NULL;
+    a->num_children = a->children ? b->num_children : 0;
+    int rc = a->num_children < b->num_children ? nomem() : 0;
+    for (int i = 0; rc == 0 && i < a->num_children; i++)
+        rc = builder_view(&b->children[i], b->type->children[i].name, &a->children[i]);
+    return rc;
 }
 
 static void array_view_free(vf_pq_array *a)
@@ -501,17 +497,9 @@ typedef struct column_spec {
 
 static int parse_codec(const char *s, vf_pq_codec *out)
 {
-    static const struct {
-        const char *name;
-        vf_pq_codec codec;
-    } names[] = {
-        {"none", VF_PQ_UNCOMPRESSED}, {"uncompressed", VF_PQ_UNCOMPRESSED}, {"snappy", VF_PQ_SNAPPY},
-        {"gzip", VF_PQ_GZIP},         {"zstd", VF_PQ_ZSTD},                 {"lz4", VF_PQ_LZ4_RAW},
-        {"brotli", VF_PQ_BROTLI},     {"lzo", VF_PQ_LZO},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcasecmp(s, names[i].name) == 0) {
-            *out = names[i].codec;
+    for (const vf_py_choice *c = codecs; c->name; c++) {
+        if (strcasecmp(s, c->name) == 0) {
+            *out = (vf_pq_codec)c->value;
             return 0;
         }
     }
@@ -718,15 +706,10 @@ done:
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"parquet_write", (PyCFunction)(void (*)(void))py_parquet_write, METH_VARARGS | METH_KEYWORDS,
+PyMethodDef vf_py_parquet_write_functions[] = {
+    VF_PY_KW_FUNCTION("parquet_write", py_parquet_write,
      "parquet_write(path, columns, *, codec='snappy', dictionary=True, data_page_version=1, page_size=1<<20, "
      "row_group_sizes=None, kv=None, created_by=None)\n\nWrites a Parquet file with the C writer. columns is a "
-     "list of (name, type_string, values)."},
+     "list of (name, type_string, values)."),
     {NULL, NULL, 0, NULL},
 };
-
-int vf_py_register_parquet_write(PyObject *module)
-{
-    return PyModule_AddFunctions(module, methods);
-}

@@ -95,14 +95,9 @@ static PyObject *py_video_info(PyObject *self, PyObject *args)
     return info;
 }
 
-static PyMethodDef video_methods[] = {
-    {"video_frame", (PyCFunction)(void (*)(void))py_video_frame, METH_VARARGS | METH_KEYWORDS,
-     "video_frame(path, ordinal, layout='hwc') -> (height, width, bytes)"},
+PyMethodDef vf_py_video_functions[] = {
+    VF_PY_KW_FUNCTION("video_frame", py_video_frame,
+     "video_frame(path, ordinal, layout='hwc') -> (height, width, bytes)"),
     {"video_info", py_video_info, METH_VARARGS, "video_info(path) -> dict with the frame index summary"},
     {NULL, NULL, 0, NULL},
 };
-
-int vf_py_register_video(PyObject *module)
-{
-    return PyModule_AddFunctions(module, video_methods);
-}

@@ -1,0 +1,325 @@
+/*
+ * py_state.c: vf_loader_state <-> dict, in the two forms Python sees: a
+ * Loader's state_dict() (mode and partition by name, shuffle / drop_last as
+ * bools, ranges as [start, end] pairs, read strictly: KeyError / TypeError /
+ * ValueError naming the key) and a ShardLoader's (kind 'wds', ints, ranges
+ * as one flat list). One table lists the fields, in dict order, with the
+ * forms each belongs to. Also the mode and partition names.
+ */
+#include "py_loader.h"
+
+#include <string.h>
+
+const vf_py_choice vf_py_modes[] = {
+    {"map", VF_MODE_MAP}, {"stream", VF_MODE_STREAM}, {"pool", VF_MODE_POOL}, {NULL, 0}};
+const vf_py_choice vf_py_partitions[] = {{"file_group", VF_PARTITION_FILE_GROUP},
+                                         {"episode", VF_PARTITION_EPISODE},
+                                         {"sequential", VF_PARTITION_SEQUENTIAL},
+                                         {NULL, 0}};
+
+typedef enum field_kind {
+    F_KIND,      /* "wds", the ShardLoader form's tag */
+    F_SIGNED,    /* an integer field */
+    F_UNSIGNED,
+    F_FLAG,      /* a bool in the Loader form, an int in the ShardLoader form */
+    F_MODE,      /* by name */
+    F_PARTITION, /* by name, None outside stream mode */
+    F_RANGES,
+} field_kind;
+
+#define LOADER (1 << VF_PY_STATE_LOADER)
+#define WDS (1 << VF_PY_STATE_WDS)
+
+static const struct state_field {
+    const char *key;
+    field_kind kind;
+    size_t offset, size;
+    int forms;
+} fields[] = {
+    {"kind", F_KIND, 0, 0, WDS},
+    {"version", F_UNSIGNED, VF_PY_FIELD(vf_loader_state, version), LOADER | WDS},
+    {"mode", F_MODE, VF_PY_FIELD(vf_loader_state, mode), LOADER},
+    {"fingerprint", F_UNSIGNED, VF_PY_FIELD(vf_loader_state, fingerprint), LOADER | WDS},
+    {"selection", F_UNSIGNED, VF_PY_FIELD(vf_loader_state, selection), LOADER},
+    {"positions", F_SIGNED, VF_PY_FIELD(vf_loader_state, positions), LOADER | WDS},
+    {"seed", F_UNSIGNED, VF_PY_FIELD(vf_loader_state, seed), LOADER | WDS},
+    {"epoch", F_SIGNED, VF_PY_FIELD(vf_loader_state, epoch), LOADER | WDS},
+    {"samples_consumed", F_SIGNED, VF_PY_FIELD(vf_loader_state, samples_consumed), LOADER | WDS},
+    {"batch_size", F_SIGNED, VF_PY_FIELD(vf_loader_state, batch_size), LOADER | WDS},
+    {"world_size", F_SIGNED, VF_PY_FIELD(vf_loader_state, world_size), LOADER | WDS},
+    {"consumers", F_SIGNED, VF_PY_FIELD(vf_loader_state, consumers), LOADER | WDS},
+    {"shuffle", F_FLAG, VF_PY_FIELD(vf_loader_state, shuffle), LOADER | WDS},
+    {"drop_last", F_FLAG, VF_PY_FIELD(vf_loader_state, drop_last), LOADER | WDS},
+    {"partition", F_PARTITION, VF_PY_FIELD(vf_loader_state, partition), LOADER},
+    {"shuffle_buffer", F_SIGNED, VF_PY_FIELD(vf_loader_state, shuffle_buffer), LOADER | WDS},
+    {"episode_pool_size", F_SIGNED, VF_PY_FIELD(vf_loader_state, episode_pool_size), LOADER},
+    {"ranges", F_RANGES, 0, 0, LOADER | WDS},
+    {"settings_hash", F_UNSIGNED, VF_PY_FIELD(vf_loader_state, settings_hash), LOADER},
+};
+#define NUM_FIELDS (sizeof fields / sizeof fields[0])
+
+/* ---- integers of any width ------------------------------------------------------ */
+
+/* A state field's bits (fields are 32 or 64 bits wide), sign-extended when signed. */
+static unsigned long long load_bits(const char *p, size_t size, int is_signed)
+{
+    uint64_t v64;
+    uint32_t v32;
+    if (size == sizeof v64) {
+        memcpy(&v64, p, sizeof v64);
+        return v64;
+    }
+    memcpy(&v32, p, sizeof v32);
+    return is_signed ? (unsigned long long)(long long)(int32_t)v32 : v32;
+}
+
+static void put_bits(char *p, size_t size, unsigned long long bits)
+{
+    uint64_t v64 = bits;
+    uint32_t v32 = (uint32_t)bits;
+    if (size == sizeof v64)
+        memcpy(p, &v64, size);
+    else
+        memcpy(p, &v32, sizeof v32);
+}
+
+/* ---- to a dict ---------------------------------------------------------------------- */
+
+static PyObject *range_pair(const void *ranges, size_t i)
+{
+    const int64_t *r = ranges;
+    return Py_BuildValue("[LL]", (long long)r[2 * i], (long long)r[2 * i + 1]);
+}
+
+static PyObject *range_bound(const void *ranges, size_t i)
+{
+    return PyLong_FromLongLong(((const int64_t *)ranges)[i]);
+}
+
+static PyObject *field_value(const vf_loader_state *st, const struct state_field *f, vf_py_state_form form)
+{
+    const char *p = (const char *)st + f->offset;
+    const char *name;
+    switch (f->kind) {
+    case F_KIND:
+        return PyUnicode_FromString("wds");
+    case F_SIGNED:
+        return PyLong_FromLongLong((long long)load_bits(p, f->size, 1));
+    case F_UNSIGNED:
+        return PyLong_FromUnsignedLongLong(load_bits(p, f->size, 0));
+    case F_FLAG:
+        return form == VF_PY_STATE_LOADER ? PyBool_FromLong(load_bits(p, f->size, 1) != 0)
+                                          : PyLong_FromLongLong((long long)load_bits(p, f->size, 1));
+    case F_MODE:
+        name = vf_py_choice_name(vf_py_modes, (int)st->mode);
+        return PyUnicode_FromString(name ? name : "unknown");
+    case F_PARTITION:
+        name = st->mode == VF_MODE_STREAM ? vf_py_choice_name(vf_py_partitions, st->partition) : NULL;
+        return name ? PyUnicode_FromString(name) : Py_NewRef(Py_None);
+    case F_RANGES:
+        return form == VF_PY_STATE_LOADER ? vf_py_list(st->num_ranges, range_pair, st->ranges)
+                                          : vf_py_list(2 * st->num_ranges, range_bound, st->ranges);
+    }
+    return NULL;
+}
+
+PyObject *vf_py_state_to_dict(const vf_loader_state *st, vf_py_state_form form)
+{
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < NUM_FIELDS; i++) {
+        if (!(fields[i].forms & (1 << form)))
+            continue;
+        PyObject *v = field_value(st, &fields[i], form);
+        if (!v || PyDict_SetItemString(d, fields[i].key, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+/* ---- from a dict ------------------------------------------------------------------- */
+
+/* The Loader form's integer at f->key (missing, not an integer or out of
+ * range: KeyError / TypeError / ValueError naming it). */
+static int loader_int(PyObject *d, const struct state_field *f, unsigned long long *bits)
+{
+    PyObject *v = PyDict_GetItemString(d, f->key); /* borrowed */
+    if (!v) {
+        PyErr_Format(PyExc_KeyError, "loader state: missing key '%s'", f->key);
+        return -1;
+    }
+    PyObject *ix = PyNumber_Index(v);
+    if (!ix) {
+        PyErr_Format(PyExc_TypeError, "loader state: '%s' must be an integer", f->key);
+        return -1;
+    }
+    *bits = f->kind == F_UNSIGNED ? PyLong_AsUnsignedLongLong(ix) : (unsigned long long)PyLong_AsLongLong(ix);
+    Py_DECREF(ix);
+    if (PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "loader state: '%s' is out of range", f->key);
+        return -1;
+    }
+    return 0;
+}
+
+/* The ShardLoader form's integer at f->key (missing: ValueError), masked. */
+static int wds_int(PyObject *d, const struct state_field *f, unsigned long long *bits)
+{
+    PyObject *v = PyDict_GetItemString(d, f->key);
+    if (!v) {
+        PyErr_Format(PyExc_ValueError, "state lacks '%s'", f->key);
+        return -1;
+    }
+    *bits = PyLong_AsUnsignedLongLongMask(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The Loader form's mode and partition, by name. */
+static int loader_names(PyObject *d, vf_loader_state *st)
+{
+    PyObject *mode = PyDict_GetItemString(d, "mode"), *partition = PyDict_GetItemString(d, "partition");
+    if (!mode || !PyUnicode_Check(mode)) {
+        PyErr_SetString(PyExc_KeyError, "loader state: missing key 'mode' (a mode name)");
+        return -1;
+    }
+    const char *m = PyUnicode_AsUTF8(mode);
+    const vf_py_choice *c = vf_py_choice_find(vf_py_modes, m);
+    if (!c) {
+        PyErr_Format(PyExc_ValueError, "loader state: unknown mode '%s'", m ? m : "?");
+        return -1;
+    }
+    st->mode = (uint32_t)c->value;
+    if (partition && partition != Py_None) {
+        c = vf_py_choice_find(vf_py_partitions, PyUnicode_Check(partition) ? PyUnicode_AsUTF8(partition) : NULL);
+        if (!c) {
+            PyErr_SetString(PyExc_ValueError, "loader state: 'partition' must be a partition name or None");
+            return -1;
+        }
+        st->partition = c->value;
+    }
+    return 0;
+}
+
+/* The [start, end] of one remaining range into bounds: 1, or 0 (no exception set). */
+static int range_bounds(PyObject *pair, int64_t *bounds)
+{
+    long long start = 0, end = 0;
+    PyObject *t = PySequence_Check(pair) ? PySequence_Tuple(pair) : NULL;
+    int ok = t && PyArg_ParseTuple(t, "LL", &start, &end);
+    Py_XDECREF(t);
+    PyErr_Clear();
+    bounds[0] = start;
+    bounds[1] = end;
+    return ok;
+}
+
+/* The Loader form's ranges: [[start, end], ...] (optional: version 1 states have none). */
+static int loader_ranges(PyObject *d, vf_loader_state *st)
+{
+    PyObject *ranges = PyDict_GetItemString(d, "ranges"); /* borrowed */
+    if (!ranges || ranges == Py_None)
+        return 0;
+    PyObject *seq = PySequence_Fast(ranges, "loader state: 'ranges' must be a list of [start, end] pairs");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i = 0;
+    int64_t *bounds = PyMem_New(int64_t, 2 * (size_t)n + 1);
+    int nomem = !bounds;
+    while (bounds && i < n && range_bounds(PySequence_Fast_GET_ITEM(seq, i), bounds + 2 * i))
+        i++;
+    Py_DECREF(seq);
+    if (nomem || i < n || n == 0)
+        PyMem_Free(bounds);
+    if (nomem || i < n) {
+        if (nomem)
+            PyErr_NoMemory();
+        else
+            PyErr_Format(PyExc_ValueError, "loader state: ranges[%zd] is not a [start, end] pair of integers", i);
+        return -1;
+    }
+    st->num_ranges = (size_t)n;
+    st->ranges = n > 0 ? bounds : NULL;
+    return 0;
+}
+
+/* The ShardLoader form's ranges: one flat list of [start, end) bounds. */
+static int wds_ranges(PyObject *d, vf_loader_state *st)
+{
+    PyObject *ranges = PyDict_GetItemString(d, "ranges");
+    if (!ranges || ranges == Py_None)
+        return 0;
+    int64_t *values = NULL;
+    size_t count = 0;
+    if (vf_py_int64_list(ranges, "state['ranges'] must be a list of integers", &values, &count) < 0)
+        return -1;
+    if (count % 2) {
+        PyMem_Free(values);
+        PyErr_SetString(PyExc_ValueError, "state['ranges'] must hold [start, end) pairs");
+        return -1;
+    }
+    st->ranges = values;
+    st->num_ranges = count / 2;
+    return 0;
+}
+
+/* The dict's own checks before the fields: its type, and the form's tag or names. */
+static int check_form(PyObject *d, vf_loader_state *st, vf_py_state_form form)
+{
+    if (form == VF_PY_STATE_LOADER) {
+        if (!PyDict_Check(d)) {
+            PyErr_SetString(PyExc_TypeError, "a loader state is a dict (from state_dict())");
+            return -1;
+        }
+        return loader_names(d, st);
+    }
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "state must be a dict from state_dict()");
+        return -1;
+    }
+    PyObject *kind = PyDict_GetItemString(d, "kind");
+    const char *k = kind && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : NULL;
+    if (!k || strcmp(k, "wds") != 0) {
+        PyErr_SetString(PyExc_ValueError, "state is not a ShardLoader state (kind != 'wds')");
+        return -1;
+    }
+    return 0;
+}
+
+int vf_py_state_from_dict(PyObject *d, vf_loader_state *st, vf_py_state_form form)
+{
+    memset(st, 0, sizeof *st);
+    if (check_form(d, st, form) < 0)
+        return -1;
+    for (size_t i = 0; i < NUM_FIELDS; i++) {
+        const struct state_field *f = &fields[i];
+        unsigned long long bits = 0;
+        if (!(f->forms & (1 << form)) || (f->kind != F_SIGNED && f->kind != F_UNSIGNED && f->kind != F_FLAG))
+            continue;
+        if ((form == VF_PY_STATE_LOADER ? loader_int(d, f, &bits) : wds_int(d, f, &bits)) < 0)
+            return -1;
+        put_bits((char *)st + f->offset, f->size, bits);
+    }
+    if ((form == VF_PY_STATE_LOADER ? loader_ranges(d, st) : wds_ranges(d, st)) < 0)
+        return -1;
+    if (form == VF_PY_STATE_WDS) { /* what a shard loader's state always holds */
+        st->mode = VF_MODE_STREAM;
+        st->selection = st->fingerprint;
+        st->partition = VF_PARTITION_EPISODE;
+    }
+    return 0;
+}
+
+void vf_py_state_clear(vf_loader_state *st)
+{
+    PyMem_Free((void *)st->ranges);
+    st->ranges = NULL;
+    st->num_ranges = 0;
+}
+
+int vf_py_resume_setting(PyObject *d, vf_py_state_form form, vf_loader_state *st, const vf_loader_state **resume)
+{
+    if (vf_py_state_from_dict(d, st, form) < 0)
+        return -1;
+    *resume = st;
+    return 0;
+}
