@@ -216,3 +216,16 @@ def test_dataset_settings(root):
         native.Dataset(3)
     with raises(TypeError, "'nope' is an invalid keyword argument for dataset_info()"):
         native.dataset_info(root, nope=1)
+
+
+def test_python_loader_takes_resize_as_a_list(root):
+    """vlafeed.Loader(resize=[w, h]) (as a YAML or JSON config gives it) works like a tuple (it used to
+    reach the binding as a list and fail with SystemError)."""
+    import vlafeed
+    cam = native.Dataset(root).camera_keys[0]
+    for resize in ([16, 8], (16, 8)):
+        loader = vlafeed.Loader(root, mode="map", batch_size=2, keys=[cam], resize=resize, image_format="uint8",
+                                output="numpy", shuffle=False)
+        frames = next(iter(loader))[cam]
+        assert frames.shape[-2:] == (8, 16)
+        loader.close()

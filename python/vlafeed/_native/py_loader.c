@@ -232,6 +232,8 @@ static PyObject *warning_text(const void *l, size_t i)
     return PyUnicode_FromString(vf_loader_warning(l, i));
 }
 
+static PyObject *warning_is_global(const void *l, size_t i) { return PyBool_FromLong(vf_loader_warning_is_global(l, i)); }
+
 static PyObject *skip_entry(const void *l, size_t i)
 {
     const vf_loader_skip *k = vf_loader_get_skip(l, i);
@@ -239,7 +241,8 @@ static PyObject *skip_entry(const void *l, size_t i)
                          (long long)k->episode_index, "file", k->file, "column", k->column, "message", k->message);
 }
 
-enum loader_getter { GET_NUM_SAMPLES, GET_NUM_POSITIONS, GET_NUM_BATCHES, GET_WARNINGS, GET_SKIPS, GET_DELIVERED };
+enum loader_getter { GET_NUM_SAMPLES, GET_NUM_POSITIONS, GET_NUM_BATCHES, GET_WARNINGS, GET_WARNINGS_GLOBAL, GET_SKIPS,
+                     GET_DELIVERED };
 
 static PyObject *Loader_get(LoaderObject *self, void *which)
 {
@@ -251,6 +254,7 @@ static PyObject *Loader_get(LoaderObject *self, void *which)
     case GET_NUM_POSITIONS: return PyLong_FromLongLong(vf_loader_num_positions(l));
     case GET_NUM_BATCHES: return PyLong_FromSize_t(vf_loader_num_batches(l));
     case GET_WARNINGS: return vf_py_list(vf_loader_num_warnings(l), warning_text, l);
+    case GET_WARNINGS_GLOBAL: return vf_py_list(vf_loader_num_warnings(l), warning_is_global, l);
     case GET_SKIPS: return vf_py_list(vf_loader_num_skips(l), skip_entry, l);
     case GET_DELIVERED: return PyLong_FromSize_t(vf_loader_batches_delivered(l));
     }
@@ -285,6 +289,9 @@ static PyGetSetDef Loader_getset[] = {
     {"num_batches", (getter)Loader_get, NULL, "batches this loader yields per epoch", VF_PY_WHICH(GET_NUM_BATCHES)},
     {"warnings", (getter)Loader_get, NULL, "warnings the loader logged (uneven splits, empty consumers)",
      VF_PY_WHICH(GET_WARNINGS)},
+    {"warnings_global", (getter)Loader_get, NULL,
+     "per warning: True when its text is the same on every rank (report it from rank 0 only)",
+     VF_PY_WHICH(GET_WARNINGS_GLOBAL)},
     {"skips", (getter)Loader_get, NULL,
      "on_error='skip': the samples left out of delivered batches, as dicts (position, episode_index, file,\n"
      "column or None, message); at most 65,536 (stats()['skipped'] counts all)",

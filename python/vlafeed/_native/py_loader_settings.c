@@ -238,6 +238,7 @@ static const vf_py_setting loader_list[] = {
     UINT64("prefetch_cache_bytes", s.prefetch_cache_bytes),
     UINT64("table_cache_bytes", s.table_cache_bytes),
     CHOICE("on_error", s.on_error, on_error_policies),
+    FLAG("log_warnings", s.log_warnings),
 };
 
 /* loader_state(dataset, *, ...) and resolve_state(): the settings a state depends on, and where in the epoch. */

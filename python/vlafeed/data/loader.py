@@ -134,11 +134,16 @@ class LoaderWarning(UserWarning):
     """An uneven split: the world size does not divide an epoch, or a consumer gets no samples."""
 
 
-def emit_warnings(native, seen=0, stacklevel=3):
-    """warnings.warn the loader's warnings from index `seen` on; returns how many there are."""
+def emit_warnings(native, seen=0, stacklevel=3, rank=0):
+    """warnings.warn the loader's warnings from index `seen` on; returns how many there are. A warning
+    whose text is the same on every rank (how the epoch splits over the ranks) is given by rank 0
+    only; the engine does not print them itself (the loader is opened with log_warnings=False), so
+    each reaches the user once, through Python's warnings filters."""
     messages = native.warnings
-    for message in messages[seen:]:
-        warnings.warn(message, LoaderWarning, stacklevel=stacklevel)
+    scopes = native.warnings_global
+    for message, is_global in zip(messages[seen:], scopes[seen:]):
+        if not (is_global and rank != 0):
+            warnings.warn(message, LoaderWarning, stacklevel=stacklevel)
     return len(messages)
 
 
@@ -207,6 +212,7 @@ class Loader:
         keys = defaults.get("keys") if keys is None else keys
         renames = defaults.get("renames") if renames is None else renames
         resize = defaults.get("resize") if resize is None else resize
+        resize = None if resize is None else tuple(resize)  # [w, h] from a config file as well as (w, h)
         normalize = defaults.get("normalize") if normalize is None else normalize
         self.dataset = native
         self.batch_size = batch_size
@@ -225,11 +231,12 @@ class Loader:
             resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
             episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
-            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes, on_error=on_error)
+            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes, on_error=on_error,
+            log_warnings=False)
         self.on_error = on_error
         self._skips_seen = 0
         self._skip_warned = set()
-        self._warned = emit_warnings(self._native)
+        self._warned = emit_warnings(self._native, rank=self.rank)
         if state is not None:
             self._resumed(state)
 
@@ -257,7 +264,7 @@ class Loader:
         self._epoch = epoch
         self._consumed = 0
         self._resume_pending = False
-        self._warned = emit_warnings(self._native, self._warned)
+        self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
 
     def __iter__(self):
         # A second pass over the loader without set_epoch() moves on to the
