@@ -43,15 +43,18 @@ typedef enum vf_pq_repetition {
     VF_PQ_REPEATED = 2,
 } vf_pq_repetition;
 
+/* Pages are read and written uncompressed or in SNAPPY, GZIP or ZSTD (snappy,
+ * zlib and zstd do the work); the other codecs are named so that a file
+ * using them is refused by name. */
 typedef enum vf_pq_codec {
     VF_PQ_UNCOMPRESSED = 0,
-    VF_PQ_SNAPPY = 1,
+    VF_PQ_SNAPPY = 1, /* the default of pyarrow and LeRobot's writers */
     VF_PQ_GZIP = 2,
-    VF_PQ_LZO = 3,
-    VF_PQ_BROTLI = 4,
-    VF_PQ_LZ4 = 5,
+    VF_PQ_LZO = 3,    /* refused */
+    VF_PQ_BROTLI = 4, /* refused */
+    VF_PQ_LZ4 = 5,    /* refused (Hadoop's framing) */
     VF_PQ_ZSTD = 6,
-    VF_PQ_LZ4_RAW = 7,
+    VF_PQ_LZ4_RAW = 7, /* refused */
 } vf_pq_codec;
 
 /* ---- value types of assembled arrays --------------------------------- */
