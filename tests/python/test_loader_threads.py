@@ -5,6 +5,8 @@ the engine queue, in every mode, or moved the first thread's pass to another
 epoch). Iterating from one thread after another, and passes abandoned in one
 thread or held by a thread that has ended, stay fine."""
 import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -98,3 +100,46 @@ def test_one_thread_after_another_and_abandoned_passes(sample):
     t.join(60)
     assert len(list(loader)) == len(loader)        # does not hold the loader any more
     loader.close()
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_shard_loader_close_from_another_thread_while_iterating(tmp_path, prefetch):
+    """close() from another thread while next_batch runs: the running call finishes and raises
+    ValueError (or the pass ends), the loader is freed after it, never under it. Before, this
+    crashed (SIGSEGV / heap corruption with prefetch=0, a bare MemoryError otherwise): run in a
+    child process so a crash is a failure, not the end of the test run."""
+    manifest = write_foundry_set(tmp_path / "shards", shards=4, per_shard=40)
+    code = textwrap.dedent(f"""
+        import threading, time, vlafeed
+        outcomes = []
+        for trial in range(20):
+            loader = vlafeed.ShardLoader({str(manifest)!r}, batch_size=2, output="numpy", prefetch={prefetch},
+                                         shuffle=False)
+            started = threading.Event()
+
+            def consume():
+                try:
+                    for i, _ in enumerate(loader):
+                        started.set()
+                    outcomes.append("ended")
+                except ValueError as e:
+                    assert "closed" in str(e), e
+                    outcomes.append("closed")
+
+            t = threading.Thread(target=consume)
+            t.start()
+            started.wait(30)
+            time.sleep(0.001 * (trial % 5))
+            loader.close()
+            t.join(60)
+            assert not t.is_alive()
+            try:
+                loader.close()            # twice is fine
+                next(iter(loader))
+            except ValueError as e:
+                assert "closed" in str(e)
+        print("ok", sorted(set(outcomes)))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("ok")

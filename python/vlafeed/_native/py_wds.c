@@ -102,7 +102,19 @@ static const vf_py_settings wds_settings = {NULL, wds_list, (int)(sizeof wds_lis
 typedef struct {
     PyObject_HEAD
     vf_wds_loader *loader;
+    /* Calls running with the GIL released (next_batch, set_epoch, set_state)
+     * and a loader whose close() came from another thread meanwhile: the
+     * last of those calls closes it when it returns, never under it. */
+    int in_flight;
+    vf_wds_loader *close_pending;
 } WdsLoaderObject;
+
+static void close_released(vf_wds_loader *l)
+{
+    Py_BEGIN_ALLOW_THREADS
+    vf_wds_loader_close(l);
+    Py_END_ALLOW_THREADS
+}
 
 static int WdsLoader_init(WdsLoaderObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -121,14 +133,16 @@ static int WdsLoader_init(WdsLoaderObject *self, PyObject *args, PyObject *kwarg
     vf_py_state_clear(&a.resume);
     if (r < 0)
         return -1;
-    vf_wds_loader_close(self->loader);
+    if (self->loader)
+        close_released(self->loader);
     self->loader = l;
     return 0;
 }
 
 static void WdsLoader_dealloc(WdsLoaderObject *self)
 {
-    vf_wds_loader_close(self->loader);
+    if (self->loader)
+        close_released(self->loader);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -230,15 +244,32 @@ static int call_next(vf_wds_loader *l, wds_call *c) { return vf_wds_loader_next(
 static int call_set_epoch(vf_wds_loader *l, wds_call *c) { return vf_wds_loader_set_epoch(l, c->epoch); }
 static int call_set_state(vf_wds_loader *l, wds_call *c) { return vf_wds_loader_set_state(l, &c->state); }
 
-/* Runs fn with the GIL released and frees c's arguments: the batch it made
- * (a dict), None (also at the end of an epoch), or NULL with the error set. */
+/* Runs fn with the GIL released, bracketed against close() from another
+ * thread, and frees c's arguments: the batch it made (a dict), None (also at
+ * the end of an epoch), or NULL with the error set, including ValueError
+ * when the loader was closed meanwhile (its batch is dropped). */
 static PyObject *run(WdsLoaderObject *self, int (*fn)(vf_wds_loader *, wds_call *), wds_call *c)
 {
+    vf_wds_loader *l = self->loader;
     int r;
+    self->in_flight++;
     Py_BEGIN_ALLOW_THREADS
-    r = fn(self->loader, c);
+    r = fn(l, c);
     Py_END_ALLOW_THREADS
     vf_py_state_clear(&c->state);
+    int closed = self->loader == NULL;
+    if (closed) {
+        PyErr_SetString(PyExc_ValueError, "the shard loader was closed (from another thread) during this call");
+        if (r == 0 && c->batch)
+            vf_wds_batch_free(c->batch);
+    }
+    if (--self->in_flight == 0 && self->close_pending) {
+        vf_wds_loader *pending = self->close_pending;
+        self->close_pending = NULL;
+        close_released(pending);
+    }
+    if (closed)
+        return NULL;
     if (r < 0 && r != VF_EOF)
         return vf_py_raise(r);
     if (r == VF_EOF || !c->batch)
@@ -321,8 +352,14 @@ static PyObject *WdsLoader_stats(WdsLoaderObject *self, PyObject *unused)
 static PyObject *WdsLoader_close(WdsLoaderObject *self, PyObject *unused)
 {
     (void)unused;
-    vf_wds_loader_close(self->loader);
+    vf_wds_loader *l = self->loader;
     self->loader = NULL;
+    if (l) {
+        if (self->in_flight)
+            self->close_pending = l; /* another thread is inside the loader: it closes it on return */
+        else
+            close_released(l);
+    }
     Py_RETURN_NONE;
 }
 
