@@ -49,15 +49,43 @@ extern "C" {
 
 typedef struct vf_wds_manifest vf_wds_manifest;
 
+/* Where the shards may live. By default every shard must resolve under the
+ * manifest's base: the folder of a local manifest, or for an http(s):// /
+ * s3:// manifest its URL up to the last '/' of the path (the query left
+ * out). A shard written as a relative path must have no ".." component
+ * (for a URL base also none spelled with %2e, %2f or a backslash); a shard
+ * written as an absolute path or URL must start with the base and obey
+ * the same rule after it. Anything else (a "../x", "/abs/x", a URL in a
+ * local manifest, another host or a local path in a remote one,
+ * "file:///etc/passwd?.tar") is refused at open with VF_EINVAL naming the
+ * manifest, the line, the shard and why. The check reads the text only:
+ * a symbolic link inside the folder is followed wherever it points.
+ *
+ * allow_outside_base = 1 lets every shard through as written (a relative
+ * one joined to the base, absolute paths and URLs used as they are).
+ * vf_wds_manifest_defaults and vf_wds_loader_defaults set it to 1 when the
+ * environment has VF_WDS_ALLOW_OUTSIDE=1 (the opt-in for callers that
+ * cannot reach the settings, e.g. the Python binding), else 0. */
+typedef struct vf_wds_manifest_settings {
+    int allow_outside_base;    /* 0: refuse shards outside the base (default unless VF_WDS_ALLOW_OUTSIDE=1) */
+} vf_wds_manifest_settings;
+void vf_wds_manifest_defaults(vf_wds_manifest_settings *s);
+
 /* Reads manifest.jsonl (a local path or an http(s):// / s3:// URL): one
  * JSON object per line with "shard" (a path relative to the manifest's
  * directory, with or without ".tar": VLA Foundry's code writes stems, its
  * docs show names with .tar; both resolve to <dir>/<stem>.tar) and
  * "num_sequences" (samples in the shard, >= 0). Other fields are ignored;
- * blank lines are skipped. Errors name the manifest and line. */
-int vf_wds_manifest_open(vf_wds_manifest **out, const char *path_or_url);
+ * blank lines are skipped. Errors name the manifest and line. settings
+ * NULL: vf_wds_manifest_defaults. On success *out is the caller's
+ * (vf_wds_manifest_close); on failure it is NULL. */
+int vf_wds_manifest_open_with(vf_wds_manifest **out, const char *path_or_url, const vf_wds_manifest_settings *s);
 /* The same from text in memory; `name` is the manifest's path or URL (its
  * directory resolves the shards). */
+int vf_wds_manifest_parse_with(vf_wds_manifest **out, const char *name, const char *text, size_t len,
+                               const vf_wds_manifest_settings *s);
+/* The two above with the default settings. */
+int vf_wds_manifest_open(vf_wds_manifest **out, const char *path_or_url);
 int vf_wds_manifest_parse(vf_wds_manifest **out, const char *name, const char *text, size_t len);
 size_t vf_wds_manifest_num_shards(const vf_wds_manifest *m);
 const char *vf_wds_manifest_shard_url(const vf_wds_manifest *m, size_t i);  /* path or URL of the .tar */
@@ -170,13 +198,16 @@ typedef struct vf_wds_loader_settings {
     size_t prefetch;           /* batches a producer thread assembles ahead of the caller, default 2;
                                 * 0: each batch is assembled inside vf_wds_loader_next */
     const vf_loader_state *resume; /* NULL, or a state to start from (overrides epoch) */
+    int allow_outside_base;    /* shards outside the manifest's base: see vf_wds_manifest_settings;
+                                * default 0, or 1 when the environment has VF_WDS_ALLOW_OUTSIDE=1 */
 } vf_wds_loader_settings;
 
 typedef struct vf_wds_loader vf_wds_loader;
 
 void vf_wds_loader_defaults(vf_wds_loader_settings *s);
 /* Opens the manifest and plans the first epoch. VF_EINVAL for bad
- * settings; errors of the manifest name it. */
+ * settings or a shard outside the manifest's base (see
+ * vf_wds_manifest_settings); errors of the manifest name it. */
 int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_loader_settings *s);
 void vf_wds_loader_close(vf_wds_loader *l);
 int64_t vf_wds_loader_num_samples(const vf_wds_loader *l); /* this loader's samples per epoch */

@@ -54,6 +54,9 @@ void vf_wds_loader_defaults(vf_wds_loader_settings *s)
     s->consumer = -1;
     s->shuffle_buffer = 1000;
     s->prefetch = 2;
+    vf_wds_manifest_settings ms;
+    vf_wds_manifest_defaults(&ms); /* VF_WDS_ALLOW_OUTSIDE=1 in the environment opts in */
+    s->allow_outside_base = ms.allow_outside_base;
 }
 
 void vf_wds_note_skip(vf_wds_loader *l, const char *message)
@@ -84,7 +87,8 @@ static int collect_pieces(void *ctx, int rank, int consumer_id, const vf_plan_pi
     c->piece_needed = vf_calloc(count ? count : 1, sizeof *c->piece_needed);
     if (!c->pieces || !c->piece_needed)
         return VF_ENOMEM;
-    memcpy(c->pieces, pieces, count * sizeof *pieces);
+    if (count) /* a consumer with no pieces gets pieces == NULL: memcpy must not see it */
+        memcpy(c->pieces, pieces, count * sizeof *pieces);
     c->num_pieces = count;
     vf_wds_piece_ref *grown = vf_realloc(l->piece_index, (l->num_piece_index + count + 1) * sizeof *grown);
     if (!grown)
@@ -246,7 +250,10 @@ int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_l
     l->s = *settings;
     l->s.resume = NULL;
     l->s.fields = NULL;
-    if ((rc = vf_wds_manifest_open(&l->manifest, manifest)) < 0)
+    vf_wds_manifest_settings ms;
+    vf_wds_manifest_defaults(&ms);
+    ms.allow_outside_base = settings->allow_outside_base;
+    if ((rc = vf_wds_manifest_open_with(&l->manifest, manifest, &ms)) < 0)
         goto fail;
     size_t ns = vf_wds_manifest_num_shards(l->manifest);
     l->tasks = vf_calloc(ns, sizeof *l->tasks);

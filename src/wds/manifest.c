@@ -4,9 +4,20 @@
  * without ".tar") and "num_sequences". VLA Foundry's loader builds
  * <dir>/<shard>.tar from stems (vla_foundry/data/dataloader.py), while its
  * docs show names ending in .tar; both are accepted and resolve to the
- * same file. A shard that is itself a URL or an absolute path is used as
- * is (plus ".tar" when missing).
+ * same file.
+ *
+ * Invariant: unless the caller opted in (allow_outside_base), every shard
+ * URL this file hands out lies under the manifest's base, judged on the
+ * text alone: the base is the manifest's folder (local) or its URL up to
+ * the last '/' of the path (remote); a relative shard has no ".."
+ * component, and an absolute path or URL starts with the base and has none
+ * after it. A manifest that somebody else wrote (or that came over http)
+ * therefore cannot make the loader read local files or other hosts.
+ * Symbolic links are not resolved: a link inside the folder is followed.
+ * With the opt-in a shard that is a URL or an absolute path is used as is
+ * (plus ".tar" when missing) and a relative one is joined to the base.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +34,7 @@ typedef struct wds_shard {
 
 struct vf_wds_manifest {
     char *name;
+    char *base;                /* the folder or URL prefix shards resolve against, ending in '/' (or "") */
     wds_shard *shards;
     size_t count;
     int64_t total;
@@ -34,16 +46,132 @@ static int ends_with(const char *s, const char *tail)
     return n >= k && memcmp(s + n - k, tail, k) == 0;
 }
 
+void vf_wds_manifest_defaults(vf_wds_manifest_settings *s)
+{
+    const char *env = getenv("VF_WDS_ALLOW_OUTSIDE");
+    memset(s, 0, sizeof *s);
+    s->allow_outside_base = env && !strcmp(env, "1");
+}
+
+/* The base of manifest `name`, newly allocated: a local manifest's folder
+ * ("" for a bare file name); for a URL, everything up to the last '/' of
+ * its path, leaving out the query and fragment, and never shorter than
+ * scheme://authority/ (so a manifest at a host's root cannot widen the
+ * base to every host of the scheme). */
+static char *manifest_base(const char *name)
+{
+    if (!vf_is_url(name)) {
+        const char *slash = strrchr(name, '/');
+        return vf_strndup(name, slash ? (size_t)(slash - name) + 1 : 0);
+    }
+    const char *authority = strstr(name, "://") + 3;
+    const char *path = authority + strcspn(authority, "/?#");
+    const char *path_end = path + strcspn(path, "?#");
+    const char *slash = NULL;
+    for (const char *p = path; p < path_end; p++)
+        if (*p == '/')
+            slash = p;
+    if (slash)
+        return vf_strndup(name, (size_t)(slash - name) + 1);
+    return vf_asprintf("%.*s/", (int)(path - name), name);
+}
+
+/* 1 when s begins with a URL scheme and "://" (any scheme: file://, ftp://
+ * as well as the ones the byte sources open). */
+static int has_url_scheme(const char *s)
+{
+    size_t n = 0;
+    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
+        return 0;
+    while (s[n] && (isalnum((unsigned char)s[n]) || s[n] == '+' || s[n] == '-' || s[n] == '.'))
+        n++;
+    return !strncmp(s + n, "://", 3);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* 1 when path has a ".." component. Under a URL base a server may decode
+ * percent-escapes (%2e, %2f, %5c) before it splits the path, and some
+ * treat '\' as '/', so escapes are decoded here first (a decoded %00 is an
+ * ordinary character, not the end); a local file name is taken literally. */
+static int has_dotdot(const char *path, int url_base)
+{
+    size_t dots = 0, other = 0;
+    for (const char *p = path;; p++) {
+        int end = *p == '\0'; /* the string's end, not a decoded %00 */
+        char c = *p;
+        if (!end && url_base && c == '%' && hex_value(p[1]) >= 0 && hex_value(p[2]) >= 0) {
+            c = (char)(hex_value(p[1]) * 16 + hex_value(p[2]));
+            p += 2;
+        }
+        if (end || c == '/' || (url_base && c == '\\')) {
+            if (dots == 2 && other == 0)
+                return 1;
+            if (end)
+                return 0;
+            dots = other = 0;
+        } else if (c == '.') {
+            dots++;
+        } else {
+            other++;
+        }
+    }
+}
+
+/* Why `shard` would resolve outside `base`, or NULL when it stays under it. */
+static const char *outside_reason(const char *shard, const char *base, int url_base)
+{
+    size_t base_len = strlen(base);
+    int url = vf_is_url(shard) || has_url_scheme(shard);
+    if (url || shard[0] == '/') {
+        if (base_len == 0 || strncmp(shard, base, base_len) != 0) {
+            if (url)
+                return url_base ? "a URL outside the URL prefix" : "a URL in a local manifest";
+            return url_base ? "a local path in a remote manifest" : "an absolute path";
+        }
+        shard += base_len;
+    }
+    return has_dotdot(shard, url_base) ? "a '..' component" : NULL;
+}
+
+/* The path or URL shard `shard` of manifest `m` is read from. */
+static char *shard_url(const vf_wds_manifest *m, const char *shard)
+{
+    const char *tar = ends_with(shard, ".tar") ? "" : ".tar";
+    if (vf_is_url(shard) || shard[0] == '/')
+        return vf_asprintf("%s%s", shard, tar);
+    return vf_asprintf("%s%s%s", m->base, shard, tar);
+}
+
 int vf_wds_manifest_parse(vf_wds_manifest **out, const char *name, const char *text, size_t len)
 {
+    return vf_wds_manifest_parse_with(out, name, text, len, NULL);
+}
+
+int vf_wds_manifest_parse_with(vf_wds_manifest **out, const char *name, const char *text, size_t len,
+                               const vf_wds_manifest_settings *settings)
+{
     *out = NULL;
+    vf_wds_manifest_settings defaults;
+    if (!settings) {
+        vf_wds_manifest_defaults(&defaults);
+        settings = &defaults;
+    }
+    int url_base = vf_is_url(name);
     vf_wds_manifest *m = vf_calloc(1, sizeof *m);
-    if (!m || !(m->name = vf_strdup(name))) {
-        free(m);
+    if (!m || !(m->name = vf_strdup(name)) || !(m->base = manifest_base(name))) {
+        vf_wds_manifest_close(m);
         return VF_ENOMEM;
     }
-    const char *slash = strrchr(name, '/');
-    size_t dir_len = slash ? (size_t)(slash - name) + 1 : 0;
     vf_jsonl it;
     vf_jsonl_init(&it, name, text, len, 0);
     size_t cap = 0;
@@ -63,6 +191,12 @@ int vf_wds_manifest_parse(vf_wds_manifest **out, const char *name, const char *t
         if (rc == 0 && (count < 0 || !shard[0]))
             rc = vf_error(VF_ECORRUPT, "%s:%lld: %s", name, (long long)it.line,
                           count < 0 ? "num_sequences is negative" : "empty shard name");
+        const char *why = rc == 0 && !settings->allow_outside_base ? outside_reason(shard, m->base, url_base) : NULL;
+        if (why)
+            rc = vf_error(VF_EINVAL, "%s:%lld: shard \"%s\" is refused: it leaves the manifest's base %s (%s); "
+                          "shards must stay under it unless VF_WDS_ALLOW_OUTSIDE=1 or the allow_outside_base "
+                          "setting lets them out",
+                          name, (long long)it.line, shard, m->base[0] ? m->base : "./", why);
         if (rc == 0 && m->count == cap) {
             cap = cap ? cap * 2 : 64;
             wds_shard *grown = vf_realloc(m->shards, cap * sizeof *grown);
@@ -73,11 +207,8 @@ int vf_wds_manifest_parse(vf_wds_manifest **out, const char *name, const char *t
         }
         if (rc == 0) {
             wds_shard *s = &m->shards[m->count];
-            const char *tar = ends_with(shard, ".tar") ? "" : ".tar";
-            int absolute = vf_is_url(shard) || shard[0] == '/';
             s->name = vf_strdup(shard);
-            s->url = absolute ? vf_asprintf("%s%s", shard, tar)
-                              : vf_asprintf("%.*s%s%s", (int)dir_len, name, shard, tar);
+            s->url = shard_url(m, shard);
             s->samples = count;
             if (!s->name || !s->url) {
                 free(s->name);
@@ -106,6 +237,11 @@ int vf_wds_manifest_parse(vf_wds_manifest **out, const char *name, const char *t
 
 int vf_wds_manifest_open(vf_wds_manifest **out, const char *path_or_url)
 {
+    return vf_wds_manifest_open_with(out, path_or_url, NULL);
+}
+
+int vf_wds_manifest_open_with(vf_wds_manifest **out, const char *path_or_url, const vf_wds_manifest_settings *settings)
+{
     *out = NULL;
     uint8_t *data = NULL;
     size_t len = 0;
@@ -123,7 +259,7 @@ int vf_wds_manifest_open(vf_wds_manifest **out, const char *path_or_url)
     }
     if (rc < 0)
         return vf_error_context(rc, "manifest %s", path_or_url);
-    rc = vf_wds_manifest_parse(out, path_or_url, (const char *)data, len);
+    rc = vf_wds_manifest_parse_with(out, path_or_url, (const char *)data, len, settings);
     free(data);
     return rc;
 }
@@ -155,5 +291,6 @@ void vf_wds_manifest_close(vf_wds_manifest *m)
     }
     free(m->shards);
     free(m->name);
+    free(m->base);
     free(m);
 }

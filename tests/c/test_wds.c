@@ -173,7 +173,12 @@ static void test_manifest(void)
                        "{\"shard\": \"sub/shard_000001.tar\", \"num_sequences\": 0, \"extra\": 1}\n\n"
                        "{\"shard\": \"s3://b/k/x\", \"num_sequences\": 2}";
     vf_wds_manifest *m = NULL;
-    CHECK_OK(vf_wds_manifest_parse(&m, "/data/shards/manifest.jsonl", text, strlen(text)));
+    /* an s3:// shard in a local manifest needs the opt-in (test_wds_manifest.c covers the refusals) */
+    CHECK_ERR(vf_wds_manifest_parse(&m, "/data/shards/manifest.jsonl", text, strlen(text)), VF_EINVAL, "s3://b/k/x");
+    vf_wds_manifest_settings outside;
+    vf_wds_manifest_defaults(&outside);
+    outside.allow_outside_base = 1;
+    CHECK_OK(vf_wds_manifest_parse_with(&m, "/data/shards/manifest.jsonl", text, strlen(text), &outside));
     CHECK(m && vf_wds_manifest_num_shards(m) == 3 && vf_wds_manifest_total_samples(m) == 7);
     CHECK(m && !strcmp(vf_wds_manifest_shard_url(m, 0), "/data/shards/shard_000000.tar"));
     CHECK(m && !strcmp(vf_wds_manifest_shard_url(m, 1), "/data/shards/sub/shard_000001.tar"));

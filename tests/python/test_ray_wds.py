@@ -98,11 +98,11 @@ def test_iter_torch_batches(shards, ray_session):
 def test_missing_and_damaged_shards(shards, ray_session, tmp_path):
     lines = shards.read_text().splitlines()
     shard_dir = shards.parent
-    # A manifest naming a shard that is not there: the task's error names it.
-    bad = tmp_path / "manifest.jsonl"
+    # A manifest naming a shard that is not there: the task's error names it. (It lives beside the
+    # shards: a manifest may only name shards under its own folder.)
+    bad = shard_dir / "missing.jsonl"
     entries = [json.loads(x) for x in lines[:2]]
-    entries[1]["shard"] = str(shard_dir / "nope")
-    entries[0]["shard"] = str(shard_dir / entries[0]["shard"])
+    entries[1]["shard"] = "nope"
     bad.write_text("\n".join(json.dumps(e) for e in entries))
     source = vray.WdsDatasource(bad, shards_per_task=1)
     with pytest.raises(Exception, match=r"nope") as info:

@@ -19,12 +19,25 @@ must be shared by all ranks (one machine, or a shared filesystem).
 Loading reshards: DCP reads each rank's part for the current world size, so
 the model and optimizer resume at another world size. The loader state
 resumes only where the loader accepts it (see runner.py).
+
+Loading never runs code from the checkpoint: a checkpoint directory may come
+from elsewhere (a shared filesystem, a download), and a pickle can call any
+function while it is read. trainer.pt and rank<r>.pt are read with
+torch.load(weights_only=True) (tensors and plain data; the numpy RNG array of
+older checkpoints through a short allowlist of numpy's array reconstruction);
+DCP's .metadata is unpickled with an allowlist of DCP's own metadata classes,
+and its non-tensor items (the optimizer's param_groups) are checked
+weights-only before DCP reads them. Anything else raises CheckpointError
+naming the file, before the object it would build exists.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -153,24 +166,183 @@ def check_compatible(path, meta, signature, identity):
                                   f"{meta['run'].get(k)!r} there and {identity.get(k)!r} here")
 
 
+# ---------------------------------------------------------------------------
+# reading files without running code
+
+def _numpy_array_globals() -> list:
+    """What np.random.get_state()'s uint32 array needs to unpickle (checkpoints written before the
+    RNG state was saved as a tensor hold it): array reconstruction, not arbitrary callables."""
+    try:
+        import numpy as np
+    except ImportError:
+        return []
+    core = getattr(np, "_core", None) or np.core
+    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype]
+    allowed += [type(np.dtype(t)) for t in (np.uint32, np.int64, np.float64)]  # numpy 2's dtype classes
+    return allowed
+
+
+def _refusal(file, error) -> CheckpointError:
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f" (it calls {found.group(1)})" if found else ""
+    return CheckpointError(f"{file}: refused: it holds objects other than tensors and plain data{what}; checkpoints "
+                           f"are read with torch.load(weights_only=True) so that a planted pickle cannot run code")
+
+
+def load_plain(file):
+    """torch.load(file, weights_only=True): tensors and plain data only. CheckpointError naming the
+    file when it holds anything else, is missing or is not a torch file."""
+    file = Path(file)
+    if not file.is_file():
+        raise CheckpointError(f"{file} is missing: the checkpoint is incomplete")
+    allowed = _numpy_array_globals()
+    try:
+        if allowed and hasattr(torch.serialization, "safe_globals"):
+            with torch.serialization.safe_globals(allowed):
+                return torch.load(file, map_location="cpu", weights_only=True)
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise _refusal(file, e) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as e:
+        raise CheckpointError(f"{file}: not a readable torch file ({e})") from None
+
+
+def _dcp_metadata_classes() -> dict:
+    """{(module, name): object} that DCP's .metadata pickle may name."""
+    import pathlib
+
+    from torch.distributed.checkpoint import filesystem, metadata
+    allowed = {}
+    for name in dir(metadata):
+        obj = getattr(metadata, name)
+        if isinstance(obj, type) and obj.__module__ == metadata.__name__:
+            allowed[(metadata.__name__, name)] = obj
+    if hasattr(filesystem, "_StorageInfo"):
+        allowed[(filesystem.__name__, "_StorageInfo")] = filesystem._StorageInfo
+    allowed[("torch", "Size")] = torch.Size
+    for name in dir(torch):
+        if isinstance(getattr(torch, name, None), torch.dtype):
+            allowed[("torch", name)] = getattr(torch, name)
+    if hasattr(torch.serialization, "_get_layout"):
+        allowed[("torch.serialization", "_get_layout")] = torch.serialization._get_layout
+    for name in ("Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"):
+        allowed[("pathlib", name)] = getattr(pathlib, name)
+    import collections
+    allowed[("collections", "OrderedDict")] = collections.OrderedDict
+    allowed[("builtins", "set")] = set
+    allowed[("builtins", "frozenset")] = frozenset
+    return allowed
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    allowed: dict = {}
+
+    def find_class(self, module, name):
+        obj = self.allowed.get((module, name))
+        if obj is None:
+            raise pickle.UnpicklingError(f"GLOBAL {module}.{name} is not a DCP metadata class")
+        return obj
+
+
+def _safe_dcp_reader(path):
+    """A FileSystemReader whose .metadata is unpickled with the allowlist above."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class Reader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            rank = kwargs.get("rank")
+            if hasattr(self, "_get_metadata_path"):
+                file = Path(self._get_metadata_path(rank))
+            else:
+                file = Path(self.path) / ".metadata"
+            unpickler_type = type("Unpickler", (_MetadataUnpickler,), {"allowed": _dcp_metadata_classes()})
+            try:
+                with open(file, "rb") as f:
+                    meta = unpickler_type(f).load()
+            except pickle.UnpicklingError as e:
+                raise _refusal(file, e) from None
+            except (OSError, EOFError, ValueError, TypeError, AttributeError) as e:
+                raise CheckpointError(f"{file}: not a readable DCP metadata file ({e})") from None
+            if getattr(meta, "storage_meta", None) is None:
+                meta.storage_meta = StorageMeta()
+            meta.storage_meta.load_id = self.load_id
+            return meta
+
+    return Reader(str(path))
+
+
+def _safe_dcp_planner(path):
+    """A DefaultLoadPlanner that reads DCP's non-tensor items only after they load weights-only."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+
+    class Planner(DefaultLoadPlanner):
+        def load_bytes(self, read_item, value):
+            data = value.read()
+            try:
+                torch.load(io.BytesIO(data), weights_only=True)
+            except pickle.UnpicklingError as e:
+                raise _refusal(f"{path} (item {read_item.dest_index.fqn})", e) from None
+            super().load_bytes(read_item, io.BytesIO(data))  # checked above: plain data only
+
+    return Planner()
+
+
 def load(path, model, optimizer, scheduler, *, rank, world):
     """Loads model + optimizer (resharded by DCP to this world size) and the scheduler; returns
-    (step, this rank's {"rng", "loader"} or None when the world size changed, rank 0's loader state)."""
+    (step, this rank's {"rng", "loader"} or None when the world size changed, rank 0's loader state).
+    Nothing in the checkpoint can run code (see the module's docstring)."""
     from torch.distributed.checkpoint import load as dcp_load
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     path = Path(path)
     meta = read_meta(path)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    try:
-        dcp_load({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
-    except Exception as e:  # DCP raises CheckpointException with each rank's traceback
-        raise CheckpointError(f"{path}: DCP could not load the model/optimizer state: {e}") from e
-    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
-    trainer = torch.load(path / "trainer.pt", weights_only=False)
-    if scheduler is not None and trainer["scheduler"] is not None:
-        scheduler.load_state_dict(trainer["scheduler"])
+    # the small files first: a refused one stops the resume before DCP reads anything
+    trainer = load_plain(path / "trainer.pt")
     mine = None
     if meta["world_size"] == world:
-        mine = torch.load(path / f"rank{rank}.pt", weights_only=False)
-    first = torch.load(path / "rank0.pt", weights_only=False)
-    return int(trainer["step"]), mine, first["loader"], meta
+        mine = _rank_state(load_plain(path / f"rank{rank}.pt"), path / f"rank{rank}.pt")
+    first = _rank_state(load_plain(path / "rank0.pt"), path / "rank0.pt")
+    if not isinstance(trainer, dict) or not isinstance(trainer.get("step"), int) or "scheduler" not in trainer:
+        raise CheckpointError(f"{path / 'trainer.pt'}: not a vlafeed.train trainer state (no integer 'step')")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    try:
+        dcp_load({"model": model_sd, "optim": optim_sd}, storage_reader=_safe_dcp_reader(path),
+                 planner=_safe_dcp_planner(path))
+    except CheckpointError:
+        raise
+    except (Exception, CheckpointException) as e:  # DCP's CheckpointException (a BaseException) holds each rank's
+        refused = _refusal_inside(e)
+        if refused is not None:
+            raise refused from None
+        raise CheckpointError(f"{path}: DCP could not load the model/optimizer state: {e}") from e
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+    if scheduler is not None and trainer["scheduler"] is not None:
+        scheduler.load_state_dict(trainer["scheduler"])
+    return trainer["step"], mine, first["loader"], meta
+
+
+def _rank_state(state, file):
+    if not isinstance(state, dict) or "rng" not in state or "loader" not in state:
+        raise CheckpointError(f"{file}: not a vlafeed.train rank state (no 'rng' and 'loader')")
+    return state
+
+
+def _refusal_inside(error):
+    """The CheckpointError a DCP reader or planner raised, when DCP wrapped it (it collects the
+    exceptions of every rank into one CheckpointException)."""
+    seen = set()
+    stack = [error]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, CheckpointError):
+            return e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            for v in failures.values():
+                stack.append(v[0] if isinstance(v, tuple) else v)
+        stack += [e.__cause__, e.__context__]
+    return None

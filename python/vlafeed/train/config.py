@@ -4,18 +4,23 @@ file and ``--section.key value`` overrides on the command line.
 Every key is declared below with its type and default. A YAML key or an
 override that is not declared, or a value of the wrong type, raises
 ConfigError naming the key (and the file) before anything is built, so a
-typo never silently trains with a default.
+typo never silently trains with a default. A value outside its range
+(INT_RANGES, FLOAT_RANGES: e.g. a learning rate that is not a finite
+number > 0, a negative step count, an absurd chunk or image size) raises
+ConfigError naming the key, the value and the range.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 class ConfigError(ValueError):
-    """A config key that does not exist, or a value of the wrong type."""
+    """A config key that does not exist, a value of the wrong type or out of its range, or a
+    checkpoint directory that cannot be written."""
 
 
 @dataclass
@@ -200,16 +205,72 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     return cfg
 
 
+# Allowed integer ranges: (lowest, highest or None). The upper bounds on chunk and image_size
+# are sanity limits: both size tables and buffers (the loader's delta timestamps, the model's
+# position embeddings, decoded frames) that would otherwise be allocated before anything
+# else notices the value is absurd.
+MAX_CHUNK = 1024
+MAX_IMAGE_SIZE = 4096
+INT_RANGES = {
+    "data.batch_size": (1, None),
+    "data.chunk": (1, MAX_CHUNK),
+    "data.loader_threads": (1, None),
+    "data.image_size": (0, MAX_IMAGE_SIZE),
+    "model.d_model": (1, None),
+    "model.layers": (1, None),
+    "model.heads": (1, None),
+    "model.patch": (1, None),
+    "model.max_text_tokens": (0, None),
+    "model.vocab_size": (1, None),
+    "packing.max_tokens": (1, None),
+    "packing.window": (0, None),
+    "train.steps": (1, None),
+    "train.grad_accum": (1, None),
+    "train.warmup_steps": (0, None),
+    "train.threads": (0, None),
+    "train.stop_at": (0, None),
+    "train.log_every": (1, None),
+    "checkpoint.every": (0, None),
+    "checkpoint.keep": (0, None),
+}
+# Float keys: (lowest, lowest allowed itself?, highest or None, highest allowed itself?); NaN and
+# infinities are refused for all of them.
+FLOAT_RANGES = {
+    "train.lr": (0.0, False, None, False),
+    "train.weight_decay": (0.0, True, None, False),
+    "model.camera_dropout": (0.0, True, 1.0, False),
+}
+
+
+def _int_range_text(low, high):
+    return f">= {low}" if high is None else f"{low} <= value <= {high}"
+
+
+def _float_range_text(low, low_closed, high, high_closed):
+    if high is None:
+        return f"a finite number {'>=' if low_closed else '>'} {low:g}"
+    return f"{'[' if low_closed else '('}{low:g}, {high:g}{']' if high_closed else ')'}"
+
+
 def validate(cfg: Config):
+    """Raises ConfigError naming the first key whose value is out of its range (and the range)."""
     def need(cond, key, msg):
         if not cond:
             raise ConfigError(f"config key '{key}': {msg}")
+
+    def value_of(key):
+        section, name = key.split(".")
+        return getattr(getattr(cfg, section), name)
+
     need(cfg.data.dataset != "", "data.dataset", "a dataset root is required")
-    for key in ("data.batch_size", "data.chunk", "train.steps", "train.grad_accum", "model.d_model",
-                "model.layers", "model.heads", "model.patch", "packing.max_tokens", "data.loader_threads"):
-        s, n = key.split(".")
-        need(getattr(getattr(cfg, s), n) >= 1, key, "must be >= 1")
+    for key, (low, high) in INT_RANGES.items():
+        v = value_of(key)
+        need(v >= low and (high is None or v <= high), key,
+             f"{v!r} is out of range (allowed: {_int_range_text(low, high)})")
+    for key, (low, low_closed, high, high_closed) in FLOAT_RANGES.items():
+        v = value_of(key)
+        ok = math.isfinite(v) and (v >= low if low_closed else v > low)
+        if high is not None:
+            ok = ok and (v <= high if high_closed else v < high)
+        need(ok, key, f"{v!r} is out of range (allowed: {_float_range_text(low, low_closed, high, high_closed)})")
     need(cfg.model.d_model % cfg.model.heads == 0, "model.heads", "must divide model.d_model")
-    need(0.0 <= cfg.model.camera_dropout < 1.0, "model.camera_dropout", "must be in [0, 1)")
-    need(cfg.checkpoint.every >= 0, "checkpoint.every", "must be >= 0")
-    need(cfg.packing.window >= 0, "packing.window", "must be >= 0")

@@ -111,7 +111,9 @@ def rng_state() -> dict:
         state["cuda"] = torch.cuda.get_rng_state_all()
     try:
         import numpy as np
-        state["numpy"] = np.random.get_state()
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        # keys as a tensor, not a numpy array: the checkpoint then loads with weights_only=True as is
+        state["numpy"] = (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
     except ImportError:
         pass
     return state
@@ -124,7 +126,10 @@ def set_rng_state(state: dict):
         torch.cuda.set_rng_state_all(state["cuda"])
     if "numpy" in state:
         import numpy as np
-        np.random.set_state(state["numpy"])
+        name, keys, *rest = state["numpy"]
+        if isinstance(keys, torch.Tensor):  # saved by rng_state; older checkpoints hold the uint32 array
+            keys = keys.numpy().astype(np.uint32)
+        np.random.set_state((name, keys, *rest))
 
 
 def block_types(model: nn.Module) -> tuple:

@@ -2,12 +2,19 @@
 
     torchrun --nproc_per_node=2 -m vlafeed.train --config run.yaml --train.steps 200
 
-Order of work: the config is parsed and checked (ConfigError names the key)
-before the process group exists; then the process group, the model (same
-init on every rank, seeded by train.seed), FSDP2 or DDP, the optimizer and
-LR schedule, the vlafeed loader, and the checkpoint to resume from, which is
-checked (CheckpointError names the file) before the first step. Each step
-runs train.grad_accum micro-batches with gradient sync on the last one only.
+Order of work: the config is parsed and checked (ConfigError names the key,
+with its range) and the checkpoint directory is checked writable before the
+process group exists; then the process group, the model (same init on every
+rank, seeded by train.seed), FSDP2 or DDP, the optimizer and LR schedule,
+the vlafeed loader, and the checkpoint to resume from, which is checked
+(CheckpointError names the file) before the first step. Each step runs
+train.grad_accum micro-batches with gradient sync on the last one only; a
+loss that is NaN or infinite stops the run (NonFiniteLoss names the step)
+before the optimizer applies it.
+
+Exit status of main(): 0 done, 2 a config error (a key, a value out of its
+range, an unwritable checkpoint.dir), 3 a checkpoint that cannot be resumed
+(or is refused), 4 a non-finite loss.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,8 +136,27 @@ def resolve_resume(cfg: Config):
     return Path(r)
 
 
+class NonFiniteLoss(RuntimeError):
+    """The loss of a step is NaN or infinite; the message names the step."""
+
+
+def check_checkpoint_dir(ckdir):
+    """Creates ckdir if needed and writes a probe file into it: ConfigError naming checkpoint.dir when
+    that fails, so an unwritable directory stops the run before its first step, not at its first save."""
+    path = Path(ckdir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"config key 'checkpoint.dir': {path} is not a writable directory "
+                          f"({e.strerror or e}); checkpoints and summary.json are written there") from None
+
+
 def train(cfg: Config) -> dict:
     import vlafeed
+    check_checkpoint_dir(cfg.checkpoint.dir)
     dinfo = setup_distributed(cfg.parallel.backend, cfg.parallel.device)
     try:
         return _train(cfg, dinfo, vlafeed)
@@ -233,16 +260,22 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                 loss.backward()
             step_loss += loss.detach().double()
         wrapped.sync_ignored_grads(world)
+        if dinfo.distributed:  # every rank sees the same mean loss, so all of them stop together
+            dist.all_reduce(step_loss)
+            step_loss /= world
+        lv = float(step_loss)
+        if not math.isfinite(lv):
+            if log:
+                log.close()
+            raise NonFiniteLoss(f"step {step + 1}: the loss is {lv} (mean over {world} rank(s)); stopped before the "
+                                f"optimizer step, so the weights and the last checkpoint stay finite (lower train.lr, "
+                                f"or check the data and its stats)")
         optimizer.step()
         if state_bytes is None:  # gradients and optimizer state both exist now
             state_bytes = _state_bytes(wrapped.model, optimizer)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        if dinfo.distributed:
-            dist.all_reduce(step_loss)
-            step_loss /= world
-        lv = float(step_loss)
         total += time.perf_counter() - t0
         losses.append(lv)
         if log:
@@ -342,7 +375,13 @@ def main(argv=None):
         return 2
     try:
         train(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except ckpt.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    except NonFiniteLoss as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 4
     return 0
