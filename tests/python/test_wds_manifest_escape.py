@@ -10,6 +10,7 @@ the base, written relative or absolute, load without it. The check reads the tex
 a symbolic link inside the folder is followed (documented in docs/reliability.md).
 """
 import json
+import pathlib
 
 import pytest
 
@@ -115,3 +116,24 @@ def test_remote_opt_in_reads_the_local_file(root, monkeypatch):
     with RemoteServer(root) as srv:
         manifest(root / "set" / "r_local.jsonl", str(root / "outside" / "shard_000000.tar"))
         assert count(srv.url("set/r_local.jsonl")) == 5
+
+
+def test_shard_loader_keyword_and_ray_tasks_outside_tmp(tmp_path):
+    """ShardLoader(allow_outside_base=True) opts in per loader; a Ray read task's private manifest (in
+    the temp folder, naming the user's shards by absolute path) is allowed, wherever the shards are."""
+    import os
+    import vlafeed
+    from wds_helpers import write_foundry_set
+    shards = write_foundry_set(tmp_path / "data", shards=2, per_shard=3).parent
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    manifest = other / "manifest.jsonl"
+    manifest.write_text("\n".join(json.dumps({"shard": str(shards / f"shard_{i:06d}.tar"), "num_sequences": 3})
+                                  for i in range(2)))
+    with pytest.raises(ValueError, match="outside"):
+        vlafeed.ShardLoader(manifest, batch_size=3, output="numpy")
+    loader = vlafeed.ShardLoader(manifest, batch_size=3, output="numpy", allow_outside_base=True)
+    assert sum(len(b["__key__"]) for b in loader) == 6
+    loader.close()
+    assert "allow_outside_base=True" in (pathlib.Path(vlafeed.__file__).parent / "ray" / "wds.py").read_text()
+    assert os.environ.get("VF_WDS_ALLOW_OUTSIDE") in (None, "", "0")

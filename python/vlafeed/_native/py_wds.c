@@ -91,6 +91,7 @@ static const vf_py_setting wds_list[] = {
     {"threads", VF_PY_INT, VF_PY_FIELD(W, s.threads)},
     {"state", VF_PY_OBJECT, .parse = parse_state},
     {"prefetch", VF_PY_SSIZE, VF_PY_FIELD(W, s.prefetch), VF_PY_MIN(0)},
+    {"allow_outside_base", VF_PY_BOOL, VF_PY_FIELD(W, s.allow_outside_base)},
 };
 
 static const vf_py_settings wds_settings = {NULL, wds_list, (int)(sizeof wds_list / sizeof wds_list[0]), 1,

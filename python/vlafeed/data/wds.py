@@ -90,12 +90,18 @@ class ShardLoader:
     threads; 0 = min(4, cores)), prefetch (batches a producer thread
     assembles ahead, default 2; 0: each batch is built inside ``next``),
     output ("torch" | "numpy"), state (a ``state_dict()`` to start from).
+
+    allow_outside_base: every shard must resolve under the manifest's folder
+    (or URL prefix); a manifest naming ``../``, absolute paths, other hosts
+    or local files from an http manifest is refused, naming the line.
+    ``True`` lets such shards through (None: the VF_WDS_ALLOW_OUTSIDE=1
+    environment variable decides, off by default).
     """
 
     def __init__(self, manifest_or_url, batch_size=32, seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, *, epoch=0, num_consumers=1, consumer=None, shuffle_buffer=1000, fields=None,
                  image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None,
-                 prefetch=2):
+                 prefetch=2, allow_outside_base=None):
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
@@ -116,7 +122,8 @@ class ShardLoader:
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
             consumer=-1 if consumer is None else consumer, shuffle_buffer=shuffle_buffer, fields=fields,
             image_format=image_format, resize=None if resize is None else tuple(resize), on_error=on_error,
-            threads=threads, state=state, prefetch=prefetch)
+            threads=threads, state=state, prefetch=prefetch,
+            **({} if allow_outside_base is None else {"allow_outside_base": bool(allow_outside_base)}))
         if state is not None:
             self._resumed(state)
 

@@ -93,7 +93,10 @@ def _read_task(spec, task):
                                      drop_last=False, rank=0, world_size=1, shuffle_buffer=0,
                                      fields=spec["fields"], image_format=spec["image_format"],
                                      resize=spec["resize"], on_error=spec["on_error"], threads=spec["threads"],
-                                     output="numpy", prefetch=spec["prefetch"])
+                                     output="numpy", prefetch=spec["prefetch"],
+                                     # the task's private manifest lists the shards by the resolved paths or
+                                     # URLs the driver already checked against the user's manifest
+                                     allow_outside_base=True)
         for batch in loader:
             table = _arrow_table(batch)
             delivered += table.num_rows
