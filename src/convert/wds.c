@@ -183,6 +183,27 @@ static const char *dtype_descr(vf_dtype t, size_t *elem)
     }
 }
 
+/* A camera's short name: its key without "observation.images.". */
+static const char *short_camera_name(const char *key)
+{
+    return strncmp(key, "observation.images.", 19) ? key : key + 19;
+}
+
+/* 1 when the settings ask for this camera (those named in s->cameras, by key
+ * or short name; else every camera but depth maps), 0 when not, or an error
+ * for a depth map named explicitly. */
+static int camera_wanted(const vf_wds_convert_settings *s, const vf_camera *cam)
+{
+    if (!s->cameras)
+        return !cam->is_depth;
+    int wanted = 0;
+    for (size_t i = 0; i < s->num_cameras; i++)
+        wanted |= !strcmp(s->cameras[i], cam->key) || !strcmp(s->cameras[i], short_camera_name(cam->key));
+    if (wanted && cam->is_depth)
+        return vf_error(VF_EUNSUPPORTED, "camera %s is a depth map: depth images are not converted", cam->key);
+    return wanted;
+}
+
 static int plan(vf_cv_job *j)
 {
     const vf_wds_convert_settings *s = j->s;
@@ -239,32 +260,25 @@ static int plan(vf_cv_job *j)
     for (int round = 0; round < 6; round++)
         j->round_keys[round] = vf_rng_derive(s->seed, 0x7065726du /* "perm" */, (uint64_t)round, 0, 0);
 
-    /* cameras */
-    size_t ncam_all = vf_dataset_num_cameras(d);
+    /* the cameras and the lowdim fields a sample carries (room for every one of the dataset's) */
+    size_t ncam_all = vf_dataset_num_cameras(d), nfeat = vf_dataset_num_features(d);
     j->cams = vf_calloc(ncam_all + 1, sizeof *j->cams);
-    if (!j->cams)
-        return VF_ENOMEM;
+    j->fields = vf_calloc(nfeat + 1, sizeof *j->fields);
+    if (!j->cams || !j->fields)
+        return VF_ENOMEM; /* the job's cleanup frees what was allocated */
+
+    /* cameras */
     for (size_t c = 0; c < ncam_all; c++) {
         const vf_camera *cam = vf_dataset_camera(d, c);
-        int wanted = 0;
-        if (s->cameras) {
-            for (size_t i = 0; i < s->num_cameras; i++) {
-                const char *short_name = cam->key;
-                if (!strncmp(short_name, "observation.images.", 19))
-                    short_name += 19;
-                wanted |= !strcmp(s->cameras[i], cam->key) || !strcmp(s->cameras[i], short_name);
-            }
-            if (wanted && cam->is_depth)
-                return vf_error(VF_EUNSUPPORTED, "camera %s is a depth map: depth images are not converted", cam->key);
-        } else {
-            wanted = !cam->is_depth;
-        }
+        int wanted = camera_wanted(s, cam);
+        if (wanted < 0)
+            return wanted;
         if (!wanted)
             continue;
         vf_cv_camera *cc = &j->cams[j->num_cams++];
         cc->index = c;
         cc->key = cam->key;
-        cc->name = vf_strdup(!strncmp(cam->key, "observation.images.", 19) ? cam->key + 19 : cam->key);
+        cc->name = vf_strdup(short_camera_name(cam->key));
         if (!cc->name)
             return VF_ENOMEM;
         cc->src_width = cam->width;
@@ -311,10 +325,6 @@ static int plan(vf_cv_job *j)
         return vf_error(VF_EINVAL, "too many images per sample (%zu)", j->num_members);
 
     /* lowdim fields and the metadata columns */
-    size_t nfeat = vf_dataset_num_features(d);
-    j->fields = vf_calloc(nfeat + 1, sizeof *j->fields);
-    if (!j->fields)
-        return VF_ENOMEM;
     for (size_t i = 0; i < nfeat; i++) {
         const vf_feature *f = vf_dataset_feature(d, i);
         int meta = -1;

@@ -10,14 +10,18 @@
 
 /* ---- input ----------------------------------------------------------------------- */
 
+/* Frees a struct's arrays and zeroes the struct (inputs and epochs alike). */
+static void free_arrays_and_clear(void *object, size_t size, void *arrays[], size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        free(arrays[i]);
+    memset(object, 0, size);
+}
+
 void vf_plan_input_free(vf_plan_input *in)
 {
-    if (!in)
-        return;
-    free(in->lengths);
-    free(in->video_files);
-    free(in->data_files);
-    memset(in, 0, sizeof *in);
+    if (in)
+        free_arrays_and_clear(in, sizeof *in, (void *[]){in->lengths, in->video_files, in->data_files}, 3);
 }
 
 int vf_plan_input_from_dataset(const vf_dataset *d, vf_plan_input *in)
@@ -568,13 +572,9 @@ static int64_t order_global(const order *o, int64_t j)
 
 void vf_plan_epoch_free(vf_plan_epoch *e)
 {
-    if (!e)
-        return;
-    free(e->positions);
-    free(e->batch_start);
-    free(e->batch_consumer);
-    free(e->segments);
-    memset(e, 0, sizeof *e);
+    if (e)
+        free_arrays_and_clear(e, sizeof *e,
+                              (void *[]){e->positions, e->batch_start, e->batch_consumer, e->segments}, 4);
 }
 
 /* One consumer's part of the epoch, in emitted order. */
