@@ -12,6 +12,7 @@ stats, and the errors (weights, lengths, columns, a raising source, states).
 import json
 import math
 import random
+import re
 import subprocess
 from fractions import Fraction
 from pathlib import Path
@@ -605,3 +606,66 @@ def test_per_rank_mixes_share_the_order_and_split_the_data(root):
     for i in range(2):
         taken = [column(b, "index")[d == i] for b, d in zip(per_rank, di)]
         assert not set(taken[0].tolist()) & set(taken[1].tolist())   # ... and the ranks' rows are disjoint
+
+
+def test_hostile_states_are_refused_naming_the_field_and_change_nothing():
+    """Every field of a Mix state is checked before anything is restored: wrong types, negative or
+    huge counters, counts that do not add up, a missing or short source list (before: source_states={}
+    re-delivered samples, pass_done=-2**62 made a pass that never ends). A refused state leaves the Mix
+    as it was, and a valid one still resumes exactly."""
+    import copy
+
+    def make():
+        return Mix([ListSource(11, 4, 0, seed=1), ListSource(5, 3, 1, seed=2)], [3, 1], batch_size=4, window=8,
+                   seed=3, samples_per_window=32)
+    m = make()
+    collect(m, 3)
+    good = m.state_dict()
+    ref = make()
+    ref.load_state_dict(good)
+    expected = column(collect(ref, 3), "id")
+
+    def hostile():
+        yield "source_states={}", dict(good, source_states={}), "source_states"
+        yield "one source", dict(good, source_states=good["source_states"][:1]), "source_states"
+        yield "pass_done=-2**62", dict(good, pass_done=-2 ** 62), "pass_done"
+        yield "pass_done past the samples", dict(good, pass_done=good["position"] + 1), "pass_done"
+        yield "position huge", dict(good, position=2 ** 64), "position"
+        yield "position as float", dict(good, position=float(good["position"])), "position"
+        yield "position as bool", dict(good, position=True), "position"
+        yield "batches beyond the samples", dict(good, batches=good["position"] + 1), "batches"
+        yield "batches too few", dict(good, batches=1), "batches"
+        yield "window counts short", dict(good, window_counts=[0]), "window_counts"
+        yield "window counts off", dict(good, window_counts=[c + 1 for c in good["window_counts"]]), "window_counts"
+        yield "last window off", dict(good, last_window=[0, 0]), "last_window"
+        yield "awaiting_next as int", dict(good, awaiting_next=1), "awaiting_next"
+        yield "epoch negative", dict(good, epoch=-1), "epoch"
+        yield "not a dict", [good], "state"
+        for field in ("taken", "dealt", "epoch", "epochs_completed", "batches_pulled"):
+            for bad in (-1, "3", None, 2 ** 63):
+                st = copy.deepcopy(good)
+                st["source_states"][0][field] = bad
+                yield f"{field}={bad!r}", st, f"source_states[0].{field}"
+        st = copy.deepcopy(good)
+        st["source_states"][0]["taken"] += 1
+        yield "taken off by one", st, "source_states"
+        st = copy.deepcopy(good)
+        st["source_states"][1]["holding"] = "yes"
+        yield "holding as str", st, "source_states[1].holding"
+        st = copy.deepcopy(good)
+        st["source_states"][1]["state"] = [1, 2]
+        yield "source state not a dict", st, "source_states[1].state"
+        st = copy.deepcopy(good)
+        del st["source_states"][0]["batches_pulled"]
+        yield "missing key", st, "source_states[0]"
+
+    for name, state, field in hostile():
+        target = make()
+        collect(target, 1)
+        before = target.state_dict()
+        with pytest.raises(ValueError, match=re.escape(field)):
+            target.load_state_dict(state)
+        assert target.state_dict() == before, name        # nothing restored
+    again = make()
+    again.load_state_dict(good)
+    assert np.array_equal(column(collect(again, 3), "id"), expected)

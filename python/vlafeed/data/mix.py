@@ -563,12 +563,7 @@ class Mix:
         """Continues where `state` stopped: restores every source, pulls its half-dealt batch
         again and skips the samples already dealt. ValueError when the state comes from a Mix
         with other sources count, weights, window, batch size, seed or budget."""
-        fp = self._fingerprint()
-        for key, value in fp.items():
-            if key not in state:
-                raise ValueError(f"Mix.load_state_dict: the state has no {key!r}; not a Mix state")
-            if state[key] != value:
-                raise ValueError(f"Mix.load_state_dict: the state's {key} is {state[key]!r}, this Mix has {value!r}")
+        self._check_state(state)
         for s, ss in zip(self._src, state["source_states"]):
             self._call(s, "load_state_dict()", s.source.load_state_dict, ss["state"])
             s.epoch = int(ss["epoch"])
@@ -598,6 +593,77 @@ class Mix:
         self._awaiting_next = bool(state["awaiting_next"])
         self._window_counts = np.asarray(state["window_counts"], dtype=np.int64)
         self._last_window = np.asarray(state["last_window"], dtype=np.int64)
+
+    def _check_state(self, state):
+        """Every field of a state checked (type, range, consistency with this Mix and between the
+        counters) before anything is restored: a refused state leaves the Mix as it was, and the
+        ValueError names the field."""
+        def fail(field, why):
+            raise ValueError(f"Mix.load_state_dict: {field} {why}")
+
+        def count(value, field, upper=None):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                fail(field, f"must be an integer, got {type(value).__name__} {value!r}")
+            if value < 0 or value >= 2 ** 63 or (upper is not None and value > upper):
+                fail(field, f"is {value}, outside [0, {upper if upper is not None else 2 ** 63 - 1}]")
+            return int(value)
+
+        def flag(value, field):
+            if not isinstance(value, bool):
+                fail(field, f"must be true or false, got {value!r}")
+            return value
+
+        def counts(value, field, total):
+            if not isinstance(value, (list, tuple)) or len(value) != k:
+                fail(field, f"must be a list of {k} counts (one per source), got {value!r}")
+            values = [count(v, f"{field}[{i}]") for i, v in enumerate(value)]
+            if sum(values) != total:
+                fail(field, f"adds up to {sum(values)}, but the state's position makes it {total}")
+            return values
+
+        if not isinstance(state, dict):
+            fail("state", f"must be a dict (a Mix.state_dict()), got {type(state).__name__}")
+        for key, value in self._fingerprint().items():
+            if key not in state:
+                fail("state", f"has no {key!r}; not a Mix state")
+            if state[key] != value:
+                fail(f"the state's {key}", f"is {state[key]!r}, this Mix has {value!r}")
+        k, S = len(self._src), self.samples_per_window
+        position = count(state.get("position"), "position")
+        batches = count(state.get("batches"), "batches", upper=position)
+        if batches * self.batch_size < position:
+            fail("batches", f"is {batches}: {position} samples need at least {-(-position // self.batch_size)} "
+                            f"batches of {self.batch_size}")
+        count(state.get("pass_done"), "pass_done", upper=position if S is None else min(S, position))
+        count(state.get("passes_completed"), "passes_completed",
+              upper=None if S is None else position // S)
+        count(state.get("epoch"), "epoch")
+        flag(state.get("awaiting_next"), "awaiting_next")
+        counts(state.get("window_counts"), "window_counts", position % self.window)
+        counts(state.get("last_window"), "last_window", self.window if position >= self.window else 0)
+        sources = state.get("source_states")
+        if not isinstance(sources, (list, tuple)) or len(sources) != k:
+            fail("source_states", f"must be a list of {k} source states, got {sources!r:.200}")
+        taken = 0
+        for i, ss in enumerate(sources):
+            field = f"source_states[{i}]"
+            if not isinstance(ss, dict):
+                fail(field, f"must be a dict, got {type(ss).__name__}")
+            missing = {"state", "holding", "dealt", "epoch", "epochs_completed", "taken", "batches_pulled"} - set(ss)
+            if missing:
+                fail(field, f"has no {', '.join(sorted(missing))}")
+            if not isinstance(ss["state"], dict):
+                fail(f"{field}.state", f"must be the source's state_dict() (a dict), got {type(ss['state']).__name__}")
+            holding = flag(ss["holding"], f"{field}.holding")
+            dealt = count(ss["dealt"], f"{field}.dealt")
+            if dealt and not holding:
+                fail(f"{field}.dealt", f"is {dealt} while the source holds no batch")
+            count(ss["epoch"], f"{field}.epoch")
+            count(ss["epochs_completed"], f"{field}.epochs_completed")
+            taken += count(ss["taken"], f"{field}.taken", upper=position)
+            count(ss["batches_pulled"], f"{field}.batches_pulled")
+        if taken != position:
+            fail("source_states", f"took {taken} samples in all, but the state's position is {position}")
 
     # ---- stats -------------------------------------------------------------
 
