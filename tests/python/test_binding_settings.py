@@ -229,3 +229,36 @@ def test_python_loader_takes_resize_as_a_list(root):
         frames = next(iter(loader))[cam]
         assert frames.shape[-2:] == (8, 16)
         loader.close()
+
+
+@pytest.mark.parametrize("form", ["loader", "wds"])
+def test_state_integers_never_wrap(root, tmp_path, form):
+    """A state's integers are taken in their field's range or refused naming the key: 2**64 + k, a
+    negative unsigned, a 32-bit field given 2**32 + 1 (it became 1), a bool where a count belongs (the ShardLoader form
+    used to wrap them modulo 2**64); a ShardLoader state of an unknown version is refused."""
+    import vlafeed
+    from wds_helpers import write_foundry_set
+    if form == "loader":
+        make = lambda **kw: vlafeed.Loader(root, mode="stream", batch_size=2, output="numpy", **kw)  # noqa: E731
+        who = "loader state"
+    else:
+        manifest = write_foundry_set(tmp_path / "shards", shards=2, per_shard=4)
+        make = lambda **kw: vlafeed.ShardLoader(manifest, batch_size=2, output="numpy", **kw)  # noqa: E731
+        who = "shard loader state"
+    ld = make()
+    next(iter(ld))
+    good = ld.state_dict()
+    ld.close()
+    for key, bad, exc in [("seed", 2 ** 64 + 5, ValueError), ("seed", -1, ValueError),
+                          ("samples_consumed", 2 ** 63, ValueError), ("world_size", 2 ** 32 + 1, ValueError),
+                          ("version", 2 ** 32 + 2, ValueError), ("epoch", True, TypeError),
+                          ("samples_consumed", "2", TypeError)]:
+        with pytest.raises(exc, match=re.escape(f"{who}: '{key}'")):
+            make(state=dict(good, **{key: bad}))
+    if form == "wds":
+        for version in (0, 3, 99):
+            with pytest.raises(ValueError, match=f"version {version} is not one this build reads"):
+                make(state=dict(good, version=version))
+    resumed = make(state=good)   # the good state still resumes
+    assert next(iter(resumed)) is not None
+    resumed.close()

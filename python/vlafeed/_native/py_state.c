@@ -139,39 +139,48 @@ PyObject *vf_py_state_to_dict(const vf_loader_state *st, vf_py_state_form form)
 
 /* ---- from a dict ------------------------------------------------------------------- */
 
-/* The Loader form's integer at f->key (missing, not an integer or out of
- * range: KeyError / TypeError / ValueError naming it). */
-static int loader_int(PyObject *d, const struct state_field *f, unsigned long long *bits)
+/* The integer at f->key, in the range of its field (a 32-bit field takes
+ * a 32-bit value: nothing wraps or is cut). Missing, not an integer or out
+ * of range: an error naming the key, in each form's words (the Loader
+ * form's KeyError / TypeError / ValueError "loader state: ...", the
+ * ShardLoader form's ValueError "state lacks ..." for a missing key). */
+static int state_int(PyObject *d, const struct state_field *f, vf_py_state_form form, unsigned long long *bits)
 {
+    const char *who = form == VF_PY_STATE_LOADER ? "loader state" : "shard loader state";
     PyObject *v = PyDict_GetItemString(d, f->key); /* borrowed */
     if (!v) {
-        PyErr_Format(PyExc_KeyError, "loader state: missing key '%s'", f->key);
+        if (form == VF_PY_STATE_LOADER)
+            PyErr_Format(PyExc_KeyError, "loader state: missing key '%s'", f->key);
+        else
+            PyErr_Format(PyExc_ValueError, "state lacks '%s'", f->key);
         return -1;
     }
-    PyObject *ix = PyNumber_Index(v);
+    PyObject *ix = PyBool_Check(v) && f->kind != F_FLAG ? NULL : PyNumber_Index(v);
     if (!ix) {
-        PyErr_Format(PyExc_TypeError, "loader state: '%s' must be an integer", f->key);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: '%s' must be an integer", who, f->key);
         return -1;
     }
-    *bits = f->kind == F_UNSIGNED ? PyLong_AsUnsignedLongLong(ix) : (unsigned long long)PyLong_AsLongLong(ix);
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(ix, &overflow);
+    unsigned long long u = 0;
+    int bad;
+    if (f->kind == F_UNSIGNED) {
+        u = PyLong_AsUnsignedLongLong(ix); /* fails for negatives and values of 2^64 and more */
+        bad = PyErr_Occurred() != NULL || (f->size < 8 && u > 0xffffffffull);
+        *bits = u;
+    } else {
+        bad = overflow != 0 || PyErr_Occurred() != NULL ||
+              (f->size < 8 && (value < INT32_MIN || value > INT32_MAX)) || (f->kind == F_FLAG && (value < 0 || value > 1));
+        *bits = (unsigned long long)value;
+    }
     Py_DECREF(ix);
-    if (PyErr_Occurred()) {
-        PyErr_Format(PyExc_ValueError, "loader state: '%s' is out of range", f->key);
+    if (bad) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: '%s' is out of range", who, f->key);
         return -1;
     }
     return 0;
-}
-
-/* The ShardLoader form's integer at f->key (missing: ValueError), masked. */
-static int wds_int(PyObject *d, const struct state_field *f, unsigned long long *bits)
-{
-    PyObject *v = PyDict_GetItemString(d, f->key);
-    if (!v) {
-        PyErr_Format(PyExc_ValueError, "state lacks '%s'", f->key);
-        return -1;
-    }
-    *bits = PyLong_AsUnsignedLongLongMask(v);
-    return PyErr_Occurred() ? -1 : 0;
 }
 
 /* The Loader form's mode and partition, by name. */
@@ -295,9 +304,14 @@ int vf_py_state_from_dict(PyObject *d, vf_loader_state *st, vf_py_state_form for
         unsigned long long bits = 0;
         if (!(f->forms & (1 << form)) || (f->kind != F_SIGNED && f->kind != F_UNSIGNED && f->kind != F_FLAG))
             continue;
-        if ((form == VF_PY_STATE_LOADER ? loader_int(d, f, &bits) : wds_int(d, f, &bits)) < 0)
+        if (state_int(d, f, form, &bits) < 0)
             return -1;
         put_bits((char *)st + f->offset, f->size, bits);
+    }
+    if (form == VF_PY_STATE_WDS && (st->version < 1 || st->version > VF_LOADER_STATE_VERSION)) {
+        PyErr_Format(PyExc_ValueError, "shard loader state: version %u is not one this build reads (1 to %d)",
+                     (unsigned)st->version, VF_LOADER_STATE_VERSION);
+        return -1;
     }
     if ((form == VF_PY_STATE_LOADER ? loader_ranges(d, st) : wds_ranges(d, st)) < 0)
         return -1;
