@@ -1,32 +1,40 @@
 #!/usr/bin/env python3
-"""FP8 post-training quantization: block-wise (128x128) vs per-tensor vs per-channel, against bf16.
+"""FP8 post-training quantization: accuracy of block-wise (128x128) vs per-tensor vs per-channel FP8
+against the original, and the quantizer's peak memory.
 
-    python3 bench/quant_bench.py --checkpoint CK.pt --heldout DIR [--out bench/quant-results.json]
+    python3 bench/quant_bench.py --checkpoint CK.pt --heldout DIR      # the example policy
+    python3 bench/quant_bench.py --qwen2 --work /tmp/qb                # tiny Qwen2 folders through `--eval`
+    python3 bench/quant_bench.py --rss --work /tmp/qb                  # peak RSS of folder vs single-file mode
+    (any combination; --out FILE writes every row as JSON)
 
-Two models:
-  policy   examples/train_policy.py's Policy, trained weights from CK.pt (the vision encoder `image.*` kept
-           in high precision, as `vlafeed quantize` does by default); task loss = the training L1 action
-           loss on --batches held-out batches of a `vlafeed make-sample` dataset (--heldout), fixed seed.
-  gpt2     a randomly initialised GPT-2-small-shaped decoder (12 layers, d=768, 12 heads, FFN 3072,
-           vocab 50257, N(0, 0.02) init; built from torch.nn, no download), every Linear and the packed QKV
-           quantized, embeddings not. No task loss (random weights); top-1 agreement with bf16 instead.
-
-For each variant: bytes of the weights as written (bf16 for the unquantized tensors, as the recipe compares
-against a bf16 model), size ratio to the bf16 model, output relative error ||y - y_bf16|| / ||y_bf16|| on a
-fixed batch (weights dequantized, fp32 compute: the error the weights carry), task loss, and the max/mean
-per-block relative weight error from vlafeed.quant's summary. Results print as a Markdown table and go to
---out as JSON.
+Sections:
+  policy  examples/train_policy.py's Policy with trained weights from CK.pt. Every variant's weights are
+          dequantized and the model runs in fp32 (the error the stored weights carry). Task loss = the
+          training L1 action loss over --batches held-out batches of a `vlafeed make-sample` dataset;
+          output error ||y - y_orig|| / ||y_orig|| and max |y - y_orig| against the model as trained.
+          The vision encoder (`image.*`) and the task embedding stay in high precision, as
+          `vlafeed quantize --skip task` leaves them.
+  qwen2   two tiny Qwen2 models saved as Hugging Face folders (bf16): one with random weights, one trained
+          here for --qwen2-steps steps on the bytes of the repository's docs (byte-level, vocabulary 256).
+          Each is quantized by the command itself, `python -m vlafeed.quant DIR OUT --eval-tokens
+          HELDOUT.npy`, with the default skips (lm_head kept bf16) and with --no-default-skip (lm_head
+          quantized); the rows are the eval.json the command writes. Held-out tokens: docs bytes the
+          trained model never saw.
+  rss     a random Qwen2 of 48 layers x 512 wide (~336 MB in bf16, saved as 100 MB shards) quantized in
+          folder mode (--max-shard-size 100MB) and, merged into one .safetensors file, in single-file mode;
+          each in a fresh process whose peak RSS (ru_maxrss) is reported, next to the RSS of a process that
+          only imports torch, safetensors and vlafeed.quant.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +44,7 @@ sys.path.insert(0, str(REPO / "examples"))
 
 from vlafeed import quant as Q  # noqa: E402
 
-VARIANTS = [("bf16", None), ("fp8 block 128x128", 128), ("fp8 per-channel", "channel"),
-            ("fp8 per-tensor", "tensor")]
+VARIANTS = [("bf16", None), ("fp8 block 128x128", 128), ("fp8 per-channel", "channel"), ("fp8 per-tensor", "tensor")]
 
 
 def nbytes(sd):
@@ -45,7 +52,8 @@ def nbytes(sd):
 
 
 def variant_models(make_model, sd, linear_keys, skip):
-    """{name: (model, bytes, summary)} with bf16 = every floating tensor rounded to bf16."""
+    """{name: (model, bytes, summary)}: bf16 = every floating tensor rounded to bf16; the FP8 variants'
+    quantized layers are FP8BlockLinear (dequantized for the fp32 forward), the rest stored in bf16."""
     out = {}
     for name, block in VARIANTS:
         m = make_model()
@@ -66,11 +74,7 @@ def variant_models(make_model, sd, linear_keys, skip):
     return out
 
 
-def rel(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm())
-
-
-# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------- policy
 
 def bench_policy(args):
     import vlafeed
@@ -117,129 +121,238 @@ def bench_policy(args):
                 losses.append(float((err * valid).sum() / valid.sum().clamp_min(1)))
         return torch.cat(outs), sum(losses) / len(losses)
 
-    y32, loss32 = run(ref.eval())
-    rows = [{"model": "policy", "variant": "fp32 (as trained)", "bytes": nbytes(sd), "output_rel_err_vs_bf16": None,
-             "task_loss": loss32}]
-    models = variant_models(make, sd, keys, skip=[])
-    ybf = None
+    y0, loss0 = run(ref.eval())
+    rows = [{"model": "policy", "variant": "original (fp32, as trained)", "bytes": nbytes(sd), "loss": loss0,
+             "rel_output_error": 0.0, "max_abs_output_diff": 0.0}]
+    models = variant_models(make, sd, keys, skip=[])  # the task table is an nn.Embedding: not in `keys`
     for name, (m, size, summary) in models.items():
         y, loss = run(m)
-        if ybf is None:
-            ybf = y
-            rows[0]["output_rel_err_vs_bf16"] = rel(y32, ybf)
-        rows.append({"model": "policy", "variant": name, "bytes": size, "output_rel_err_vs_bf16": rel(y, ybf),
-                     "task_loss": loss, **weight_err(summary)})
+        rows.append({"model": "policy", "variant": name, "bytes": size, "loss": loss,
+                     "rel_output_error": float((y - y0).norm() / y0.norm()),
+                     "max_abs_output_diff": float((y - y0).abs().max()), **weight_err(summary)})
     bf = next(r["bytes"] for r in rows if r["variant"] == "bf16")
     for r in rows:
         r["size_vs_bf16"] = r["bytes"] / bf
+        r["loss_delta"] = r["loss"] - loss0
+    s = models["fp8 block 128x128"][2]
     return rows, {"held_out_batches": len(batches), "batch_size": args.batch_size,
-                  "quantized_layers": models["fp8 block 128x128"][2]["layers_quantized"],
-                  "skipped": sorted(models["fp8 block 128x128"][2]["skipped"])}
+                  "quantized_layers": s["layers_quantized"], "skipped": sorted(s["skipped"])}
 
 
 def weight_err(summary):
     if not summary:
         return {}
-    return {"weight_block_rel_err_max": summary["max_rel_error"], "weight_block_rel_err_mean": summary["mean_rel_error"]}
+    return {"weight_block_rel_err_max": summary["max_rel_error"],
+            "weight_block_rel_err_mean": summary["mean_rel_error"]}
 
 
-class GPT2Small(nn.Module):
-    """GPT-2 small's shapes on torch.nn: pre-norm blocks, GELU MLP, causal attention, untied LM head."""
-
-    def __init__(self, vocab=50257, ctx=1024, d=768, layers=12, heads=12, ffn=3072):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(ctx, d)
-        block = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, activation="gelu", batch_first=True,
-                                           norm_first=True)
-        self.h = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-
-    def forward(self, idx):
-        T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
-        mask = nn.Transformer.generate_square_subsequent_mask(T)
-        return self.lm_head(self.ln_f(self.h(x, mask=mask, is_causal=True)))
+def policy_table(rows):
+    lines = ["| variant | MB | size vs bf16 | task loss (L1) | loss delta | output rel. error | max abs output diff |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['bytes'] / 2**20:.2f} | {r['size_vs_bf16']:.3f} | {r['loss']:.4f} | "
+                     f"{r['loss_delta']:+.4f} | {r['rel_output_error']:.5f} | {r['max_abs_output_diff']:.4f} |")
+    return "\n".join(lines)
 
 
-def bench_gpt2(args):
+# ---------------------------------------------------------------------------------------------- qwen2
+
+def docs_bytes():
+    files = sorted((REPO / "docs").glob("*.md")) + sorted((REPO / "bench").glob("*.md"))
+    return b"\n".join(f.read_bytes() for f in files)
+
+
+def qwen2_config(layers=4):
+    import transformers
+    return transformers.Qwen2Config(vocab_size=256, hidden_size=256, intermediate_size=768, num_hidden_layers=layers,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                    tie_word_embeddings=False)
+
+
+def train_qwen2(out_dir: Path, data: torch.Tensor, steps: int, seq: int = 128, batch: int = 8):
+    import transformers
     torch.manual_seed(0)
-    ref = GPT2Small().eval()
-    sd = {k: v.clone() for k, v in ref.state_dict().items()}
-    keys = Q.linear_weight_keys_of(ref)
-    idx = torch.randint(0, 50257, (args.gpt2_batch, args.gpt2_tokens), generator=torch.Generator().manual_seed(1))
+    model = transformers.Qwen2ForCausalLM(qwen2_config())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    model.train()
+    for step in range(steps):
+        idx = torch.randint(0, len(data) - seq - 1, (batch,), generator=g)
+        x = torch.stack([data[i:i + seq] for i in idx.tolist()])
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    model.to(torch.bfloat16).save_pretrained(str(out_dir))
+    tail = losses[-10:]
+    return {"steps": steps, "seq": seq, "batch": batch, "first_loss": losses[0], "last_loss": sum(tail) / len(tail)}
 
-    def run(m):
-        with torch.no_grad():
-            return m(idx)
 
-    y32 = run(ref)
-    rows = [{"model": "gpt2-small (random init)", "variant": "fp32", "bytes": nbytes(sd)}]
-    models = variant_models(GPT2Small, sd, keys, skip=[])
-    ybf = None
-    for name, (m, size, summary) in models.items():
-        y = run(m)
-        if ybf is None:
-            ybf = y
-            rows[0]["output_rel_err_vs_bf16"] = rel(y32, ybf)
-            rows[0]["top1_agree_bf16"] = float((y32.argmax(-1) == ybf.argmax(-1)).float().mean())
-        rows.append({"model": "gpt2-small (random init)", "variant": name, "bytes": size,
-                     "output_rel_err_vs_bf16": rel(y, ybf),
-                     "top1_agree_bf16": float((y.argmax(-1) == ybf.argmax(-1)).float().mean()), **weight_err(summary)})
-        del m
-    bf = next(r["bytes"] for r in rows if r["variant"] == "bf16")
+def run_quantize(src, out, extra, env=None):
+    cmd = [sys.executable, "-m", "vlafeed.quant", str(src), str(out), "--overwrite", "-q", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_inplace.child_env(env))
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr}")
+    return json.loads((Path(out) / "eval.json").read_text()) if (Path(out) / "eval.json").exists() else None
+
+
+def bench_qwen2(args):
+    import numpy as np
+    import transformers
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    data = torch.tensor(list(docs_bytes()), dtype=torch.long)
+    split = int(len(data) * 0.9)
+    heldout = data[split:split + args.qwen2_eval_tokens]
+    np.save(work / "heldout.npy", heldout.numpy())
+    rows, info = [], {"train_bytes": split, "heldout_tokens": len(heldout)}
+    torch.manual_seed(0)
+    rand_dir = work / "qwen2-random"
+    transformers.Qwen2ForCausalLM(qwen2_config()).to(torch.bfloat16).save_pretrained(str(rand_dir))
+    trained_dir = work / "qwen2-trained"
+    t0 = time.perf_counter()
+    info["training"] = train_qwen2(trained_dir, data[:split], args.qwen2_steps)
+    info["training"]["seconds"] = time.perf_counter() - t0
+    for model, d in (("tiny Qwen2 (random init)", rand_dir), ("tiny Qwen2 (trained on docs bytes)", trained_dir)):
+        for setting, extra in (("default skips (lm_head bf16)", []), ("--no-default-skip (lm_head FP8)",
+                                                                       ["--no-default-skip"])):
+            out = work / (d.name + ("-fp8" if not extra else "-fp8-all"))
+            rep = run_quantize(d, out, ["--eval-tokens", str(work / "heldout.npy"), "--eval-seq-len", "256",
+                                        *extra])
+            summ = json.loads((out / "vlafeed_quant.json").read_text())
+            for r in rep["variants"]:
+                rows.append({"model": model, "setting": setting, "layers_quantized": rep["layers_quantized"],
+                             "size_vs_bf16": summ["size_ratio_vs_bf16"] if r["variant"] != "original" else 1.0, **r})
+    return rows, info
+
+
+def qwen2_table(rows):
+    lines = ["| model | layers in FP8 | variant | loss | loss delta | rel. logit error | max abs logit diff | "
+             "top-1 agreement |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        r["size_vs_bf16"] = r["bytes"] / bf
-    return rows, {"tokens": list(idx.shape), "quantized_layers": models["fp8 block 128x128"][2]["layers_quantized"]}
+        lines.append(f"| {r['model']} | {r['setting']} | {r['variant']} | {r['loss']:.4f} | {r['loss_delta']:+.4f} | "
+                     f"{r['rel_logit_error']:.5f} | {r['max_abs_logit_diff']:.4f} | {100 * r['top1_agreement']:.1f}% |")
+    return "\n".join(lines)
 
 
-def table(rows):
-    head = "| model | variant | MB | size vs bf16 | output rel. error vs bf16 | task loss / top-1 agree | " \
-           "weight block rel. error max / mean |\n|---|---|---|---|---|---|---|"
-    lines = [head]
+# ---------------------------------------------------------------------------------------------- rss
+
+# VmHWM (this process image's peak RSS), not ru_maxrss: Linux carries ru_maxrss over from the parent
+# across fork + exec, so a child of a large parent would report the parent's peak.
+CHILD = """
+import runpy, sys
+sys.argv = ["vlafeed.quant"] + sys.argv[1:]
+code = 0
+if len(sys.argv) > 1:
+    try:
+        runpy.run_module("vlafeed.quant", run_name="__main__")
+    except SystemExit as e:
+        code = e.code or 0
+else:
+    import torch, safetensors, vlafeed.quant, vlafeed.quant.hf  # noqa
+hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0].split()
+print("MAXRSS", int(hwm[1]) * 1024, code)
+"""
+
+
+def child_rss(argv):
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", CHILD, *map(str, argv)], capture_output=True, text=True,
+                       env=_inplace.child_env())
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("MAXRSS")]
+    if not line or line[0].split()[2] != "0":
+        raise SystemExit(f"child {argv} failed:\n{r.stdout}\n{r.stderr}")
+    return int(line[0].split()[1]), time.perf_counter() - t0
+
+
+def bench_rss(args):
+    import transformers
+    from safetensors.torch import load_file, save_file
+    work = Path(args.work)
+    src = work / "qwen2-48x512"
+    if not (src / "config.json").exists():
+        torch.manual_seed(0)
+        cfg = transformers.Qwen2Config(vocab_size=4096, hidden_size=512, intermediate_size=1536, num_hidden_layers=48,
+                                       num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=512,
+                                       tie_word_embeddings=False)
+        transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(str(src), max_shard_size="100MB")
+    shards = sorted(src.glob("model-*.safetensors"))
+    ck_bytes = sum(f.stat().st_size for f in shards)
+    single = work / "qwen2-48x512.safetensors"
+    if not single.exists():
+        sd = {}
+        for f in shards:
+            sd.update(load_file(str(f)))
+        save_file(sd, str(single), metadata={"format": "pt"})
+        del sd
+    base, _ = child_rss([])
+    folder, t_folder = child_rss([src, work / "qwen2-48x512-fp8", "--max-shard-size", "100MB", "--overwrite", "-q"])
+    one, t_one = child_rss([single, work / "qwen2-48x512-fp8.safetensors", "-q"])
+    rows = [{"mode": "imports only (torch, safetensors, vlafeed.quant)", "peak_rss": base},
+            {"mode": "folder mode, 4 input shards of 100 MB -> 100 MB shards", "peak_rss": folder, "seconds": t_folder},
+            {"mode": "single-file mode, one 336 MB .safetensors", "peak_rss": one, "seconds": t_one}]
     for r in rows:
-        task = f"{r['task_loss']:.4f}" if "task_loss" in r else (
-            f"top-1 {100 * r['top1_agree_bf16']:.1f}%" if "top1_agree_bf16" in r else "")
-        werr = f"{r['weight_block_rel_err_max']:.4f} / {r['weight_block_rel_err_mean']:.4f}" \
-            if "weight_block_rel_err_max" in r else ""
-        e = r.get("output_rel_err_vs_bf16")
-        lines.append(f"| {r['model']} | {r['variant']} | {r['bytes'] / 2**20:.2f} | {r['size_vs_bf16']:.3f} | "
-                     f"{'' if e is None else f'{e:.5f}'} | {task} | {werr} |")
+        r["above_imports"] = r["peak_rss"] - base
+        r["above_imports_vs_checkpoint"] = r["above_imports"] / ck_bytes
+    return rows, {"checkpoint_bytes": ck_bytes, "input_shards": len(shards)}
+
+
+def rss_table(rows, info):
+    lines = [f"checkpoint: {info['checkpoint_bytes'] / 1e6:.0f} MB in {info['input_shards']} shards", "",
+             "| run | peak RSS (MB) | above imports (MB) | above imports / checkpoint |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['mode']} | {r['peak_rss'] / 1e6:.0f} | {r['above_imports'] / 1e6:.0f} | "
+                     f"{r['above_imports_vs_checkpoint']:.2f} |")
     return "\n".join(lines)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, help="a checkpoint written by examples/train_policy.py")
-    p.add_argument("--heldout", required=True, help="a held-out `vlafeed make-sample` dataset")
+    p.add_argument("--checkpoint", help="a checkpoint written by examples/train_policy.py (policy section)")
+    p.add_argument("--heldout", help="a held-out `vlafeed make-sample` dataset (policy section)")
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--gpt2-batch", type=int, default=2)
-    p.add_argument("--gpt2-tokens", type=int, default=128)
-    p.add_argument("--skip-gpt2", action="store_true")
+    p.add_argument("--qwen2", action="store_true", help="run the tiny Qwen2 section")
+    p.add_argument("--qwen2-steps", type=int, default=200)
+    p.add_argument("--qwen2-eval-tokens", type=int, default=2048)
+    p.add_argument("--rss", action="store_true", help="run the peak-memory section")
+    p.add_argument("--work", default="/tmp/vlafeed-quant-bench", help="folder for the models the bench builds")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="write the rows as JSON here")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    rows, info = bench_policy(args)
-    info = {"policy": info}
-    if not args.skip_gpt2:
-        r2, i2 = bench_gpt2(args)
-        rows += r2
-        info["gpt2"] = i2
-    info["seconds"] = time.perf_counter() - t0
-    info["torch"] = torch.__version__
-    print(table(rows))
-    print(json.dumps(info))
+    result = {"info": {"torch": torch.__version__}}
+    if args.checkpoint:
+        if not args.heldout:
+            p.error("--checkpoint needs --heldout")
+        rows, info = bench_policy(args)
+        result["policy"], result["info"]["policy"] = rows, info
+        print(policy_table(rows))
+    if args.qwen2:
+        import transformers
+        rows, info = bench_qwen2(args)
+        info["transformers"] = transformers.__version__
+        result["qwen2"], result["info"]["qwen2"] = rows, info
+        print(qwen2_table(rows))
+    if args.rss:
+        rows, info = bench_rss(args)
+        result["rss"], result["info"]["rss"] = rows, info
+        print(rss_table(rows, info))
+    result["info"]["seconds"] = time.perf_counter() - t0
+    print(json.dumps(result["info"]))
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "info": info}, indent=2) + "\n")
+        old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+        sections = ("policy", "qwen2", "rss")
+        old = {k: v for k, v in old.items() if k in sections + ("info",)}
+        info = {k: v for k, v in old.get("info", {}).items() if k in sections}
+        info.update(result["info"])
+        Path(args.out).write_text(json.dumps({**old, **result, "info": info}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -207,9 +207,9 @@ def test_save_load_round_trip_and_mismatched_model(tmp_path):
     out, summ = Q.save_quantized(res, tmp_path / "q.safetensors")
     from safetensors import safe_open
     with safe_open(str(out), framework="pt") as f:
-        assert f.metadata()["format"] == Q.FORMAT
+        assert f.metadata()["vlafeed_format"] == Q.FORMAT and f.metadata()["format"] == "pt"
         assert f.get_tensor("head.weight").dtype == torch.float8_e4m3fn
-        assert f.get_tensor("head.weight_scale").dtype == torch.float32
+        assert f.get_tensor("head.weight_scale_inv").dtype == torch.float32
         assert f.get_tensor("head.bias").dtype == torch.float32
         assert f.get_tensor("vision_tower.2.weight").dtype == torch.float32
     s = json.loads(summ.read_text())

@@ -8,8 +8,18 @@ import torch.nn.functional as F
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
-FORMAT = "vlafeed-fp8"
-DEFAULT_SKIP = ("*vision*", "visual", "vit", "image*", "img*", "siglip*", "dino*")
+# Header metadata of vlafeed's single-file output. LEGACY_FORMAT marks the files written before the
+# standard naming (scales under `<layer>.weight_scale`); they are converted on load, never read as codes.
+FORMAT = "vlafeed-fp8-v2"
+LEGACY_FORMAT = "vlafeed-fp8"
+# Suffix of a quantized weight's scale tensor: `<layer>.weight` -> `<layer>.weight_scale_inv` (the
+# DeepSeek-V3 / Hugging Face FineGrainedFP8 name; the value multiplies the codes: W ~= codes * scale_inv).
+SCALE_SUFFIX = "_scale_inv"
+LEGACY_SCALE_SUFFIX = "_scale"
+VISION_SKIP = ("*vision*", "visual", "vit", "image*", "img*", "siglip*", "dino*")
+# Kept in high precision unless --no-default-skip: the vision encoder, the LM head (serving stacks keep
+# it in bf16; it carries most of the logit error when quantized) and anything named like a norm.
+DEFAULT_SKIP = VISION_SKIP + ("lm_head", "*norm*")
 EMBEDDING_MARKERS = ("*embed*", "wte", "wpe")
 
 Block = Union[int, Tuple[int, int], str]
