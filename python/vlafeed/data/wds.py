@@ -32,22 +32,30 @@ from vlafeed import _native
 from vlafeed.data.loader import OneThreadAtATime, distributed_rank_world, torch_module
 
 
-def _parse_bytes(suffix, items):
+def _parse_member(suffix, kind, data):
+    """One sample's member parsed in Python: a .npy array, .json, .txt, .pth or raw bytes."""
+    if kind == "npy":
+        return np.load(io.BytesIO(data), allow_pickle=False)
     ext = suffix.rsplit(".", 1)[-1]
     if ext == "json":
-        return [json.loads(b) for b in items]
+        return json.loads(data)
     if ext == "txt":
-        return [b.decode("utf-8") for b in items]
+        return data.decode("utf-8")
     if ext == "pth":
         torch = torch_module()
         if torch is None:
             raise ImportError(f"field {suffix!r} is a .pth: decoding it needs PyTorch")
-        return [torch.load(io.BytesIO(b), weights_only=True) for b in items]
-    return list(items)
+        return torch.load(io.BytesIO(data), weights_only=True)
+    return data
 
 
-def convert_batch(raw, output="torch"):
-    """{column: tensor | ndarray | list} from the native batch dict."""
+def convert_batch(raw, output="torch", on_error="raise", skipped=None):
+    """{column: tensor | ndarray | list} from the native batch dict.
+
+    Members parsed here (``.npy``, ``.json``, ``.txt``, ``.pth``) that cannot be parsed raise
+    VlafeedError naming the shard, the sample's key and the field; with ``on_error="skip"`` the
+    sample is left out of every column instead and its message appended to ``skipped``. None when
+    every sample of the batch was left out."""
     torch = None
     if output == "torch":
         torch = torch_module()
@@ -55,21 +63,51 @@ def convert_batch(raw, output="torch"):
             raise ImportError("output='torch' needs PyTorch; install torch or pass output='numpy'")
     elif output != "numpy":
         raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+    n = len(raw["keys"])
+    parsed, bad = {}, {}
+    for name, suffix, kind, payload, descr, shape in raw["columns"]:
+        if kind == "array":
+            continue
+        values = []
+        for i, data in enumerate(payload):
+            try:
+                values.append(_parse_member(suffix, kind, data))
+            except ImportError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any parser's failure is bad input, named below
+                message = (f"{raw['shards'][i]}: sample {raw['keys'][i]!r}: field {suffix!r}: cannot parse it "
+                           f"({type(e).__name__}: {e})")
+                if on_error != "skip":
+                    raise _native.VlafeedError(message) from e
+                bad.setdefault(i, message)
+                values.append(None)
+        parsed[name] = values
+    keep = [i for i in range(n) if i not in bad]
+    if bad and skipped is not None:
+        skipped.extend(bad[i] for i in sorted(bad))
+    if not keep:
+        return None
     out = {}
     for name, suffix, kind, payload, descr, shape in raw["columns"]:
         if kind == "array":
             value = np.frombuffer(payload, dtype=np.dtype(descr)).reshape(shape)
+            if bad:
+                value = value[keep]
         elif kind == "npy":
-            value = np.stack([np.load(io.BytesIO(b), allow_pickle=False) for b in payload]) if payload else \
-                np.zeros((0,))
+            rows = [parsed[name][i] for i in keep]
+            try:
+                value = np.stack(rows) if rows else np.zeros((0,))
+            except ValueError as e:
+                raise _native.VlafeedError(f"{raw['shards'][keep[0]]}: field {suffix!r}: the samples' arrays differ "
+                                           f"in shape within a batch ({e})") from e
         else:
-            out[name] = _parse_bytes(suffix, payload)
+            out[name] = [parsed[name][i] for i in keep]
             continue
         if torch is not None and value.dtype.kind in "biuf":
-            value = torch.from_numpy(value)
+            value = torch.from_numpy(np.ascontiguousarray(value) if bad else value)
         out[name] = value
-    out["__key__"] = raw["keys"]
-    out["__shard__"] = raw["shards"]
+    out["__key__"] = [raw["keys"][i] for i in keep]
+    out["__shard__"] = [raw["shards"][i] for i in keep]
     return out
 
 
@@ -117,6 +155,8 @@ class ShardLoader:
         self._consumed = 0
         self._resume_pending = False
         self._one_thread = OneThreadAtATime("ShardLoader")
+        self.on_error = on_error
+        self._parse_skips = []  # messages of samples left out by the Python-side parsers
         self._native = _native.WdsLoader(
             str(manifest_or_url), batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
@@ -166,7 +206,9 @@ class ShardLoader:
                 if raw is None:
                     return
                 self._consumed += 1
-                yield convert_batch(raw, self.output)
+                batch = convert_batch(raw, self.output, self.on_error, self._parse_skips)
+                if batch is not None:  # None: every sample of it was left out (on_error="skip")
+                    yield batch
 
     def state_dict(self):
         """{kind: "wds", version, fingerprint (of the manifest's shard names and counts), positions, seed,
@@ -189,8 +231,12 @@ class ShardLoader:
     def stats(self):
         """samples, batches, skipped_samples, skipped_shards, skip_messages (the first 64), samples_read,
         samples_passed (skipped in the stream unread), shards_opened, bytes_read, images_decoded,
-        decode_seconds."""
-        return self._native.stats()
+        decode_seconds. Samples left out because a member parsed in Python (.npy, .json, .txt,
+        .pth) could not be parsed count in skipped_samples and their messages in skip_messages."""
+        st = self._native.stats()
+        st["skipped_samples"] += len(self._parse_skips)
+        st["skip_messages"] = (list(st["skip_messages"]) + self._parse_skips)[:64]
+        return st
 
     def close(self):
         self._native.close()
