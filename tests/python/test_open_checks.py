@@ -157,8 +157,14 @@ def test_metadata_errors_fail_the_python_open(cli, sample, tmp_path, name, edit,
     with pytest.raises(vlafeed.VlafeedError, match=message) as err:
         vlafeed.LeRobotDataset(root)
     assert "meta/episodes" in str(err.value) and 'on_metadata_error="warn"' in str(err.value)
-    with pytest.raises(vlafeed.VlafeedError, match=message):
+    with pytest.raises(vlafeed.VlafeedError, match=message) as err:
         vlafeed.Loader(root, batch_size=2)
+    # The advice in the message works where the message came from (the Loader took no such keyword).
+    assert 'on_metadata_error="warn"' in str(err.value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vlafeed.Loader(root, batch_size=2, on_metadata_error="warn").close()
+    assert any(message in str(w.message) for w in caught)
     # Lenient mode: the same problems become Python warnings and are counted.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

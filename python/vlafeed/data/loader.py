@@ -147,16 +147,17 @@ def emit_warnings(native, seen=0, stacklevel=3, rank=0):
     return len(messages)
 
 
-def native_dataset(dataset_or_root, episodes=None):
+def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise"):
     """(_native.Dataset, defaults dict) for a path, a _native.Dataset or a
     vlafeed.LeRobotDataset (whose delta_timestamps and image settings become
-    the loader's defaults)."""
+    the loader's defaults). on_metadata_error applies to a path (an open
+    dataset was opened with its own)."""
     if isinstance(dataset_or_root, _native.Dataset):
         return dataset_or_root, {}
     native = getattr(dataset_or_root, "native_dataset", None)
     if native is not None:
         return native, dict(dataset_or_root.loader_defaults)
-    return _native.Dataset(os.fspath(dataset_or_root), episodes), {}
+    return _native.Dataset(os.fspath(dataset_or_root), episodes, on_metadata_error=on_metadata_error), {}
 
 
 class Loader:
@@ -190,6 +191,10 @@ class Loader:
     sequence and resume states are those of "raise" (a skipped sample counts
     as consumed), so resuming is still exact. ``get_items`` always raises:
     its positions are asked for explicitly.
+
+    on_metadata_error: "raise" (default) refuses a dataset whose metadata
+    has errors (``vlafeed info`` lists them); "warn" opens it anyway with a
+    UserWarning per error, as ``LeRobotDataset(..., on_metadata_error=)``.
     """
 
     def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,
@@ -198,10 +203,10 @@ class Loader:
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
-                 prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise"):
+                 prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise"):
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
-        native, defaults = native_dataset(dataset_or_root, episodes)
+        native, defaults = native_dataset(dataset_or_root, episodes, on_metadata_error)
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
