@@ -206,9 +206,10 @@ static int set_normalization(builder *b, vf_sample_column *c, const char *key, v
         return vf_error(VF_EINVAL, "normalize['%s']: the dataset has no '%s' and '%s' statistics for it (meta/stats.json)",
                         key, a_name, b_name);
     if (sa->size != (size_t)width || sb->size != (size_t)width)
-        return vf_error(VF_ECORRUPT, "normalize['%s']: statistics hold %zu/%zu values, expected %lld", key, sa->size,
-                        sb->size, (long long)width);
+        return vf_error(VF_ECORRUPT, "normalize['%s']: statistics %s/%s hold %zu/%zu values, expected %lld "
+                        "(meta/stats.json)", key, a_name, b_name, sa->size, sb->size, (long long)width);
     c->norm = mode;
+    long long degenerate = 0;
     c->norm_shift = vf_malloc_array((size_t)width, sizeof(float));
     c->norm_scale = vf_malloc_array((size_t)width, sizeof(float));
     if (!c->norm_shift || !c->norm_scale)
@@ -216,12 +217,20 @@ static int set_normalization(builder *b, vf_sample_column *c, const char *key, v
     for (int64_t i = 0; i < width; i++) {
         double va = sa->values[i], vb = sb->values[i];
         if (!isfinite(va) || !isfinite(vb))
-            return vf_error(VF_ECORRUPT, "normalize['%s']: statistic %s/%s[%lld] is not finite", key, a_name, b_name,
-                            (long long)i);
+            return vf_error(VF_ECORRUPT, "normalize['%s']: statistic %s/%s[%lld] is not finite (meta/stats.json)", key,
+                            a_name, b_name, (long long)i);
         c->norm_shift[i] = (float)va;
         /* As LeRobot computes in float32: (x - mean) / (std + eps), (x - min) / (max - min + eps). */
         c->norm_scale[i] = mode == VF_NORM_MEAN_STD ? (float)vb + NORM_EPS : ((float)vb - (float)va) + NORM_EPS;
+        if (c->norm_scale[i] <= 1e-6f)
+            degenerate++;
     }
+    /* A constant element (std 0, or min == max) is divided by about 1e-8, as LeRobot does: any value off
+     * the constant becomes ~1e8 times larger. Kept for parity, but said (once per process). */
+    if (degenerate)
+        vf_log(VF_LOG_WARN, "normalize['%s']: %lld of its %lld %s values are 0 in meta/stats.json: those elements are "
+               "divided by ~1e-8 as LeRobot does, so any value off the constant becomes huge", key, degenerate,
+               (long long)width, mode == VF_NORM_MEAN_STD ? "std" : "max - min");
     return 0;
 }
 
