@@ -150,9 +150,11 @@ static int remote_read_all(void *ctx, const char *rel, uint8_t **data, size_t *l
     return 0;
 }
 
-static int remote_exists(void *ctx, const char *rel)
+/* 1 if rel is there, 0 if the server says it is not (404/410), or the
+ * error (its message set) when the server could not say: an outage that
+ * outlasted the retries (a 503, a refused connection), a 403, ... */
+static int remote_probe(remote_fs *fs, const char *rel)
 {
-    remote_fs *fs = ctx;
     pthread_mutex_lock(&fs->lock);
     known_size *k = find_size(fs, rel);
     int known = k ? k->exists : -1;
@@ -161,15 +163,21 @@ static int remote_exists(void *ctx, const char *rel)
         return known;
     char *url = url_of(fs, rel);
     if (!url)
-        return 0;
+        return VF_ENOMEM;
     uint64_t size = 0;
     int r = vf_http_head(fs->client, url, &size);
     free(url);
     if (r == 0 || r == VF_ENOENT)
         remember_size(fs, rel, r == 0, size);
-    else
+    return r == 0 ? 1 : r == VF_ENOENT ? 0 : r;
+}
+
+static int remote_exists(void *ctx, const char *rel)
+{
+    int r = remote_probe(ctx, rel);
+    if (r < 0)
         vf_log(VF_LOG_WARN, "%s", vf_last_error()); /* reported as missing, but say why */
-    return r == 0;
+    return r == 1;
 }
 
 static int remote_open_source(void *ctx, const char *rel, vf_source **out)
@@ -244,6 +252,22 @@ static int add_name(char ***names, size_t *count, const char *fmt, long long n)
     return 0;
 }
 
+/* Probing for the next numbered file: 1 there, 0 the end of the list, or
+ * the error. A server that could not answer (an outage outlasting the
+ * retries: "HTTP 503 ... gave up after N attempts") fails the listing
+ * with its own message rather than cut it short or call the directory
+ * missing. A refusal (401/403) ends the list as before: servers in front
+ * of private buckets answer 403 for a key that does not exist. */
+static int probe_next(remote_fs *fs, const char *rel)
+{
+    int r = remote_probe(fs, rel);
+    if (r == VF_EIO && (strstr(vf_last_error(), ": HTTP 403") || strstr(vf_last_error(), ": HTTP 401"))) {
+        vf_log(VF_LOG_WARN, "%s (taken as the end of the listing)", vf_last_error());
+        return 0;
+    }
+    return r;
+}
+
 /* HTTP: the v3.0 episodes-metadata layout, found by probing. */
 static int probe_list(remote_fs *fs, const char *rel, char ***names, size_t *count)
 {
@@ -252,8 +276,11 @@ static int probe_list(remote_fs *fs, const char *rel, char ***names, size_t *cou
         for (long long chunk = 0; chunk < MAX_PROBES && r == 0; chunk++) {
             char probe[96];
             snprintf(probe, sizeof probe, "meta/episodes/chunk-%03lld/file-000.parquet", chunk);
-            if (!remote_exists(fs, probe))
+            int there = probe_next(fs, probe);
+            if (there <= 0) {
+                r = there;
                 break;
+            }
             r = add_name(names, count, "chunk-%03lld", chunk);
         }
     } else if (!strncmp(rel, "meta/episodes/chunk-", 20) && !strchr(rel + 20, '/')) {
@@ -263,10 +290,12 @@ static int probe_list(remote_fs *fs, const char *rel, char ***names, size_t *cou
                 r = VF_ENOMEM;
                 break;
             }
-            int there = remote_exists(fs, probe);
+            int there = probe_next(fs, probe);
             free(probe);
-            if (!there)
+            if (there <= 0) {
+                r = there;
                 break;
+            }
             r = add_name(names, count, "file-%03lld.parquet", file);
         }
     } else {

@@ -1,6 +1,7 @@
 /*
  * http.c: HTTP(S) and S3 objects through libcurl, the client side: URL
- * parsing, settings (defaults, environment overrides, limits), the client
+ * parsing and redaction for messages, settings (defaults, environment
+ * overrides, limits) and the retry wait window, the client
  * (S3 endpoint, region, credentials and addressing; a locked pool of
  * reusable curl handles; atomic counters), and a vf_source over an object
  * with a small read-ahead block cache. Requests themselves are in
@@ -121,15 +122,66 @@ int vf_url_parse(const char *url, vf_url *out)
     return 0;
 }
 
+/* 1 if a query parameter named [name, name + len) carries a credential:
+ * X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token (presigned S3),
+ * X-Goog-Signature, Azure's sig, Signature and Key-Pair-Id (CloudFront),
+ * access_token, api_key, ... */
+static int secret_param(const char *name, size_t len)
+{
+    static const char *const words[] = {"sig", "token", "key", "secret", "password", "credential", "auth", "session"};
+    for (size_t w = 0; w < VF_ARRAY_LEN(words); w++) {
+        size_t wl = strlen(words[w]);
+        for (size_t i = 0; i + wl <= len; i++)
+            if (!strncasecmp(name + i, words[w], wl))
+                return 1;
+    }
+    return 0;
+}
+
+char *vf_http_redact_url(const char *url)
+{
+    const char *q = strchr(url, '?');
+    if (!q)
+        return vf_strdup(url);
+    const char *end = q + 1 + strcspn(q + 1, "#");
+    vf_buf b = {0};
+    int r = vf_buf_append(&b, url, (size_t)(q + 1 - url));
+    for (const char *p = q + 1; r == 0 && p < end;) {
+        const char *stop = memchr(p, '&', (size_t)(end - p));
+        if (!stop)
+            stop = end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        if (eq && secret_param(p, (size_t)(eq - p))) {
+            r = vf_buf_append(&b, p, (size_t)(eq + 1 - p));
+            if (r == 0)
+                r = vf_buf_append(&b, "REDACTED", 8);
+        } else {
+            r = vf_buf_append(&b, p, (size_t)(stop - p));
+        }
+        if (r == 0 && stop < end)
+            r = vf_buf_append_u8(&b, '&');
+        p = stop + 1;
+    }
+    if (r == 0)
+        r = vf_buf_append(&b, end, strlen(end));
+    char *out = r == 0 ? vf_buf_take_string(&b) : NULL;
+    vf_buf_free(&b);
+    return out;
+}
+
 /* ---- settings and client ------------------------------------------------- */
 
 void vf_http_defaults(vf_http_settings *s)
 {
     memset(s, 0, sizeof *s);
-    s->max_attempts = 5;
+    /* Retries: an outage of a few minutes is ridden out, one longer ends
+     * the request with an error (request_budget_s); attempts do not bind
+     * first (about 25 fit in 300 s with these waits). */
+    s->max_attempts = 100;
     s->backoff_initial_s = 0.2;
-    s->backoff_max_s = 5.0;
-    s->request_budget_s = 120.0;
+    s->backoff_max_s = 30.0;
+    s->request_budget_s = 300.0;
+    s->retry_seed = 0;
     s->connect_timeout_s = 10.0;
     s->low_speed_time_s = 15.0;
     s->low_speed_bytes = 1024;
@@ -143,10 +195,10 @@ void vf_http_defaults(vf_http_settings *s)
         double lo, hi;
         int which;
     } env[] = {
-        {"VF_HTTP_ATTEMPTS", 1, 100, 0},         {"VF_HTTP_BUDGET_S", 0.01, 86400, 1},
+        {"VF_HTTP_ATTEMPTS", 1, 10000, 0},       {"VF_HTTP_BUDGET_S", 0.01, 86400, 1},
         {"VF_HTTP_BACKOFF_S", 0, 60, 2},          {"VF_HTTP_BACKOFF_MAX_S", 0, 600, 3},
         {"VF_HTTP_CONNECT_TIMEOUT_S", 0.01, 600, 4}, {"VF_HTTP_LOW_SPEED_TIME_S", 0, 3600, 5},
-        {"VF_HTTP_BLOCK_BYTES", 4096, 64 << 20, 6},
+        {"VF_HTTP_BLOCK_BYTES", 4096, 64 << 20, 6}, {"VF_HTTP_RETRY_SEED", 0, 9007199254740991.0, 7},
     };
     for (size_t i = 0; i < VF_ARRAY_LEN(env); i++) {
         const char *v = getenv(env[i].name);
@@ -166,6 +218,7 @@ void vf_http_defaults(vf_http_settings *s)
         case 4: s->connect_timeout_s = x; break;
         case 5: s->low_speed_time_s = x; break;
         case 6: s->block_bytes = (size_t)x; break;
+        case 7: s->retry_seed = (uint64_t)x; break;
         }
     }
 }
@@ -174,16 +227,17 @@ double vf_http_backoff_delay(const vf_http_settings *s, int attempt, double u)
 {
     if (attempt < 1)
         attempt = 1;
-    double step = s->backoff_initial_s > 0 ? s->backoff_initial_s : 0;
-    for (int i = 1; i < attempt && step < s->backoff_max_s; i++)
-        step *= 2;
-    if (step > s->backoff_max_s)
-        step = s->backoff_max_s;
-    if (u < 0)
+    double cap = s->backoff_max_s > 0 ? s->backoff_max_s : 0;
+    double window = s->backoff_initial_s > 0 ? s->backoff_initial_s : 0;
+    for (int i = 1; i < attempt && window < cap; i++)
+        window *= 2;
+    if (window > cap)
+        window = cap;
+    if (!(u >= 0)) /* NaN too */
         u = 0;
     if (u >= 1)
         u = 0.999999;
-    return step / 2 + step / 2 * u;
+    return window * u;
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -242,7 +296,11 @@ int vf_http_client_open(vf_http_client **out, const vf_http_settings *settings)
     else
         vf_http_defaults(&c->settings);
     vf_http_settings *s = &c->settings;
-    s->max_attempts = clamp_int(s->max_attempts, 1, 100);
+    s->max_attempts = clamp_int(s->max_attempts, 1, 10000);
+    if (!(s->backoff_initial_s >= 0))
+        s->backoff_initial_s = 0;
+    if (!(s->backoff_max_s >= 0))
+        s->backoff_max_s = 0;
     if (s->block_bytes < 4096)
         s->block_bytes = 4096;
     if (s->block_bytes > (64u << 20))
@@ -250,8 +308,8 @@ int vf_http_client_open(vf_http_client **out, const vf_http_settings *settings)
     s->cache_blocks = clamp_int(s->cache_blocks, 1, 256);
     if (s->max_idle_handles < 0)
         s->max_idle_handles = 0;
-    if (s->request_budget_s <= 0)
-        s->request_budget_s = 120;
+    if (!(s->request_budget_s > 0))
+        s->request_budget_s = 300;
     if (s->connect_timeout_s <= 0)
         s->connect_timeout_s = 10;
     int r = 0;
@@ -490,7 +548,9 @@ int vf_http_open_source(vf_http_client *c, const char *url, uint64_t known_size,
     s->block_bytes = c->settings.block_bytes;
     pthread_mutex_init(&s->lock, NULL);
     static const vf_source_ops ops = {http_source_read, http_source_destroy, NULL, NULL};
-    r = vf_source_create(out, url, size, &ops, s);
+    char *name = vf_http_redact_url(url); /* the name shows in messages */
+    r = name ? vf_source_create(out, name, size, &ops, s) : VF_ENOMEM;
+    free(name);
     if (r < 0)
         http_source_destroy(s);
     return r;

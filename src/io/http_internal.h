@@ -12,7 +12,9 @@
  * Invariants: a client's settings are fixed once vf_http_client_open
  * returns (the limits already applied), and its counters only grow
  * (atomics, shared by every thread using the client). A curl handle taken
- * from the pool is used by one thread until it is given back.
+ * from the pool is used by one thread until it is given back. A request's
+ * retry state (its jitter generator, attempts, clock) lives on the stack of
+ * the thread performing it: nothing about retrying is shared.
  */
 #ifndef VF_IO_HTTP_INTERNAL_H
 #define VF_IO_HTTP_INTERNAL_H
@@ -24,6 +26,7 @@
 #include "io/io.h"
 
 #define VF_HTTP_MAX_ERROR_BODY 2048 /* body bytes kept from an error response */
+#define VF_HTTP_MAX_ETAG 128        /* ETag bytes compared across attempts */
 
 /* The client behind io.h's opaque vf_http_client. */
 struct vf_http_client {
@@ -39,7 +42,8 @@ struct vf_http_client {
     CURL **idle;
     int num_idle;
     atomic_int warned_no_range;
-    atomic_uint_fast64_t requests, retries, bytes, block_hits, block_misses, jitter_counter;
+    atomic_uint_fast64_t requests, retries, bytes, block_hits, block_misses;
+    atomic_uint_fast64_t jitter_counter; /* keys of unseeded per-request jitter generators */
 };
 
 /* Where a request's body goes. */
@@ -54,19 +58,25 @@ typedef enum vf_http_sink_kind {
  * attempts, and what the current response and attempt have parsed. */
 typedef struct vf_http_xfer {
     vf_http_client *client;
-    const char *display;       /* URL for messages */
+    const char *url;           /* what is requested (borrowed) */
+    const char *display;       /* URL for messages: url with secret query values redacted
+                                * (owned by vf_http_perform while it runs) */
     const char *query;         /* extra query (S3 list) */
     int head;
     /* what is wanted: [start, start + want); want UINT64_MAX = to the end */
     uint64_t start, want;
-    uint64_t known_size;       /* UINT64_MAX: unknown */
+    uint64_t known_size;       /* UINT64_MAX: unknown (then learned from the first answer) */
     vf_http_sink_kind sink;
     uint8_t *mem;
     vf_buf *grow;
     size_t max_bytes;
     int fd;
-    /* progress across attempts: bytes [start, start + delivered) are in */
+    /* progress across attempts: bytes [start, start + delivered) are in,
+     * read from the object version that first_etag names ("" when the
+     * server sends no ETag; then known_size guards against a new version) */
     uint64_t delivered;
+    char first_etag[VF_HTTP_MAX_ETAG];
+    int size_learned;          /* known_size came from a response, not the caller */
 
     /* per-response state (reset at each status line) */
     long status;
@@ -75,6 +85,8 @@ typedef struct vf_http_xfer {
     int has_content_range, content_range_bad;
     uint64_t cr_first, cr_last, cr_total;
     int cr_total_known;
+    double retry_after_s;      /* Retry-After in seconds, -1 when absent or unreadable */
+    char etag[VF_HTTP_MAX_ETAG];
     size_t header_bytes;
     int header_overflow;
     /* per-attempt body state */
@@ -83,6 +95,8 @@ typedef struct vf_http_xfer {
     uint64_t body_seen;
     int done_early;            /* aborted on purpose: everything wanted arrived */
     int sink_error;            /* VF_E* from the sink, or 0 */
+    int sink_retryable;        /* a malformed or misplaced answer (a proxy glitch?), not a final one */
+    int restart;               /* the object changed: forget `delivered`, read again from the start */
     char sink_message[256];
     char error_body[VF_HTTP_MAX_ERROR_BODY + 1];
     size_t error_body_len;
@@ -93,6 +107,11 @@ typedef struct vf_http_xfer {
  * max_idle_handles and cleans up the rest. */
 CURL *vf_http_take_handle(vf_http_client *c);
 void vf_http_give_handle(vf_http_client *c, CURL *h);
+
+/* url for messages: the values of query parameters that carry credentials
+ * (signatures, tokens, keys: presigned S3/GCS URLs, SAS tokens) replaced by
+ * REDACTED; newly allocated (free), NULL when out of memory (http.c). */
+char *vf_http_redact_url(const char *url);
 
 /* Requests (http_request.c). vf_http_xfer_init: a GET of the whole object
  * at url (borrowed), no sink, size unknown; the caller then sets what it

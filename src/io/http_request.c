@@ -5,13 +5,27 @@
  * Every request runs the same attempt loop (vf_http_perform):
  *  - an attempt has connect and low-speed timeouts, and a total timeout of
  *    what is left of the request's budget, so nothing hangs;
- *  - 5xx, 408, 429, failed connections, resets, timeouts and truncated
- *    bodies are retried up to max_attempts with exponential backoff and
- *    jitter, within the budget; bytes already received are kept and the
- *    next attempt asks only for the rest (Range);
+ *  - 5xx (but 501 and 505), 408, 429, failed connections, resets,
+ *    timeouts and truncated bodies are retried: the wait is drawn from [0, min(cap, base * 2^n))
+ *    ("full jitter", so clients that failed together do not retry
+ *    together) by a generator private to the request (seeded from
+ *    retry_seed when set), or is the server's Retry-After
+ *    (seconds or HTTP-date) when it sends one, never above the cap. Retries
+ *    stop when the next wait would pass the request's time budget
+ *    (request_budget_s, 300 s by default: outages of a few minutes are
+ *    ridden out) or at max_attempts;
+ *  - bytes already received are kept and the next attempt asks only for
+ *    the rest (Range from the exact next byte); the answer must start at
+ *    that byte (Content-Range) and be of the same object: a changed ETag
+ *    (when the server sends one) drops what was kept and reads everything
+ *    again, a changed total size (learned from the first answer when not
+ *    known) fails the request. A request therefore yields exactly the
+ *    bytes asked for, of one version of the object, or an error;
  *  - 404/410 is VF_ENOENT and other 4xx VF_EIO, neither retried; every
- *    message names the URL (s3://... as the user wrote it), the HTTP status
- *    and the attempts made.
+ *    message names the URL (s3://... as the user wrote it; credentials in
+ *    a query string redacted), the last HTTP status or transport error,
+ *    and, after retries, the attempts made, the time taken and what ran
+ *    out.
  * Responses are parsed defensively: the header bytes of one response are
  * bounded (MAX_HEADER_BYTES); a Content-Range must read "bytes a-b/total"
  * with a the requested start, b inside the request and total the known
@@ -34,6 +48,8 @@
 #include <unistd.h>
 
 #define MAX_HEADER_BYTES (64 * 1024)  /* per response */
+#define OUTAGE_WARN_S 10.0            /* a request retrying this long says so (once) */
+#define RETRY_TAG 0x7265747279ull     /* "retry": the purpose of the jitter generator's key */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 /* ---- resolving a URL into what is sent ------------------------------------ */
@@ -194,7 +210,51 @@ static void reset_response(vf_http_xfer *x)
     x->reason[0] = '\0';
     x->content_length = -1;
     x->has_content_range = x->content_range_bad = x->cr_total_known = 0;
+    x->retry_after_s = -1;
+    x->etag[0] = '\0';
     x->header_bytes = 0;
+}
+
+/* Retry-After: delay-seconds or an HTTP-date (RFC 9110 10.2.3); -1 when
+ * unreadable. A date in the past is 0. */
+static double parse_retry_after(const char *v, const char *end)
+{
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (v < end && *v >= '0' && *v <= '9') {
+        uint64_t n;
+        if (parse_u64(&v, end, &n) < 0 || v != end)
+            return -1;
+        return n > 86400 * 365 ? 86400.0 * 365 : (double)n;
+    }
+    char date[64];
+    size_t n = (size_t)(end - v);
+    if (n == 0 || n >= sizeof date)
+        return -1;
+    memcpy(date, v, n);
+    date[n] = '\0';
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *rest = strptime(date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!rest || *rest)
+        return -1;
+    double wait = difftime(timegm(&tm), time(NULL));
+    return wait > 0 ? wait : 0;
+}
+
+/* The header value [v, end) without surrounding blanks, printable bytes only. */
+static void copy_header_value(const char *v, const char *end, char *out, size_t cap)
+{
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    size_t n = VF_MIN((size_t)(end - v), cap - 1);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (v[i] >= ' ' && v[i] < 0x7f) ? v[i] : '?';
+    out[n] = '\0';
 }
 
 static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
@@ -235,18 +295,26 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
             x->content_length = (int64_t)n;
     } else if (header_name_is(data, len, "content-range")) {
         parse_content_range(x, data + 14, end);
+    } else if (header_name_is(data, len, "retry-after")) {
+        x->retry_after_s = parse_retry_after(data + 12, end);
+    } else if (header_name_is(data, len, "etag")) {
+        copy_header_value(data + 5, end, x->etag, sizeof x->etag);
     }
     return len;
 }
 
-static int sink_fail(vf_http_xfer *x, int code, const char *fmt, ...) VF_PRINTF(3, 4);
-static int sink_fail(vf_http_xfer *x, int code, const char *fmt, ...)
+/* Records why the body was refused. retryable: another attempt may get a
+ * good answer (a misplaced or malformed range: a proxy glitch?); limits,
+ * memory, local disk errors and a changed object are final. */
+static int sink_fail(vf_http_xfer *x, int code, int retryable, const char *fmt, ...) VF_PRINTF(4, 5);
+static int sink_fail(vf_http_xfer *x, int code, int retryable, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(x->sink_message, sizeof x->sink_message, fmt, ap);
     va_end(ap);
     x->sink_error = code;
+    x->sink_retryable = retryable;
     return code;
 }
 
@@ -258,7 +326,7 @@ static int sink_put(vf_http_xfer *x, uint64_t at, const uint8_t *p, size_t n)
     if (at + n <= next || at >= end)
         return 0;
     if (at > next)
-        return sink_fail(x, VF_EIO, "body skipped bytes (offset %llu, expected %llu)", (unsigned long long)at,
+        return sink_fail(x, VF_EIO, 0, "body skipped bytes (offset %llu, expected %llu)", (unsigned long long)at,
                          (unsigned long long)next);
     size_t skip = (size_t)(next - at);
     p += skip;
@@ -271,9 +339,9 @@ static int sink_put(vf_http_xfer *x, uint64_t at, const uint8_t *p, size_t n)
         break;
     case VF_HTTP_SINK_GROW:
         if (x->grow->len + n > x->max_bytes)
-            return sink_fail(x, VF_ERANGE, "larger than the %zu-byte limit", x->max_bytes);
+            return sink_fail(x, VF_ERANGE, 0, "larger than the %zu-byte limit", x->max_bytes);
         if (vf_buf_append(x->grow, p, n) < 0)
-            return sink_fail(x, VF_ENOMEM, "out of memory");
+            return sink_fail(x, VF_ENOMEM, 0, "out of memory");
         break;
     case VF_HTTP_SINK_FILE: {
         size_t done = 0;
@@ -282,7 +350,7 @@ static int sink_put(vf_http_xfer *x, uint64_t at, const uint8_t *p, size_t n)
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0)
-                return sink_fail(x, VF_EIO, "write to the local file failed: %s", strerror(errno));
+                return sink_fail(x, VF_EIO, 0, "write to the local file failed: %s", strerror(errno));
             done += (size_t)w;
         }
         break;
@@ -292,8 +360,64 @@ static int sink_put(vf_http_xfer *x, uint64_t at, const uint8_t *p, size_t n)
     }
     x->delivered += n;
     if (x->known_size != UINT64_MAX && x->start + x->delivered > x->known_size)
-        return sink_fail(x, VF_ECORRUPT, "the body is longer than the object's %llu bytes",
+        return sink_fail(x, VF_ECORRUPT, 0, "the body is longer than the object's %llu bytes",
                          (unsigned long long)x->known_size);
+    return 0;
+}
+
+/* Checks the first body bytes of a 2xx answer against what is wanted and
+ * what earlier attempts kept; -1 (sink error set) refuses the answer. */
+static int body_start(vf_http_xfer *x)
+{
+    uint64_t asked = x->start + x->delivered;
+    /* Bytes already kept must be of the same object version: when the ETag
+     * changed, the object is read again from the start (never a mix). */
+    if (x->delivered > 0 && x->etag[0] && x->first_etag[0] && strcmp(x->etag, x->first_etag) != 0) {
+        x->restart = 1;
+        sink_fail(x, VF_ECORRUPT, 1, "the object changed while it was read (ETag %s, was %s)", x->etag,
+                  x->first_etag);
+        return -1;
+    }
+    if (x->status == 206) {
+        if (!x->has_content_range || x->content_range_bad) {
+            sink_fail(x, VF_ECORRUPT, 1, "206 response with a missing or malformed Content-Range");
+            return -1;
+        }
+        uint64_t last_wanted = x->want == UINT64_MAX ? UINT64_MAX : x->start + x->want - 1;
+        if (x->cr_first != asked || x->cr_last > last_wanted) {
+            sink_fail(x, VF_ECORRUPT, 1, "Content-Range %llu-%llu does not match the requested range %llu-%s",
+                      (unsigned long long)x->cr_first, (unsigned long long)x->cr_last, (unsigned long long)asked,
+                      x->want == UINT64_MAX ? "" : "(bounded)");
+            return -1;
+        }
+        if (x->cr_total_known && x->known_size != UINT64_MAX && x->cr_total != x->known_size) {
+            sink_fail(x, VF_ECORRUPT, 0, "the object changed size (%llu bytes, was %llu)",
+                      (unsigned long long)x->cr_total, (unsigned long long)x->known_size);
+            return -1;
+        }
+        x->body_base = x->cr_first;
+    } else {
+        /* A 200: the whole object from offset 0, whatever we asked. */
+        if (asked > 0 && atomic_exchange(&x->client->warned_no_range, 1) == 0)
+            vf_log(VF_LOG_WARN, "%s: the server ignores Range requests; whole objects are read", x->display);
+        if (x->known_size != UINT64_MAX && x->content_length >= 0 && (uint64_t)x->content_length != x->known_size) {
+            sink_fail(x, VF_ECORRUPT, 0, "the object changed size (%lld bytes, was %llu)",
+                      (long long)x->content_length, (unsigned long long)x->known_size);
+            return -1;
+        }
+        x->body_base = 0;
+    }
+    if (x->delivered == 0)
+        memcpy(x->first_etag, x->etag, sizeof x->etag);
+    /* The object's size, when not known, from this first answer: a resumed
+     * attempt must then report the same. */
+    if (x->known_size == UINT64_MAX) {
+        if (x->status == 206 && x->cr_total_known)
+            x->known_size = x->cr_total;
+        else if (x->status != 206 && x->content_length >= 0)
+            x->known_size = (uint64_t)x->content_length;
+        x->size_learned = x->known_size != UINT64_MAX;
+    }
     return 0;
 }
 
@@ -311,32 +435,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
     }
     if (!x->body_started) {
         x->body_started = 1;
-        uint64_t asked = x->start + x->delivered;
-        if (x->status == 206) {
-            if (!x->has_content_range || x->content_range_bad) {
-                sink_fail(x, VF_ECORRUPT, "206 response with a missing or malformed Content-Range");
-                return 0;
-            }
-            uint64_t last_wanted = x->want == UINT64_MAX ? UINT64_MAX : x->start + x->want - 1;
-            if (x->cr_first != asked || x->cr_last > last_wanted) {
-                sink_fail(x, VF_ECORRUPT, "Content-Range %llu-%llu does not match the requested range %llu-%s",
-                          (unsigned long long)x->cr_first, (unsigned long long)x->cr_last,
-                          (unsigned long long)asked, x->want == UINT64_MAX ? "" : "(bounded)");
-                return 0;
-            }
-            if (x->cr_total_known && x->known_size != UINT64_MAX && x->cr_total != x->known_size) {
-                sink_fail(x, VF_ECORRUPT, "the object changed size (%llu bytes, was %llu)",
-                          (unsigned long long)x->cr_total, (unsigned long long)x->known_size);
-                return 0;
-            }
-            x->body_base = x->cr_first;
-        } else {
-            /* A 200: the whole object from offset 0, whatever we asked. */
-            if (asked > 0 && atomic_exchange(&x->client->warned_no_range, 1) == 0) {
-                vf_log(VF_LOG_WARN, "%s: the server ignores Range requests; whole objects are read", x->display);
-            }
-            x->body_base = 0;
-        }
+        if (body_start(x) < 0)
+            return 0;
     }
     uint64_t at = x->body_base + x->body_seen;
     x->body_seen += len;
@@ -398,10 +498,14 @@ static int sleep_seconds(double s)
     return 0;
 }
 
-static double jitter_unit(vf_http_client *c)
+/* The key of a request's jitter generator: from retry_seed when it is set
+ * (every request then draws the same waits, run after run: tests), else a
+ * fresh one per request. */
+static uint64_t jitter_key(vf_http_client *c)
 {
-    uint64_t n = atomic_fetch_add(&c->jitter_counter, 0x9E3779B97F4A7C15ULL);
-    return (double)(vf_mix64(n) >> 11) * (1.0 / 9007199254740992.0);
+    if (c->settings.retry_seed)
+        return vf_rng_derive(c->settings.retry_seed, RETRY_TAG, 0, 0, 0);
+    return vf_mix64(atomic_fetch_add(&c->jitter_counter, 0x9E3779B97F4A7C15ull));
 }
 
 static void amz_now(char out[17])
@@ -493,9 +597,26 @@ static void reset_attempt(vf_http_xfer *x)
     x->body_base = x->body_seen = 0;
     x->done_early = 0;
     x->sink_error = 0;
+    x->sink_retryable = 0;
+    x->restart = 0;
     x->sink_message[0] = '\0';
     x->error_body_len = 0;
     x->error_body[0] = '\0';
+}
+
+/* Drops what earlier attempts kept (the object changed under them): the
+ * next attempt reads everything again. */
+static int forget_progress(vf_http_xfer *x)
+{
+    x->delivered = 0;
+    x->first_etag[0] = '\0';
+    if (x->size_learned) {
+        x->known_size = UINT64_MAX;
+        x->size_learned = 0;
+    }
+    if (x->sink == VF_HTTP_SINK_FILE && ftruncate(x->fd, 0) < 0)
+        return vf_error(VF_EIO, "%s: truncating the local file failed: %s", x->display, strerror(errno));
+    return 0;
 }
 
 /* Judges one finished attempt; on FAIL or RETRY writes why into why. */
@@ -510,12 +631,7 @@ static verdict judge(vf_http_xfer *x, CURLcode rc, const char *curl_message, int
     if (x->sink_error) {
         *code = x->sink_error;
         snprintf(why, cap, "%s", x->sink_message);
-        /* A misplaced/malformed range answer may be a proxy glitch: retry.
-         * Limits, memory and local disk errors are final. */
-        return x->sink_error == VF_ECORRUPT && !strstr(x->sink_message, "changed size") &&
-                       !strstr(x->sink_message, "longer than")
-                   ? RETRY
-                   : FAIL;
+        return x->sink_retryable ? RETRY : FAIL;
     }
     if (x->done_early)
         return DONE;
@@ -537,7 +653,10 @@ static verdict judge(vf_http_xfer *x, CURLcode rc, const char *curl_message, int
             *code = VF_ERANGE;
             return FAIL;
         }
-        return (st >= 500 || st == 408 || st == 429) ? RETRY : FAIL;
+        /* Transient: timeouts, throttling, server errors; but 501 Not
+         * Implemented and 505 HTTP Version Not Supported are answers (a
+         * server refusing HEAD with 501 gets a GET at once). */
+        return (st == 408 || st == 429 || (st >= 500 && st != 501 && st != 505)) ? RETRY : FAIL;
     }
     if (rc != CURLE_OK) {
         snprintf(why, cap, "HTTP %ld but the transfer broke: %s", st,
@@ -568,13 +687,23 @@ int vf_http_perform(vf_http_xfer *x)
 {
     vf_http_client *c = x->client;
     const vf_http_settings *s = &c->settings;
+    char *shown = vf_http_redact_url(x->url);
+    if (!shown)
+        return VF_ENOMEM;
+    x->display = shown;
     target t;
-    int r = resolve(c, x->display, x->query, &t);
-    if (r < 0)
+    int r = resolve(c, x->url, x->query, &t);
+    if (r < 0) {
+        x->display = x->url;
+        free(shown);
         return r;
+    }
+    vf_rng jitter;
+    vf_rng_init(&jitter, jitter_key(c));
     double t0 = vf_now_seconds();
     char why[512] = "";
-    int code = VF_EIO, attempt = 0;
+    enum { RAN_NOTHING, RAN_ATTEMPTS, RAN_BUDGET } ran_out = RAN_NOTHING; /* what ended the retries */
+    int code = VF_EIO, attempt = 0, warned = 0;
     verdict v = FAIL;
     for (;;) {
         attempt++;
@@ -585,7 +714,7 @@ int vf_http_perform(vf_http_xfer *x)
         CURL *h = vf_http_take_handle(c);
         struct curl_slist *headers = NULL;
         if (!h) {
-            r = vf_error(VF_ENOMEM, "%s: cannot create a curl handle", x->display);
+            r = vf_error(VF_ENOMEM, "%s: cannot create a curl handle", shown);
             break;
         }
         if ((r = attempt_headers(x, &t, &headers)) < 0) {
@@ -627,37 +756,64 @@ int vf_http_perform(vf_http_xfer *x)
         curl_slist_free_all(headers);
         vf_http_give_handle(c, h);
         v = judge(x, rc, curl_message, &code, why, sizeof why);
+        if (v == RETRY && x->restart && (r = forget_progress(x)) < 0)
+            break;
         if (v != RETRY)
             break;
-        double elapsed = vf_now_seconds() - t0;
-        if (attempt >= s->max_attempts)
-            break;
-        double delay = vf_http_backoff_delay(s, attempt, jitter_unit(c));
-        if (elapsed + delay >= s->request_budget_s) {
-            snprintf(why + strlen(why), sizeof why - strlen(why), "; the %.0f s request budget is spent",
-                     s->request_budget_s);
+        if (attempt >= s->max_attempts) {
+            ran_out = RAN_ATTEMPTS;
             break;
         }
-        vf_log(VF_LOG_INFO, "%s: %s; retry %d/%d in %.2f s", x->display, why, attempt, s->max_attempts - 1, delay);
+        /* The wait: the server's Retry-After if it gave one, else a draw
+         * from the exponential window; never above the cap. */
+        int server_wait = x->retry_after_s >= 0;
+        double wait = server_wait ? VF_MIN(x->retry_after_s, s->backoff_max_s)
+                                  : vf_http_backoff_delay(s, attempt, vf_rng_uniform(&jitter));
+        double elapsed = vf_now_seconds() - t0;
+        if (elapsed + wait >= s->request_budget_s) {
+            ran_out = RAN_BUDGET;
+            break;
+        }
+        if (!warned && elapsed + wait >= OUTAGE_WARN_S) {
+            warned = 1;
+            vf_log(VF_LOG_WARN, "%s: %s after %d attempts over %.0f s; next try in %.1f s (retrying for up to %g s)",
+                   shown, why, attempt, elapsed, wait, s->request_budget_s);
+        }
+        vf_log(VF_LOG_INFO, "%s: %s; retry %d in %.2f s%s", shown, why, attempt, wait,
+               server_wait ? " (Retry-After)" : "");
         atomic_fetch_add(&c->retries, 1);
-        sleep_seconds(delay);
+        sleep_seconds(wait);
     }
     target_free(&t);
-    if (r < 0)
+    x->display = x->url;
+    if (r < 0) {
+        free(shown);
         return r;
-    if (v == DONE)
+    }
+    if (v == DONE) {
+        free(shown);
         return 0;
+    }
     double elapsed = vf_now_seconds() - t0;
-    if (v == RETRY || attempt > 1)
-        return vf_error(code, "%s: %s (gave up after %d attempt%s in %.1f s)", x->display, why, attempt,
-                        attempt == 1 ? "" : "s", elapsed);
-    return vf_error(code, "%s: %s", x->display, why);
+    if (ran_out == RAN_BUDGET)
+        r = vf_error(code, "%s: %s (gave up after %d attempt%s in %.1f s: the %g s retry budget is spent)", shown, why,
+                     attempt, attempt == 1 ? "" : "s", elapsed, s->request_budget_s);
+    else if (ran_out == RAN_ATTEMPTS)
+        r = vf_error(code, "%s: %s (gave up after %d attempt%s in %.1f s: the attempt limit)", shown, why, attempt,
+                     attempt == 1 ? "" : "s", elapsed);
+    else if (attempt > 1)
+        r = vf_error(code, "%s: %s (after %d attempts in %.1f s)", shown, why, attempt, elapsed);
+    else
+        r = vf_error(code, "%s: %s", shown, why);
+    free(shown);
+    return r;
 }
 
 void vf_http_xfer_init(vf_http_xfer *x, vf_http_client *c, const char *url)
 {
     memset(x, 0, sizeof *x);
     x->client = c;
+    x->url = url;
     x->display = url;
     x->want = UINT64_MAX;
     x->known_size = UINT64_MAX;
@@ -665,6 +821,21 @@ void vf_http_xfer_init(vf_http_xfer *x, vf_http_client *c, const char *url)
 }
 
 /* ---- public requests ----------------------------------------------------------- */
+
+/* An error naming url as messages show it (credentials redacted). */
+static int url_error(int code, const char *url, const char *fmt, ...) VF_PRINTF(3, 4);
+static int url_error(int code, const char *url, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    char *shown = vf_http_redact_url(url);
+    int r = vf_error(code, "%s: %s", shown ? shown : "(URL)", what);
+    free(shown);
+    return r;
+}
 
 int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
 {
@@ -702,7 +873,7 @@ int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
         *size = (uint64_t)x.content_length;
         return 0;
     }
-    return vf_error(VF_EIO, "%s: the server reports no object size (no Content-Length or Content-Range)", url);
+    return url_error(VF_EIO, url, "the server reports no object size (no Content-Length or Content-Range)");
 }
 
 int vf_http_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len)
@@ -751,7 +922,7 @@ int vf_http_download(vf_http_client *c, const char *url, const char *path, uint6
         *bytes = 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return vf_error(VF_EIO, "%s: cannot create %s: %s", url, path, strerror(errno));
+        return url_error(VF_EIO, url, "cannot create %s: %s", path, strerror(errno));
     vf_http_xfer x;
     vf_http_xfer_init(&x, c, url);
     x.sink = VF_HTTP_SINK_FILE;
@@ -759,10 +930,10 @@ int vf_http_download(vf_http_client *c, const char *url, const char *path, uint6
     x.known_size = expected_size;
     int r = vf_http_perform(&x);
     if (r == 0 && expected_size != UINT64_MAX && x.delivered != expected_size)
-        r = vf_error(VF_ECORRUPT, "%s: downloaded %llu bytes but the object has %llu", url,
-                     (unsigned long long)x.delivered, (unsigned long long)expected_size);
+        r = url_error(VF_ECORRUPT, url, "downloaded %llu bytes but the object has %llu",
+                      (unsigned long long)x.delivered, (unsigned long long)expected_size);
     if (close(fd) < 0 && r == 0)
-        r = vf_error(VF_EIO, "%s: closing %s failed: %s", url, path, strerror(errno));
+        r = url_error(VF_EIO, url, "closing %s failed: %s", path, strerror(errno));
     if (r < 0) {
         unlink(path);
         return r;

@@ -97,10 +97,16 @@ void vf_url_free(vf_url *u);
 /* ---- HTTP(S) and S3 (http.c, http_request.c, http_s3_list.c) ------------- */
 
 typedef struct vf_http_settings {
-    int max_attempts;          /* per request, including the first; default 5 */
-    double backoff_initial_s;  /* first retry delay before jitter, default 0.2 */
-    double backoff_max_s;      /* cap of one delay, default 5 */
-    double request_budget_s;   /* all attempts of one request together, default 120 */
+    /* Retries (see http_request.c): connection failures, timeouts, resets,
+     * truncated bodies, 408, 429 and 5xx are retried after a wait drawn
+     * uniformly from [0, min(backoff_max_s, backoff_initial_s * 2^(n-1)))
+     * ("full jitter"; a Retry-After from the server replaces the draw,
+     * within backoff_max_s), until request_budget_s or max_attempts runs out. */
+    int max_attempts;          /* per request, including the first; default 100 (the budget binds first) */
+    double backoff_initial_s;  /* base of the exponential wait window, default 0.2 */
+    double backoff_max_s;      /* cap of one wait (Retry-After included), default 30 */
+    double request_budget_s;   /* all attempts and waits of one request together, default 300 */
+    uint64_t retry_seed;       /* jitter seed; 0 (default): fresh per request; else the same waits every time */
     double connect_timeout_s;  /* default 10 */
     double low_speed_time_s;   /* abort an attempt slower than low_speed_bytes/s */
     long low_speed_bytes;      /*   for this long; defaults 15 s, 1024 B/s */
@@ -118,9 +124,11 @@ typedef struct vf_http_settings {
 } vf_http_settings;
 
 /* Defaults as listed, then optional environment overrides (operations and
- * tests): VF_HTTP_ATTEMPTS, VF_HTTP_BUDGET_S, VF_HTTP_BACKOFF_S,
- * VF_HTTP_BACKOFF_MAX_S, VF_HTTP_CONNECT_TIMEOUT_S, VF_HTTP_LOW_SPEED_TIME_S,
- * VF_HTTP_BLOCK_BYTES (out-of-range values are ignored with a warning). */
+ * tests): VF_HTTP_ATTEMPTS (max_attempts, 1-10000), VF_HTTP_BUDGET_S
+ * (request_budget_s), VF_HTTP_BACKOFF_S (backoff_initial_s),
+ * VF_HTTP_BACKOFF_MAX_S (backoff_max_s), VF_HTTP_RETRY_SEED (retry_seed),
+ * VF_HTTP_CONNECT_TIMEOUT_S, VF_HTTP_LOW_SPEED_TIME_S, VF_HTTP_BLOCK_BYTES
+ * (out-of-range values are ignored with a warning). */
 void vf_http_defaults(vf_http_settings *s);
 
 /* A client: copied settings, resolved S3 credentials, a locked pool of
@@ -176,9 +184,10 @@ int vf_http_open_source(vf_http_client *c, const char *url, uint64_t known_size,
 /* A private client + vf_http_open_source. settings may be NULL. */
 int vf_source_open_url(vf_source **out, const char *url, const vf_http_settings *settings);
 
-/* Retry delay before attempt `attempt` (1 = first retry): exponential,
- * capped at backoff_max_s, with "equal jitter": half the step fixed, half
- * scaled by u in [0, 1). Exposed for tests. */
+/* Retry wait after failed attempt `attempt` (1 = before the first retry):
+ * u in [0, 1) scales the window min(backoff_max_s, backoff_initial_s *
+ * 2^(attempt-1)) ("full jitter"), so a wait never exceeds backoff_max_s.
+ * Exposed for tests. */
 double vf_http_backoff_delay(const vf_http_settings *s, int attempt, double u);
 
 /* ---- AWS Signature Version 4 (sigv4.c) ------------------------------------ */

@@ -7,10 +7,18 @@
  * (resuming where the body broke), 404, oversized headers, servers that
  * ignore Range, stalls against the request budget, refused connections,
  * S3 request signing and listing, and errors that name the URL.
+ * The retry policy: which statuses are retried (408, 429, 5xx) and which
+ * are not (other 4xx: one attempt), a connection reset mid-body resuming
+ * at the exact byte, an object that changed between attempts read again
+ * whole, Retry-After (seconds and HTTP-date, capped) by the server's
+ * timestamps, a budget set from the environment running out with a
+ * message naming the URL (credentials redacted), the last status, the
+ * attempts and the time, and a 3.5 s outage ridden out with the defaults.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "io/io.h"
 #include "testutil.h"
@@ -178,17 +186,31 @@ static void test_backoff_bounds(void)
         double lo = vf_http_backoff_delay(&s, attempt, 0.0);
         double hi = vf_http_backoff_delay(&s, attempt, 0.999999);
         double mid = vf_http_backoff_delay(&s, attempt, 0.5);
-        CHECK(lo > 0 && lo <= mid && mid <= hi);
-        CHECK(hi <= s.backoff_max_s + 1e-12);
-        CHECK(lo >= hi / 2 - 1e-12);      /* equal jitter: at least half the step */
-        CHECK(hi >= prev_hi - 1e-12);     /* never shrinks */
+        CHECK(lo >= 0 && lo <= mid && mid <= hi);
+        CHECK(hi <= s.backoff_max_s + 1e-12); /* never above the cap */
+        CHECK(lo <= 1e-12);                   /* full jitter: anywhere from 0 */
+        CHECK(hi >= prev_hi - 1e-12);         /* the window never shrinks */
         prev_hi = hi;
     }
-    CHECK(vf_http_backoff_delay(&s, 1, 0.0) >= 0.05 - 1e-12 && vf_http_backoff_delay(&s, 1, 0.999) <= 0.1 + 1e-12);
-    CHECK(vf_http_backoff_delay(&s, 3, 0.999) <= 0.4 + 1e-12 && vf_http_backoff_delay(&s, 3, 0.0) >= 0.2 - 1e-12);
+    /* The window doubles from the base: [0, 0.1), [0, 0.2), [0, 0.4), ... */
+    CHECK(vf_http_backoff_delay(&s, 1, 0.999) <= 0.1 + 1e-12 && vf_http_backoff_delay(&s, 1, 0.5) >= 0.05 - 1e-12);
+    CHECK(vf_http_backoff_delay(&s, 3, 0.999) <= 0.4 + 1e-12 && vf_http_backoff_delay(&s, 3, 0.5) >= 0.2 - 1e-12);
+    CHECK(vf_http_backoff_delay(&s, 40, 0.999) >= 1.99);
     /* Out-of-range u is clamped, huge attempts stay capped. */
     CHECK(vf_http_backoff_delay(&s, 1000000, 5.0) <= s.backoff_max_s);
-    CHECK(vf_http_backoff_delay(&s, -3, -1.0) >= 0.05 - 1e-12);
+    CHECK(vf_http_backoff_delay(&s, -3, -1.0) >= 0);
+    /* The defaults: 0.2 s base, 30 s cap, a 300 s budget, attempts that do
+     * not bind before the budget. */
+    vf_http_defaults(&s);
+    CHECK(s.backoff_initial_s == 0.2 && s.backoff_max_s == 30 && s.request_budget_s == 300);
+    CHECK(s.max_attempts >= 100);
+    /* Thousands of draws from a seeded generator stay inside [0, cap]. */
+    vf_rng rng;
+    vf_rng_init(&rng, 42);
+    for (int i = 0; i < 5000; i++) {
+        double d = vf_http_backoff_delay(&s, 1 + i % 60, vf_rng_uniform(&rng));
+        CHECK(d >= 0 && d <= s.backoff_max_s);
+    }
 }
 
 /* ---- canned server behaviours -------------------------------------------------- */
@@ -503,6 +525,294 @@ static void test_stall_and_refused(void)
     vf_http_client_close(c);
 }
 
+/* ---- the retry policy --------------------------------------------------------- */
+
+/* Request timestamps and a scripted fault, shared with the server thread
+ * (read by the test only after canned_stop has joined it). */
+typedef struct retry_script {
+    double outage_s;        /* 503 until this long after the first request */
+    int status;             /* answer of the first request (0: none) */
+    const char *retry_after;/* Retry-After value sent with it (NULL: none) */
+    int always;             /* answer `status` to every request */
+    double first_at;
+    double at[CANNED_MAX_REQUESTS];
+} retry_script;
+
+static void respond_scripted(canned_server *s, int n, const char *req, int fd)
+{
+    retry_script *rs = s->ctx;
+    double now = vf_now_seconds();
+    if (n == 0)
+        rs->first_at = now;
+    if (n < CANNED_MAX_REQUESTS)
+        rs->at[n] = now;
+    int fail = rs->always || (n == 0 && rs->status) || (rs->outage_s > 0 && now - rs->first_at < rs->outage_s);
+    if (fail) {
+        int st = rs->status ? rs->status : 503;
+        char extra[128] = "";
+        if (rs->retry_after)
+            snprintf(extra, sizeof extra, "Retry-After: %s\r\n", rs->retry_after);
+        canned_printf(fd, "HTTP/1.1 %d Scripted\r\n%sContent-Length: 4\r\nConnection: close\r\n\r\nnope", st, extra);
+        return;
+    }
+    send_206(fd, req);
+}
+
+/* An outage of 3.5 s (every answer 503) is ridden out with the default
+ * policy. The old one (5 attempts, at most 3 s of waits) gave up. */
+static void test_outage_ridden_out_with_defaults(void)
+{
+    setenv("VF_HTTP_RETRY_SEED", "7", 1); /* deterministic jitter */
+    vf_http_settings st;
+    vf_http_defaults(&st);
+    unsetenv("VF_HTTP_RETRY_SEED");
+    vf_http_client *c;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    retry_script rs = {.outage_s = 3.5};
+    canned_server s;
+    CHECK(canned_start_idle(&s, respond_scripted, &rs, 1000, 120) == 0);
+    char *url = url_of(&s, "/ds/data/chunk-000/file-000.parquet");
+    char buf[20];
+    double t0 = vf_now_seconds();
+    int r = vf_http_get_range(c, url, 5, buf, 20);
+    double took = vf_now_seconds() - t0;
+    CHECK_OK(r);
+    if (r < 0)
+        fprintf(stderr, "  outage: %s\n", vf_last_error());
+    CHECK(!memcmp(buf, OBJECT + 5, 20));
+    canned_stop(&s);
+    int n = atomic_load(&s.num_requests);
+    CHECK(n >= 3);                                      /* it retried */
+    CHECK(n <= CANNED_MAX_REQUESTS && rs.at[n - 1] - rs.first_at >= 3.5 - 0.01); /* the last came after the outage */
+    CHECK(took >= 3.4 && took < 120);
+    free(url);
+    vf_http_client_close(c);
+}
+
+/* A 503 with Retry-After: the next attempt waits at least that long (the
+ * server's timestamps), even though the backoff alone would be ~10 ms; a
+ * Retry-After above the cap waits only the cap. */
+static void test_retry_after(void)
+{
+    vf_http_settings st;
+    fast_settings(&st);
+    st.backoff_max_s = 5;
+    vf_http_client *c;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    char buf[10];
+    canned_server s;
+
+    retry_script rs = {.status = 503, .retry_after = "1"};
+    CHECK(canned_start(&s, respond_scripted, &rs, 8) == 0);
+    char *url = url_of(&s, "/ra");
+    CHECK_OK(vf_http_get_range(c, url, 0, buf, 10));
+    CHECK(!memcmp(buf, OBJECT, 10));
+    canned_stop(&s);
+    CHECK_EQ_INT(atomic_load(&s.num_requests), 2);
+    CHECK(rs.at[1] - rs.at[0] >= 1.0 - 0.02);
+    free(url);
+
+    /* The HTTP-date form: two seconds ahead of the server's clock. */
+    char date[64];
+    time_t when = time(NULL) + 2;
+    struct tm tm;
+    gmtime_r(&when, &tm);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    retry_script rd = {.status = 429, .retry_after = date};
+    CHECK(canned_start(&s, respond_scripted, &rd, 8) == 0);
+    url = url_of(&s, "/rd");
+    CHECK_OK(vf_http_get_range(c, url, 0, buf, 10));
+    canned_stop(&s);
+    CHECK_EQ_INT(atomic_load(&s.num_requests), 2);
+    CHECK(rd.at[1] - rd.at[0] >= 0.9);
+    free(url);
+    vf_http_client_close(c);
+
+    /* Retry-After: 3600 against a 0.3 s cap: the wait is the cap. */
+    fast_settings(&st);
+    st.backoff_max_s = 0.3;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    retry_script rl = {.status = 503, .retry_after = "3600"};
+    CHECK(canned_start(&s, respond_scripted, &rl, 8) == 0);
+    url = url_of(&s, "/rl");
+    CHECK_OK(vf_http_get_range(c, url, 0, buf, 10));
+    canned_stop(&s);
+    CHECK_EQ_INT(atomic_load(&s.num_requests), 2);
+    CHECK(rl.at[1] - rl.at[0] >= 0.3 - 0.02 && rl.at[1] - rl.at[0] < 30);
+    free(url);
+    vf_http_client_close(c);
+}
+
+/* An outage longer than the budget (1 s, from the environment): a clear
+ * error naming the URL (its signature redacted), the last status, the
+ * attempts and the time. */
+static void test_budget_spent(void)
+{
+    setenv("VF_HTTP_BUDGET_S", "1", 1);
+    setenv("VF_HTTP_BACKOFF_S", "0.05", 1);
+    vf_http_settings st;
+    vf_http_defaults(&st);
+    unsetenv("VF_HTTP_BUDGET_S");
+    unsetenv("VF_HTTP_BACKOFF_S");
+    CHECK(st.request_budget_s == 1 && st.backoff_initial_s == 0.05);
+    vf_http_client *c;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    retry_script rs = {.always = 1, .status = 503};
+    canned_server s;
+    CHECK(canned_start_idle(&s, respond_scripted, &rs, 1000, 30) == 0);
+    char *url = vf_asprintf("http://127.0.0.1:%d/ds/meta/info.json?X-Amz-Signature=c0ffee5ecret&part=1", s.port);
+    char *shown = vf_asprintf("http://127.0.0.1:%d/ds/meta/info.json?X-Amz-Signature=REDACTED&part=1", s.port);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    double t0 = vf_now_seconds();
+    CHECK_ERR(vf_http_get(c, url, 1000, &data, &len), VF_EIO, shown);
+    double took = vf_now_seconds() - t0;
+    const char *msg = vf_last_error();
+    CHECK(strstr(msg, "HTTP 503 Scripted") && strstr(msg, "gave up after") && strstr(msg, "attempts in"));
+    CHECK(strstr(msg, "the 1 s retry budget is spent"));
+    CHECK(!strstr(msg, "c0ffee5ecret"));
+    canned_stop(&s);
+    CHECK(atomic_load(&s.num_requests) >= 2);
+    CHECK(took >= 0.3 && took < 30);
+    free(url);
+    free(shown);
+    vf_http_client_close(c);
+}
+
+/* Which statuses are retried: 408, 429 and 5xx once each then served;
+ * other 4xx, 501 and 505 answered once, never retried. */
+static void test_status_policy(void)
+{
+    vf_http_settings st;
+    fast_settings(&st);
+    vf_http_client *c;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    static const int retried[] = {408, 429, 500, 502, 503, 504};
+    static const int final[] = {400, 401, 403, 404, 410, 416, 501, 505};
+    char buf[4];
+    for (size_t i = 0; i < VF_ARRAY_LEN(retried); i++) {
+        retry_script rs = {.status = retried[i]};
+        canned_server s;
+        CHECK(canned_start(&s, respond_scripted, &rs, 8) == 0);
+        char *url = url_of(&s, "/p");
+        CHECK_OK(vf_http_get_range(c, url, 1, buf, 4));
+        canned_stop(&s);
+        CHECK_EQ_INT(atomic_load(&s.num_requests), 2);
+        free(url);
+    }
+    for (size_t i = 0; i < VF_ARRAY_LEN(final); i++) {
+        retry_script rs = {.status = final[i], .always = 1};
+        canned_server s;
+        CHECK(canned_start(&s, respond_scripted, &rs, 8) == 0);
+        char *url = url_of(&s, "/f");
+        char want[32];
+        snprintf(want, sizeof want, "HTTP %d", final[i]);
+        int r = vf_http_get_range(c, url, 1, buf, 4);
+        CHECK(r < 0 && strstr(vf_last_error(), want) && strstr(vf_last_error(), url));
+        CHECK(!strstr(vf_last_error(), "gave up"));
+        canned_stop(&s);
+        CHECK_EQ_INT(atomic_load(&s.num_requests), 1); /* one attempt */
+        free(url);
+    }
+    vf_http_client_close(c);
+}
+
+/* Sends the headers of the requested range and half its body, then resets
+ * the connection (RST); later requests are served. */
+static void respond_reset_once(canned_server *s, int n, const char *req, int fd)
+{
+    if (n == 0) {
+        long a, b;
+        requested_range(req, &a, &b);
+        canned_printf(fd, "HTTP/1.1 206 Partial Content\r\nContent-Length: %ld\r\nContent-Range: bytes %ld-%ld/%d\r\n"
+                          "Connection: close\r\n\r\n", b - a + 1, a, b, OBJECT_LEN);
+        canned_write(fd, OBJECT + a, (size_t)(b - a + 1) / 2);
+        usleep(100 * 1000);
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg); /* close() now sends RST */
+        return;
+    }
+    send_206(fd, req);
+}
+
+/* A connection reset half-way through a body: the next attempt asks for
+ * exactly the bytes still missing, and the result is exact. */
+static void test_reset_mid_body(void)
+{
+    vf_http_settings st;
+    fast_settings(&st);
+    vf_http_client *c;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    canned_server s;
+    CHECK(canned_start(&s, respond_reset_once, NULL, 4) == 0);
+    char *url = url_of(&s, "/reset");
+    char buf[40];
+    CHECK_OK(vf_http_get_range(c, url, 10, buf, 40));
+    CHECK(!memcmp(buf, OBJECT + 10, 40));
+    char h[64];
+    CHECK(!strcmp(canned_header(&s, 0, "Range", h, sizeof h), "bytes=10-49"));
+    long from = -1, to = -1;
+    canned_header(&s, 1, "Range", h, sizeof h);
+    CHECK(sscanf(h, "bytes=%ld-%ld", &from, &to) == 2);
+    CHECK(from >= 10 && from <= 30 && to == 49); /* resumed, never past the bytes received */
+    if (from != 30)
+        fprintf(stderr, "  note: resumed at %ld (the RST dropped received bytes)\n", from);
+    canned_stop(&s);
+    free(url);
+
+    /* A whole-object GET broken the same way. */
+    CHECK(canned_start(&s, respond_reset_once, NULL, 4) == 0);
+    url = url_of(&s, "/reset-all");
+    uint8_t *data = NULL;
+    size_t len = 0;
+    CHECK_OK(vf_http_get(c, url, 1000, &data, &len));
+    CHECK(len == OBJECT_LEN && data && !memcmp(data, OBJECT, OBJECT_LEN));
+    free(data);
+    CHECK_EQ_INT(atomic_load(&s.num_requests), 2);
+    canned_stop(&s);
+    free(url);
+    vf_http_client_close(c);
+}
+
+/* The first answer (ETag "v1") breaks half-way; later ones are a new
+ * version of the object (ETag "v2", other bytes, same size). */
+static const char OBJECT_V2[] = "ZYXWVUTSRQPONMLKJIHGFEDCBAzyxwvutsrqponmlkjihgfedcba9876543210"; /* 62 bytes */
+
+static void respond_changed_while_read(canned_server *s, int n, const char *req, int fd)
+{
+    long a, b;
+    requested_range(req, &a, &b);
+    const char *version = n == 0 ? OBJECT : OBJECT_V2;
+    canned_printf(fd, "HTTP/1.1 206 Partial Content\r\nETag: \"%s\"\r\nContent-Length: %ld\r\n"
+                      "Content-Range: bytes %ld-%ld/%d\r\nConnection: close\r\n\r\n", n == 0 ? "v1" : "v2",
+                  b - a + 1, a, b, OBJECT_LEN);
+    canned_write(fd, version + a, n == 0 ? (size_t)(b - a + 1) / 2 : (size_t)(b - a + 1));
+}
+
+/* A resumed read that meets another version of the object reads the
+ * whole range again: the bytes are all of one version, never a mix. */
+static void test_object_changed_while_read(void)
+{
+    vf_http_settings st;
+    fast_settings(&st);
+    vf_http_client *c;
+    CHECK_OK(vf_http_client_open(&c, &st));
+    canned_server s;
+    CHECK(canned_start(&s, respond_changed_while_read, NULL, 8) == 0);
+    char *url = url_of(&s, "/changing");
+    char buf[40];
+    CHECK_OK(vf_http_get_range(c, url, 10, buf, 40));
+    CHECK(!memcmp(buf, OBJECT_V2 + 10, 40));
+    canned_stop(&s);
+    CHECK_EQ_INT(atomic_load(&s.num_requests), 3); /* broken, refused (v2 after v1), whole again */
+    char h[64];
+    CHECK(!strcmp(canned_header(&s, 0, "Range", h, sizeof h), "bytes=10-49"));
+    CHECK(!strcmp(canned_header(&s, 1, "Range", h, sizeof h), "bytes=30-49"));
+    CHECK(!strcmp(canned_header(&s, 2, "Range", h, sizeof h), "bytes=10-49"));
+    free(url);
+    vf_http_client_close(c);
+}
+
 /* ---- source --------------------------------------------------------------------- */
 
 static void test_source_block_cache(void)
@@ -649,6 +959,11 @@ int main(void)
     unsetenv("AWS_ACCESS_KEY_ID");
     unsetenv("AWS_SECRET_ACCESS_KEY");
     unsetenv("AWS_SESSION_TOKEN");
+    /* ... and their own HTTP knobs. */
+    static const char *knobs[] = {"VF_HTTP_ATTEMPTS", "VF_HTTP_BUDGET_S", "VF_HTTP_BACKOFF_S", "VF_HTTP_BACKOFF_MAX_S",
+                                  "VF_HTTP_RETRY_SEED", "VF_HTTP_CONNECT_TIMEOUT_S", "VF_HTTP_LOW_SPEED_TIME_S"};
+    for (size_t i = 0; i < VF_ARRAY_LEN(knobs); i++)
+        unsetenv(knobs[i]);
     test_url_parse();
     test_sigv4_get_vanilla();
     test_sigv4_s3_get_object();
@@ -659,6 +974,12 @@ int main(void)
     test_truncated_body_resumes();
     test_bad_responses();
     test_stall_and_refused();
+    test_status_policy();
+    test_reset_mid_body();
+    test_object_changed_while_read();
+    test_retry_after();
+    test_budget_spent();
+    test_outage_ridden_out_with_defaults();
     test_source_block_cache();
     test_s3_signed_request();
     test_s3_list();

@@ -6,8 +6,9 @@
  * one request per connection (headers only), records it, and lets the
  * test's respond() callback write the answer; the connection is then
  * closed. It stops by itself after max_requests requests or 5 s without a
- * connection, and canned_stop() ends it at once, so a test can never hang
- * on it.
+ * connection (canned_start_idle: another idle limit, for tests whose client
+ * waits longer between attempts), and canned_stop() ends it at once, so a
+ * test can never hang on it.
  */
 #ifndef VF_TEST_HTTP_HELPERS_H
 #define VF_TEST_HTTP_HELPERS_H
@@ -39,6 +40,7 @@ struct canned_server {
     canned_respond_fn respond;
     void *ctx;
     int max_requests;
+    double idle_limit_s;       /* stop after this long without a connection */
     atomic_int num_requests;
     char requests[CANNED_MAX_REQUESTS][CANNED_REQUEST_BYTES];
 };
@@ -75,7 +77,7 @@ static void *canned_main(void *arg)
         struct pollfd p = {s->listen_fd, POLLIN, 0};
         int pr = poll(&p, 1, 50);
         if (pr <= 0) {
-            if (vf_now_seconds() - idle_since > 5.0)
+            if (vf_now_seconds() - idle_since > s->idle_limit_s)
                 break;
             continue;
         }
@@ -109,9 +111,11 @@ static void *canned_main(void *arg)
     return NULL;
 }
 
-static int canned_start(canned_server *s, canned_respond_fn respond, void *ctx, int max_requests)
+static int canned_start_idle(canned_server *s, canned_respond_fn respond, void *ctx, int max_requests,
+                             double idle_limit_s)
 {
     memset(s, 0, sizeof *s);
+    s->idle_limit_s = idle_limit_s;
     s->respond = respond;
     s->ctx = ctx;
     s->max_requests = max_requests; /* only the first CANNED_MAX_REQUESTS are recorded */
@@ -134,6 +138,11 @@ static int canned_start(canned_server *s, canned_respond_fn respond, void *ctx, 
         return -1;
     }
     return 0;
+}
+
+static VF_UNUSED int canned_start(canned_server *s, canned_respond_fn respond, void *ctx, int max_requests)
+{
+    return canned_start_idle(s, respond, ctx, max_requests, 5.0);
 }
 
 static void canned_stop(canned_server *s)

@@ -13,11 +13,17 @@ inject faults into the responses to chosen paths:
 * ``no_range``: ignore Range headers (answer 200 with the whole file);
 * ``always_fail``: every matching request answers 503;
 * ``fail_after``: after N matching requests served, every further one
-  answers 503 (an outage in the middle of reading a file).
+  answers 503 (an outage in the middle of reading a file);
+* ``outage_s``: every matching request answers 503 until this many seconds
+  after the first matching one (an outage of a known length);
+* ``unavailable_first``: the first N matching requests answer 503;
+* ``retry_after``: a ``Retry-After`` value sent with every injected 500/503.
 
-Every request is logged (method, path, Range). The server stops by itself
-after ``lifetime_s`` even if a test forgets to stop it, and ``stop()`` /
-the context manager stop it at once. Loopback only.
+Every request is logged (method, path, Range); every request matching a
+fault plan is also timestamped in ``Faults.times`` as (time.monotonic(),
+method, path, fault or None). The server stops by itself after
+``lifetime_s`` even if a test forgets to stop it, and ``stop()`` / the
+context manager stop it at once. Loopback only.
 """
 import http.server
 import os
@@ -35,7 +41,7 @@ class Faults:
     """Fault plan, shared by the handler threads (guarded by a lock)."""
 
     def __init__(self, match="", fail_first=0, reset_first=0, truncate_first=0, slow_s=0.0, no_range=False,
-                 always_fail=False, fail_after=None):
+                 always_fail=False, fail_after=None, outage_s=0.0, unavailable_first=0, retry_after=None):
         self.match = match
         self.fail_first = fail_first
         self.reset_first = reset_first
@@ -44,6 +50,11 @@ class Faults:
         self.no_range = no_range
         self.always_fail = always_fail
         self.fail_after = fail_after
+        self.outage_s = min(float(outage_s), 60.0)
+        self.unavailable_first = unavailable_first
+        self.retry_after = retry_after
+        self.first_at = None
+        self.times = []
         self.injected = {"500": 0, "503": 0, "reset": 0, "truncate": 0, "slow": 0}
         self.lock = threading.Lock()
 
@@ -52,27 +63,43 @@ class Faults:
         if self.match not in path:
             return None
         with self.lock:
-            if self.fail_after is not None:
-                if self.fail_after > 0:
-                    self.fail_after -= 1
-                    return None
-                self.injected["503"] += 1
-                return "503"
-            if self.always_fail:
-                self.injected["503"] += 1
-                return "503"
-            if self.fail_first > 0:
-                self.fail_first -= 1
-                self.injected["500"] += 1
-                return "500"
-            if method == "GET" and self.reset_first > 0:
-                self.reset_first -= 1
-                self.injected["reset"] += 1
-                return "reset"
-            if method == "GET" and self.truncate_first > 0:
-                self.truncate_first -= 1
-                self.injected["truncate"] += 1
-                return "truncate"
+            now = time.monotonic()
+            fault = self._take(now, method)
+            self.times.append((now, method, path, fault))
+            return fault
+
+    def _take(self, now, method):
+        """take() under the lock."""
+        if self.first_at is None:
+            self.first_at = now
+        if self.outage_s and now - self.first_at < self.outage_s:
+            self.injected["503"] += 1
+            return "503"
+        if self.unavailable_first > 0:
+            self.unavailable_first -= 1
+            self.injected["503"] += 1
+            return "503"
+        if self.fail_after is not None:
+            if self.fail_after > 0:
+                self.fail_after -= 1
+                return None
+            self.injected["503"] += 1
+            return "503"
+        if self.always_fail:
+            self.injected["503"] += 1
+            return "503"
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            self.injected["500"] += 1
+            return "500"
+        if method == "GET" and self.reset_first > 0:
+            self.reset_first -= 1
+            self.injected["reset"] += 1
+            return "reset"
+        if method == "GET" and self.truncate_first > 0:
+            self.truncate_first -= 1
+            self.injected["truncate"] += 1
+            return "truncate"
         return None
 
 
@@ -91,11 +118,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return None, rel
         return full, rel
 
-    def _plain(self, code, text, close=False):
+    def _plain(self, code, text, close=False, retry_after=None):
         body = text.encode()
         self.send_response(code)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -116,7 +145,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 faults.injected["slow"] += 1
             time.sleep(faults.slow_s)
         if fault in ("500", "503"):
-            self._plain(int(fault), "injected failure\n")
+            self._plain(int(fault), "injected failure\n", retry_after=faults.retry_after)
             return
         full, _ = self._file()
         if full is None:
