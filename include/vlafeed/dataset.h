@@ -40,6 +40,29 @@ extern "C" {
 
 typedef struct vf_dataset vf_dataset;
 
+/* What to do with a video file whose frame count disagrees with the
+ * lengths of the episodes stored in it when nothing in the file shows
+ * where the frames are missing (no pts gap, no short recorded span): a CFR
+ * re-encode that dropped frames mid-file, a truncated file, another
+ * recording in its place. Its frames after the missing ones sit exactly
+ * where the metadata's timestamps expect other frames, so no frame of it
+ * can be placed with certainty (docs/reliability.md, "Frame counts that
+ * disagree"). A file whose pts gaps locate the difference is mapped around
+ * them exactly whatever the policy; a file with more frames than its
+ * episodes is refused whatever the policy. */
+typedef enum vf_video_mismatch {
+    /* The environment variable VF_VIDEO_MISMATCH ("timestamp" or "refuse",
+     * read at open), else VF_VIDEO_MISMATCH_REFUSE. */
+    VF_VIDEO_MISMATCH_DEFAULT = 0,
+    /* Every episode of the file is refused (an error problem naming the
+     * file, both frame counts and each episode; on_error="skip" skips them). */
+    VF_VIDEO_MISMATCH_REFUSE = 1,
+    /* Opt-in: frames are matched by timestamp as if the file were right,
+     * with one warning problem per file (and one logged warning). Frames
+     * after a dropped run are then other frames than the rows describe. */
+    VF_VIDEO_MISMATCH_TIMESTAMP = 2,
+} vf_video_mismatch;
+
 typedef struct vf_dataset_settings {
     /* Episode indices to select (any order, no duplicates), or NULL for
      * all. Read during vf_dataset_open() only (the caller keeps it). An
@@ -77,6 +100,12 @@ typedef struct vf_dataset_settings {
      * when a loader first maps it. 2: always, remote roots too (downloads
      * every video's header). 0: skip. */
     int check_videos;
+    /* A video file whose frame count disagrees with its episodes and whose
+     * pts do not show where (vf_video_mismatch above). Default
+     * VF_VIDEO_MISMATCH_DEFAULT: the environment's VF_VIDEO_MISMATCH, else
+     * refuse every episode of the file. Applies to the open-time video
+     * check, vf_dataset_read_frame and vf_dataset_decode_check. */
+    vf_video_mismatch video_mismatch;
 } vf_dataset_settings;
 
 enum { VF_CHECK_FILES_OFF = 0, VF_CHECK_FILES_AUTO = 1, VF_CHECK_FILES_ALL = 2 };
@@ -85,6 +114,11 @@ enum { VF_CHECK_FILES_OFF = 0, VF_CHECK_FILES_AUTO = 1, VF_CHECK_FILES_ALL = 2 }
 /* Above this many data + video files (of the selected episodes),
  * VF_CHECK_FILES_AUTO defers the existence checks to first use. */
 #define VF_LAZY_FILE_CHECKS 10000
+
+/* The mismatch policy the dataset was opened with, resolved (never
+ * VF_VIDEO_MISMATCH_DEFAULT): what loaders over it apply when they map a
+ * video file. */
+vf_video_mismatch vf_dataset_video_mismatch(const vf_dataset *d);
 
 /* What the open did about file existence. */
 typedef enum vf_file_checks {

@@ -197,6 +197,7 @@ struct vf_dataset {
     int fingerprint_ready;
     uint64_t fingerprint;
     vf_file_checks file_checks;   /* what the open did (vf_dataset_file_checks) */
+    vf_video_mismatch video_mismatch; /* settings.video_mismatch, resolved at open (never _DEFAULT) */
 };
 
 /* Arena allocation (zeroed; NULL with ENOMEM set on failure). */

@@ -74,7 +74,8 @@ int vf_ds_video_map_build(const vf_dataset *d, size_t camera, size_t file, vf_ds
         return vf_error_context(r, "camera %s", cam->pub.key);
     }
     vf_video_map_settings ms = {d->fps, 0, cam->pub.key};
-    r = vf_video_map_episodes(out->index, out->episodes, out->num_episodes, &ms, &out->map);
+    r = vf_video_map_episodes_policy(out->index, out->episodes, out->num_episodes, &ms, d->video_mismatch,
+                                     &out->map);
     if (r < 0) {
         vf_ds_video_map_free(out);
         return vf_error_context(r, "%s: camera %s", f->path, cam->pub.key);
@@ -186,6 +187,8 @@ static const char *problem_kind(vf_video_problem_kind k)
     case VF_VIDEO_PROBLEM_MISSING_FRAMES: return "missing_frames";
     case VF_VIDEO_PROBLEM_SPAN_MISMATCH: return "span_mismatch";
     case VF_VIDEO_PROBLEM_UNMATCHED: return "unmatched";
+    case VF_VIDEO_PROBLEM_FILE_REFUSED: return "file_refused";
+    case VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP: return "served_by_timestamp";
     }
     return "other";
 }
@@ -361,8 +364,9 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
             json_object_set_new(jf, "max_keyframe_interval", json_integer(max_gap));
             json_object_set_new(jf, "mean_keyframe_interval", gaps ? json_real((double)gap_sum / (double)gaps)
                                                                     : json_null());
-            json_object_set_new(jf, "mapping", json_string(m.map.method == VF_VIDEO_MAP_BY_ORDINAL ? "ordinal"
-                                                                                                   : "timestamp"));
+            json_object_set_new(jf, "mapping", json_string(m.map.method == VF_VIDEO_MAP_BY_ORDINAL    ? "ordinal"
+                                                           : m.map.method == VF_VIDEO_MAP_REFUSED ? "refused"
+                                                                                                  : "timestamp"));
             json_object_set_new(jf, "max_abs_drift_ms", json_finite(m.map.max_abs_drift_ms));
             json_t *eps = json_array();
             for (size_t e = 0; e < m.num_episodes; e++) {
@@ -376,7 +380,8 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
                                                      ve->from_timestamp, "to_timestamp", ve->to_timestamp));
             }
             json_object_set_new(jf, "episodes", eps);
-            if (ix->frame_count < expected) {
+            /* A refused file's own record says the same, and which episodes it costs. */
+            if (ix->frame_count < expected && m.map.method != VF_VIDEO_MAP_REFUSED) {
                 char msg[200];
                 snprintf(msg, sizeof msg, "file has %lld frames but its episodes need %lld",
                          (long long)ix->frame_count, (long long)expected);
@@ -384,9 +389,13 @@ int vf_dataset_decode_check(const vf_dataset *d, const vf_decode_check_settings 
             }
             for (size_t p = 0; p < m.map.problem_count; p++) {
                 const vf_video_problem *vp = &m.map.problems[p];
-                int is_error = vp->kind == VF_VIDEO_PROBLEM_MISSING_FRAMES || vp->kind == VF_VIDEO_PROBLEM_UNMATCHED;
+                int is_error = vp->kind == VF_VIDEO_PROBLEM_MISSING_FRAMES || vp->kind == VF_VIDEO_PROBLEM_UNMATCHED ||
+                               vp->kind == VF_VIDEO_PROBLEM_FILE_REFUSED;
+                const char *severity = is_error ? "error"
+                                       : vp->kind == VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP ? "warning"
+                                                                                        : "info";
                 json_array_append_new(problems,
-                                      json_pack("{s:s,s:s,s:s,s:I,s:s,s:s}", "severity", is_error ? "error" : "info",
+                                      json_pack("{s:s,s:s,s:s,s:I,s:s,s:s}", "severity", severity,
                                                 "file", f->rel, "camera", cam->pub.key, "episode",
                                                 (json_int_t)vp->episode_index, "kind", problem_kind(vp->kind),
                                                 "message", vp->message));

@@ -814,6 +814,9 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         r = vf_error(VF_EINVAL, "dataset root is empty");
     else if (settings->num_episodes && !settings->episodes)
         r = vf_error(VF_EINVAL, "settings.num_episodes is %zu but settings.episodes is NULL", settings->num_episodes);
+    else if ((unsigned)settings->video_mismatch > VF_VIDEO_MISMATCH_TIMESTAMP)
+        r = vf_error(VF_EINVAL, "settings.video_mismatch is %d (VF_VIDEO_MISMATCH_DEFAULT, _REFUSE or _TIMESTAMP)",
+                     (int)settings->video_mismatch);
     vf_dataset *d = r == 0 ? vf_calloc(1, sizeof *d) : NULL;
     if (r == 0 && !d)
         r = VF_ENOMEM;
@@ -823,6 +826,7 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         return r;
     }
     pthread_mutex_init(&d->fingerprint_lock, NULL);
+    d->video_mismatch = vf_video_mismatch_resolve(settings->video_mismatch);
     d->fs = *fs;
     d->root = vf_ds_strdup(d, root);
     if (!d->root) {
@@ -998,6 +1002,7 @@ int vf_dataset_subset(const vf_dataset *src, const int64_t *episodes, size_t num
     d->stats = src->stats;
     d->num_stats = src->num_stats;
     d->file_checks = src->file_checks == VF_FILES_NOT_CHECKED ? VF_FILES_NOT_CHECKED : VF_FILES_DEFERRED;
+    d->video_mismatch = src->video_mismatch;
     /* Own: the cameras (their file lists are per selection), the episodes, the selection. */
     d->num_cameras = src->num_cameras;
     if (d->num_cameras && !(d->cameras = vf_ds_alloc(d, d->num_cameras, sizeof *d->cameras)))
@@ -1112,6 +1117,7 @@ uint64_t vf_dataset_fingerprint(const vf_dataset *d)
     return h;
 }
 vf_file_checks vf_dataset_file_checks(const vf_dataset *d) { return d->file_checks; }
+vf_video_mismatch vf_dataset_video_mismatch(const vf_dataset *d) { return d->video_mismatch; }
 
 size_t vf_dataset_num_features(const vf_dataset *d) { return d->num_features; }
 const vf_feature *vf_dataset_feature(const vf_dataset *d, size_t i)

@@ -325,9 +325,12 @@ static int check_videos(vf_dataset *d)
             }
             for (size_t p = 0; p < m.map.problem_count && r == 0; p++) {
                 const vf_video_problem *vp = &m.map.problems[p];
-                if (vp->kind == VF_VIDEO_PROBLEM_UNMATCHED)
+                /* A refused file: its own error (episode -1, the file and both
+                 * counts) first, then one per episode in it. */
+                if (vp->kind == VF_VIDEO_PROBLEM_UNMATCHED || vp->kind == VF_VIDEO_PROBLEM_FILE_REFUSED)
                     r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, vp->episode_index, key, "%s", vp->message);
-                else if (vp->kind == VF_VIDEO_PROBLEM_COUNT_MISMATCH || vp->kind == VF_VIDEO_PROBLEM_SPAN_MISMATCH)
+                else if (vp->kind == VF_VIDEO_PROBLEM_COUNT_MISMATCH || vp->kind == VF_VIDEO_PROBLEM_SPAN_MISMATCH ||
+                         vp->kind == VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP)
                     r = vf_ds_problem(d, VF_SEVERITY_WARNING, f->rel, vp->episode_index, key, "%s", vp->message);
             }
             vf_ds_video_map_free(&m);

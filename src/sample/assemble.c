@@ -90,7 +90,8 @@ static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_vi
                    "scaled to the declared size", f->path, f->camera_key, ix->width, ix->height, cam->width,
                    cam->height);
         vf_video_map_settings ms = {spec->fps, 0.0, f->camera_key};
-        int r = vf_video_map_episodes(ix, f->episodes, f->num_episodes, &ms, &f->map);
+        int r = vf_video_map_episodes_policy(ix, f->episodes, f->num_episodes, &ms,
+                                             vf_dataset_video_mismatch(spec->dataset), &f->map);
         if (r < 0) {
             f->error = vf_strdup(vf_last_error());
             state = r;

@@ -12,15 +12,31 @@
  * sum(lengths of earlier episodes) + k. That is exact whatever the drift;
  * the drift is measured and reported, never used.
  *
- * Fallback (frames dropped by a streaming encoder, edited files): match each
- * frame by time, nearest pts within a tolerance below half a frame, so one
- * video frame can never serve two different data rows. Every unmatched frame
- * is reported as a problem record.
+ * Counts that disagree: only when the file itself shows where the frames
+ * are missing. Each episode's time window [from, next from) must hold its
+ * frames on its 1/fps grid, and an episode short of frames must show the
+ * hole: pts gaps before its last frame (a VFR file, frames dropped with
+ * their times kept), or a recorded span that is itself short (LeRobot's
+ * streaming encoder). A CFR re-encode that dropped frames mid-file, a
+ * truncated file or another recording in its place has none of these: its
+ * pts grid is regular, so every frame after the drop sits exactly where the
+ * metadata expects a different one, and no frame of the file can be placed
+ * with certainty. Such a file is refused as a whole (every episode in it,
+ * one FILE_REFUSED record naming the file and both counts), unless the
+ * caller opted in to timestamps (VF_VIDEO_MISMATCH_TIMESTAMP, or
+ * VF_VIDEO_MISMATCH=timestamp in the environment): then it is matched by
+ * time like a located difference, with one warning per file. A file with
+ * more frames than its episodes is refused whatever the policy.
+ *
+ * Matching by time (a located difference, or the opt-in): each frame by
+ * time, nearest pts within a tolerance below half a frame, so one video
+ * frame can never serve two different data rows. Every unmatched frame is
+ * reported as a problem record.
  *
  * Verification (issue 10): in both modes an episode whose frames cannot be
  * matched exactly (a start that jumps against from_timestamp, a broken pts
  * grid, a span that fits neither to_timestamp convention, unmatched frames,
- * a file holding more frames than its episodes) is UNMATCHED: recorded with
+ * a refused file) is UNMATCHED: recorded with
  * its first unmatched frame, and vf_video_episode_frame refuses every frame
  * of it, so no sample of it is ever served.
  */
@@ -29,6 +45,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct problem_list {
     vf_video_problem *items;
@@ -222,14 +239,133 @@ static int map_by_timestamp(const vf_video_index *ix, vf_video_episode *ep, doub
     return 0;
 }
 
+vf_video_mismatch vf_video_mismatch_resolve(vf_video_mismatch requested)
+{
+    if (requested == VF_VIDEO_MISMATCH_REFUSE || requested == VF_VIDEO_MISMATCH_TIMESTAMP)
+        return requested;
+    const char *value = getenv("VF_VIDEO_MISMATCH");
+    if (!value || !*value || !strcasecmp(value, "refuse"))
+        return VF_VIDEO_MISMATCH_REFUSE;
+    if (!strcasecmp(value, "timestamp"))
+        return VF_VIDEO_MISMATCH_TIMESTAMP;
+    vf_log(VF_LOG_WARN, "VF_VIDEO_MISMATCH=%s is neither \"timestamp\" nor \"refuse\": video files whose frame "
+           "count disagrees with their episodes are refused", value);
+    return VF_VIDEO_MISMATCH_REFUSE;
+}
+
+/* 1 when the file shows where its frames differ from its episodes' (see
+ * the file comment), 0 when nothing locates the difference. order: the
+ * episodes by from_timestamp. The windows partition the file's frames, so
+ * the counts add up exactly when every window passes. O(frames + episodes). */
+static int difference_is_located(const vf_video_index *ix, const vf_video_episode *eps, const size_t *order,
+                                 size_t count, double fps, double tol)
+{
+    if (count == 0 || lower_bound(ix, eps[order[0]].from_timestamp - 0.5 / fps) > 0)
+        return 0; /* frames before the first episode belong to none */
+    for (size_t i = 0; i < count; i++) {
+        const vf_video_episode *ep = &eps[order[i]];
+        int64_t lo = lower_bound(ix, ep->from_timestamp - 0.5 / fps);
+        int64_t hi = i + 1 < count ? lower_bound(ix, eps[order[i + 1]].from_timestamp - 0.5 / fps)
+                                   : ix->frame_count;
+        int64_t held = hi - lo;
+        if (held == ep->length)
+            continue;
+        if (held > ep->length)
+            return 0; /* frames of no episode inside its window */
+        /* A span matching neither convention (the episode is refused for
+         * it) that records exactly the frames the window holds: the encoder
+         * kept fewer frames and the metadata says so. */
+        double span = (ep->to_timestamp - ep->from_timestamp) * fps;
+        int span_refused = fabs(span - (double)ep->length) >= 0.5 && fabs(span - (double)(ep->length - 1)) >= 0.5;
+        if (span_refused && held > 0 && (fabs(span - (double)held) < 0.5 || fabs(span - (double)(held - 1)) < 0.5))
+            continue;
+        /* Otherwise pts gaps: the window's frames on the episode's 1/fps
+         * grid, one per grid point, so that the missing grid points are
+         * holes in the file's pts. Those before the first or between two of
+         * them are (the window holds every frame of that time). Those after
+         * the last are only when a frame follows them beyond the tolerance:
+         * frames cut from the end of a file leave no gap, and a next
+         * episode starting on them means the frames were never there. */
+        int64_t last_k = -1;
+        for (int64_t o = lo; o < hi; o++) {
+            double k = (vf_video_index_seconds(ix, o) - ep->from_timestamp) * fps;
+            double nearest = floor(k + 0.5);
+            if (nearest <= (double)last_k || nearest >= (double)ep->length || fabs(k - nearest) / fps > tol)
+                return 0;
+            last_k = (int64_t)nearest;
+        }
+        if (last_k < ep->length - 1) {
+            double end_s = ep->from_timestamp + (double)(ep->length - 1) / fps;
+            if (hi >= ix->frame_count || vf_video_index_seconds(ix, hi) - end_s <= tol)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Refuses every episode of the file from frame 0: one FILE_REFUSED record
+ * naming the file, both counts and the episodes, and an UNMATCHED record
+ * per episode (an episode refused already for its own reason keeps that
+ * record instead, but its frames now fail with the file's reason). */
+static int refuse_file(problem_list *problems, const vf_video_index *ix, const char *camera, vf_video_episode *eps,
+                       const size_t *order, size_t count, int64_t sum, vf_video_map *map)
+{
+    map->method = VF_VIDEO_MAP_REFUSED;
+    int more = ix->frame_count > sum;
+    char reason[sizeof eps->unmatched_reason];
+    snprintf(reason, sizeof reason, "the file holds %lld frames but its %zu episode%s declare%s %lld; %s, so no frame "
+             "of this file can be placed", (long long)ix->frame_count, count, count == 1 ? "" : "s",
+             count == 1 ? "s" : "", (long long)sum,
+             more ? "more frames than its episodes hold (another file in its place?)"
+                  : "no pts gap shows where frames are missing");
+    char list[120];
+    size_t used = 0;
+    list[0] = 0;
+    for (size_t i = 0; i < count; i++) {
+        int n = snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "",
+                         (long long)eps[order[i]].episode_index);
+        if (n < 0 || (size_t)n >= sizeof list - used - 5) {
+            snprintf(list + used, sizeof list - used, ", ...");
+            break;
+        }
+        used += (size_t)n;
+    }
+    int r = add_problem(problems, VF_VIDEO_PROBLEM_FILE_REFUSED, -1, -1, 0, NAN, NAN,
+                        "%s%s%s: %s: %s %zu episode%s in it %s refused (%s)%s", ix->name,
+                        camera ? ": camera " : "", camera ? camera : "", reason, count == 1 ? "the" : "all", count,
+                        count == 1 ? "" : "s", count == 1 ? "is" : "are", list,
+                        more ? "" : "; video_mismatch=timestamp (VF_VIDEO_MISMATCH=timestamp) serves them by "
+                                    "timestamp instead");
+    for (size_t i = 0; i < count && r == 0; i++) {
+        vf_video_episode *ep = &eps[order[i]];
+        if (ep->unmatched_frame < 0)
+            r = add_problem(problems, VF_VIDEO_PROBLEM_UNMATCHED, ep->episode_index, 0, ep->length,
+                            ep->from_timestamp, NAN, "%s%s%s: episode %lld: refused with every episode of its file: %s",
+                            ix->name, camera ? ": camera " : "", camera ? camera : "", (long long)ep->episode_index,
+                            reason);
+        ep->unmatched_frame = 0;
+        snprintf(ep->unmatched_reason, sizeof ep->unmatched_reason, "%s", reason);
+    }
+    return r;
+}
+
 int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_t count,
                           const vf_video_map_settings *settings, vf_video_map *map)
+{
+    return vf_video_map_episodes_policy(ix, eps, count, settings, VF_VIDEO_MISMATCH_DEFAULT, map);
+}
+
+int vf_video_map_episodes_policy(const vf_video_index *ix, vf_video_episode *eps, size_t count,
+                                 const vf_video_map_settings *settings, vf_video_mismatch policy,
+                                 vf_video_map *map)
 {
     memset(map, 0, sizeof *map);
     double fps = settings ? settings->fps : 0.0;
     const char *camera = settings ? settings->camera : NULL;
     if (!(fps > 0.0) || !isfinite(fps))
         return vf_error(VF_EINVAL, "%s: episode mapping needs a positive fps (got %g)", ix->name, fps);
+    if ((unsigned)policy > VF_VIDEO_MISMATCH_TIMESTAMP)
+        return vf_error(VF_EINVAL, "%s: unknown video mismatch policy %d", ix->name, (int)policy);
     double tol = settings->tolerance_s > 0.0 ? settings->tolerance_s : 0.45 / fps;
     if (tol >= 0.5 / fps)
         return vf_error(VF_EINVAL, "%s: timestamp tolerance %.6f s must stay below half a frame (%.6f s)", ix->name,
@@ -333,28 +469,35 @@ int vf_video_map_episodes(const vf_video_index *ix, vf_video_episode *eps, size_
             start += ep->length;
         }
     } else if (r == 0) {
-        map->method = VF_VIDEO_MAP_BY_TIMESTAMP;
-        r = add_problem(&problems, VF_VIDEO_PROBLEM_COUNT_MISMATCH, -1, -1, 0, NAN, NAN,
-                        "%s%s%s: the %zu episodes hold %lld frames but the video has %lld; frames are matched by "
-                        "timestamp",
-                        ix->name, camera ? ": camera " : "", camera ? camera : "", count, (long long)sum,
-                        (long long)ix->frame_count);
-        for (size_t i = 0; i < count && r == 0; i++) {
-            vf_video_episode *ep = &eps[order[i]];
-            r = map_by_timestamp(ix, ep, fps, tol, camera, &problems);
-            if (r == 0 && isfinite(ep->drift_ms) && fabs(ep->drift_ms) > map->max_abs_drift_ms)
-                map->max_abs_drift_ms = fabs(ep->drift_ms);
-            /* More frames than the episodes hold: the file is not the one
-             * the metadata describes (another episode's or dataset's file
-             * in its place), and timestamps cannot tell which frames are
-             * this episode's: nothing of it is served. */
-            if (r == 0 && ix->frame_count > sum && ep->unmatched_frame < 0) {
-                char reason[160];
-                snprintf(reason, sizeof reason,
-                         "the file holds %lld frames but the metadata's %zu episodes in it hold %lld (another file "
-                         "in its place?)",
-                         (long long)ix->frame_count, count, (long long)sum);
-                r = mark_unmatched(&problems, ix, camera, ep, 0, ep->from_timestamp, NAN, reason);
+        policy = vf_video_mismatch_resolve(policy);
+        /* (No episodes: nothing to place, nothing to refuse.) */
+        int located = count == 0 || (ix->frame_count < sum && difference_is_located(ix, eps, order, count, fps, tol));
+        if (!located && (ix->frame_count > sum || policy != VF_VIDEO_MISMATCH_TIMESTAMP)) {
+            r = refuse_file(&problems, ix, camera, eps, order, count, sum, map);
+        } else {
+            map->method = VF_VIDEO_MAP_BY_TIMESTAMP;
+            if (located) {
+                r = add_problem(&problems, VF_VIDEO_PROBLEM_COUNT_MISMATCH, -1, -1, 0, NAN, NAN,
+                                "%s%s%s: the %zu episodes hold %lld frames but the video has %lld; frames are matched "
+                                "by timestamp",
+                                ix->name, camera ? ": camera " : "", camera ? camera : "", count, (long long)sum,
+                                (long long)ix->frame_count);
+            } else {
+                r = add_problem(&problems, VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP, -1, -1, 0, NAN, NAN,
+                                "%s%s%s: the file holds %lld frames but its %zu episode%s declare%s %lld and no pts "
+                                "gap shows where frames are missing; served by timestamp anyway (video_mismatch="
+                                "timestamp): after frames dropped mid-file, frames of other times are served",
+                                ix->name, camera ? ": camera " : "", camera ? camera : "",
+                                (long long)ix->frame_count, count, count == 1 ? "" : "s", count == 1 ? "s" : "",
+                                (long long)sum);
+                if (r == 0)
+                    vf_log(VF_LOG_WARN, "%s", problems.items[problems.len - 1].message);
+            }
+            for (size_t i = 0; i < count && r == 0; i++) {
+                vf_video_episode *ep = &eps[order[i]];
+                r = map_by_timestamp(ix, ep, fps, tol, camera, &problems);
+                if (r == 0 && isfinite(ep->drift_ms) && fabs(ep->drift_ms) > map->max_abs_drift_ms)
+                    map->max_abs_drift_ms = fabs(ep->drift_ms);
             }
         }
     }

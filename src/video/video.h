@@ -35,6 +35,7 @@
 
 #include "base/base.h"
 #include "io/io.h"
+#include "vlafeed/dataset.h" /* vf_video_mismatch: the public name of the mismatch policy */
 
 /* ======================================================================
  * Codecs, pixel formats
@@ -138,14 +139,15 @@ typedef struct vf_video_episode {
     int64_t unmatched_frame;   /* -1, or the first frame k that cannot be matched exactly:
                                 * then NO frame of the episode is handed out
                                 * (vf_video_episode_frame fails for every k) */
-    char unmatched_reason[160];/* why, when unmatched_frame >= 0 */
+    char unmatched_reason[240];/* why, when unmatched_frame >= 0 */
 } vf_video_episode;
 
 typedef enum vf_video_problem_kind {
     VF_VIDEO_PROBLEM_DRIFT = 1,          /* informational: ordinal mapping is exact, but the
                                           * metadata start differs from the real pts by more
                                           * than the tolerance */
-    VF_VIDEO_PROBLEM_COUNT_MISMATCH = 2, /* sum of lengths != frames in the file: fell back to timestamps */
+    VF_VIDEO_PROBLEM_COUNT_MISMATCH = 2, /* sum of lengths != frames in the file, the difference located
+                                          * (pts gaps, short recorded spans): matched by timestamp */
     VF_VIDEO_PROBLEM_MISSING_FRAMES = 3, /* frames [frame, frame+count) of the episode have no
                                           * frame within the tolerance (dropped, edited, past the end) */
     VF_VIDEO_PROBLEM_SPAN_MISMATCH = 4,  /* (to - from) * fps matches neither length (to = end of the
@@ -153,6 +155,13 @@ typedef enum vf_video_problem_kind {
     VF_VIDEO_PROBLEM_UNMATCHED = 5,      /* an error: the episode's frames cannot be matched exactly
                                           * (wrong start, broken pts grid, missing frames); the
                                           * episode is refused as a whole (unmatched_frame) */
+    VF_VIDEO_PROBLEM_FILE_REFUSED = 6,   /* an error (episode_index -1): the frame count disagrees
+                                          * with the episodes and nothing in the file locates the
+                                          * difference; every episode of the file is refused (each
+                                          * also has its UNMATCHED record) */
+    VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP = 7, /* a warning (episode_index -1): the same file, served by
+                                          * timestamp because the caller opted in
+                                          * (VF_VIDEO_MISMATCH_TIMESTAMP); one per file */
 } vf_video_problem_kind;
 
 typedef struct vf_video_problem {
@@ -161,16 +170,26 @@ typedef struct vf_video_problem {
     int64_t frame;             /* first frame (k within the episode) concerned, -1 if none */
     int64_t count;             /* frames concerned (MISSING_FRAMES), else 0 */
     double expected_s, found_s;/* the times compared, seconds (NAN when not applicable) */
-    char message[200];
+    char message[512];
 } vf_video_problem;
 
-enum { VF_VIDEO_MAP_BY_ORDINAL = 1, VF_VIDEO_MAP_BY_TIMESTAMP = 2 };
+enum {
+    VF_VIDEO_MAP_BY_ORDINAL = 1,
+    VF_VIDEO_MAP_BY_TIMESTAMP = 2,
+    VF_VIDEO_MAP_REFUSED = 3,  /* no frame of the file is placed: every episode refused */
+};
 
 typedef struct vf_video_map_settings {
     double fps;                /* the dataset's fps, > 0 */
     double tolerance_s;        /* timestamp match tolerance; <= 0 means 0.45 / fps */
     const char *camera;        /* used in messages; may be NULL */
 } vf_video_map_settings;
+
+/* The policy in effect for `requested`: itself, or for
+ * VF_VIDEO_MISMATCH_DEFAULT the environment variable VF_VIDEO_MISMATCH
+ * ("timestamp" or "refuse"; unset or empty: refuse; any other value is
+ * refused with a warning logged once). Never returns _DEFAULT. */
+vf_video_mismatch vf_video_mismatch_resolve(vf_video_mismatch requested);
 
 typedef struct vf_video_map {
     int method;                /* VF_VIDEO_MAP_BY_* */
@@ -188,18 +207,41 @@ typedef struct vf_video_map {
  * less than the tolerance from one episode to the next, as LeRobot's
  * millisecond-rounded concatenation makes it grow, but a jump of a frame or
  * more means the metadata and the file disagree), and every frame's pts on
- * the 1/fps grid from the episode's first frame. Otherwise every frame is
- * matched by timestamp: the first frame with pts >= from - 0.5/fps, then the
- * nearest pts to from + k/fps within the tolerance. An episode that fails
- * any of these is UNMATCHED: a problem record naming the episode and its
- * first unmatched frame, and no frame of it is handed out. The span
+ * the 1/fps grid from the episode's first frame.
+ *
+ * Otherwise the difference must be located before any frame is placed by
+ * time: each episode's time window [from, next episode's from) must hold
+ * exactly its frames, on its 1/fps grid, and an episode with fewer must
+ * show where the others are missing, either as pts gaps (frames missing
+ * before the episode's last frame, whose pts is present) or, for an episode
+ * whose recorded span is itself short (LeRobot's streaming encoder), by
+ * that span. A file where this fails (a CFR re-encode that dropped frames
+ * mid-file, a truncated file, another recording in its place, more frames
+ * than the episodes) places no frame with certainty: with the policy
+ * VF_VIDEO_MISMATCH_REFUSE every episode of the file is UNMATCHED from frame
+ * 0 and one FILE_REFUSED record names the file and both counts (method
+ * VF_VIDEO_MAP_REFUSED); with VF_VIDEO_MISMATCH_TIMESTAMP the file is
+ * matched by timestamp anyway, with one FILE_BY_TIMESTAMP warning (a file
+ * with more frames than its episodes is refused either way). A located
+ * difference is matched by timestamp: the first frame with pts >=
+ * from - 0.5/fps, then the nearest pts to from + k/fps within the tolerance.
+ * An episode that fails any of these is UNMATCHED: a problem record naming
+ * the episode and its first unmatched frame, and no frame of it is handed
+ * out. The span
  * (to - from) * fps is accepted as length (to = end) or length - 1 (to = the
  * last frame's time, written by some converters). Returns an error only for
  * invalid arguments (non-finite times, length <= 0); data problems are
  * records.
+ * The policy is the environment's (VF_VIDEO_MISMATCH_DEFAULT);
+ * vf_video_map_episodes_policy takes it explicitly.
  * Free with vf_video_map_free(map, episodes, count). */
 int vf_video_map_episodes(const vf_video_index *index, vf_video_episode *episodes, size_t count,
                           const vf_video_map_settings *settings, vf_video_map *map);
+/* The same with the mismatch policy given: VF_VIDEO_MISMATCH_DEFAULT,
+ * _REFUSE or _TIMESTAMP (VF_EINVAL otherwise). */
+int vf_video_map_episodes_policy(const vf_video_index *index, vf_video_episode *episodes, size_t count,
+                                 const vf_video_map_settings *settings, vf_video_mismatch policy,
+                                 vf_video_map *map);
 void vf_video_map_free(vf_video_map *map, vf_video_episode *episodes, size_t count);
 
 /* The ordinal of frame k of a mapped episode. VF_ERANGE if k is outside

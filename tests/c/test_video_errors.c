@@ -352,15 +352,25 @@ static void test_too_few_frames(const char *dir)
         CHECK_ERR(vf_video_index_expect_frames(ix, 6, "observation.images.top"), VF_ECORRUPT,
                   "camera observation.images.top: video has 5 frames, expected at least 6");
         CHECK(strstr(vf_last_error(), "short.mp4") != NULL);
-        /* The episode map reports the missing frame and refuses it. */
+        /* The episode map refuses the file: its last frame is missing and
+         * no pts gap says where (a cut end looks like a CFR re-encode that
+         * dropped a frame anywhere). */
         vf_video_episode ep = {.episode_index = 3, .from_timestamp = 0, .to_timestamp = 0.2, .length = 6};
         vf_video_map map;
         vf_video_map_settings ms = {.fps = 30, .camera = "observation.images.top"};
-        CHECK_OK(vf_video_map_episodes(ix, &ep, 1, &ms, &map));
-        CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
-        CHECK_EQ_INT(ep.frames_found, 0); /* longer than the whole file: refused before matching */
+        CHECK_OK(vf_video_map_episodes_policy(ix, &ep, 1, &ms, VF_VIDEO_MISMATCH_REFUSE, &map));
+        CHECK_EQ_INT(map.method, VF_VIDEO_MAP_REFUSED);
+        CHECK_EQ_INT(ep.frames_found, 0);
         int64_t o;
         CHECK_ERR(vf_video_episode_frame(&ep, 4, &o), VF_ECORRUPT, "episode 3: refused");
+        CHECK_ERR(vf_video_episode_frame(&ep, 0, &o), VF_ECORRUPT,
+                  "first unmatched frame 0: the file holds 5 frames but its 1 episode declares 6; no pts gap shows "
+                  "where frames are missing, so no frame of this file can be placed");
+        vf_video_map_free(&map, &ep, 1);
+        /* The timestamp opt-in: matched by time, the missing frame refused. */
+        CHECK_OK(vf_video_map_episodes_policy(ix, &ep, 1, &ms, VF_VIDEO_MISMATCH_TIMESTAMP, &map));
+        CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
+        CHECK_EQ_INT(ep.frames_found, 0); /* longer than the whole file: refused before matching */
         CHECK_ERR(vf_video_episode_frame(&ep, 5, &o), VF_ECORRUPT, "first unmatched frame 5");
         vf_video_map_free(&map, &ep, 1);
         vf_video_index_free(ix);

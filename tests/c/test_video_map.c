@@ -4,10 +4,13 @@
  *  - lengths that sum to the frame count: ordinal mapping, exact under
  *    drift (even drift beyond a frame), drift measured per episode and
  *    reported beyond the tolerance; episodes passed in any order;
- *  - dropped frames: timestamp fallback, the missing frames reported as a
- *    run and refused by vf_video_episode_frame, later frames still found;
- *  - extra frames in the file, an episode past the end, a span that does
- *    not match its length; invalid arguments.
+ *  - dropped frames shown by pts gaps: timestamp fallback, the missing
+ *    frames reported as a run and refused by vf_video_episode_frame, later
+ *    frames still found;
+ *  - extra frames in the file, an episode past the end (the whole file
+ *    refused; by timestamp on the opt-in), a span that does not match its
+ *    length; invalid arguments. The counts-disagree rule in depth:
+ *    test_video_mismatch.c.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -209,24 +212,36 @@ static void test_other_mismatches(void)
     set_episodes(eps, lengths, 2);
     eps[1].from_timestamp += 6 / 30.0; /* frames 8..13 belong to an unlisted episode */
     eps[1].to_timestamp += 6 / 30.0;
-    CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
-    CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
-    CHECK_EQ_INT(eps[1].first_ordinal, 14);
-    CHECK(eps[1].frame_ordinals == NULL);
     /* ... but a file with more frames than its episodes is not the file the
-     * metadata describes: every episode in it is refused. */
-    CHECK_EQ_INT(map.problem_count, 3);
-    CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
-    CHECK_ERR(vf_video_episode_frame(&eps[1], 5, &o), VF_ECORRUPT, "the file holds 20 frames but the metadata's 2 "
-                                                                   "episodes in it hold 14");
-    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "episode 100: refused");
-    vf_video_map_free(&map, eps, 2);
+     * metadata describes: every episode in it is refused, whatever the
+     * mismatch policy. */
+    for (int policy = VF_VIDEO_MISMATCH_REFUSE; policy <= VF_VIDEO_MISMATCH_TIMESTAMP; policy++) {
+        CHECK_OK(vf_video_map_episodes_policy(ix, eps, 2, &ms, (vf_video_mismatch)policy, &map));
+        CHECK_EQ_INT(map.method, VF_VIDEO_MAP_REFUSED);
+        CHECK_EQ_INT(map.problem_count, 3);
+        CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_FILE_REFUSED);
+        CHECK_EQ_INT(map.problems[1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
+        CHECK_ERR(vf_video_episode_frame(&eps[1], 5, &o), VF_ECORRUPT, "the file holds 20 frames but its 2 "
+                                                                       "episodes declare 14; more frames than its "
+                                                                       "episodes hold (another file in its place?)");
+        CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "episode 100: refused");
+        vf_video_map_free(&map, eps, 2);
+    }
 
-    /* An episode reaching past the end of the file. */
+    /* An episode reaching past the end of the file: no pts gap locates the
+     * 5 missing frames, so the file is refused; by timestamp (the opt-in)
+     * the first episode is served and the second refused from frame 5. */
     static const int64_t long_lengths[] = {15, 10};
     set_episodes(eps, long_lengths, 2);
-    CHECK_OK(vf_video_map_episodes(ix, eps, 2, &ms, &map));
+    CHECK_OK(vf_video_map_episodes_policy(ix, eps, 2, &ms, VF_VIDEO_MISMATCH_REFUSE, &map));
+    CHECK_EQ_INT(map.method, VF_VIDEO_MAP_REFUSED);
+    CHECK_ERR(vf_video_episode_frame(&eps[0], 0, &o), VF_ECORRUPT, "holds 20 frames but its 2 episodes declare 25");
+    vf_video_map_free(&map, eps, 2);
+    CHECK_OK(vf_video_map_episodes_policy(ix, eps, 2, &ms, VF_VIDEO_MISMATCH_TIMESTAMP, &map));
+    CHECK_EQ_INT(map.method, VF_VIDEO_MAP_BY_TIMESTAMP);
+    CHECK_EQ_INT(map.problems[0].kind, VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP);
     CHECK_EQ_INT(eps[1].frames_found, 5);
+    CHECK_OK(vf_video_episode_frame(&eps[0], 14, &o));
     CHECK_ERR(vf_video_episode_frame(&eps[1], 4, &o), VF_ECORRUPT, "first unmatched frame 5");
     CHECK_EQ_INT(map.problems[map.problem_count - 1].kind, VF_VIDEO_PROBLEM_UNMATCHED);
     CHECK_EQ_INT(map.problems[map.problem_count - 2].count, 5);
@@ -268,6 +283,7 @@ static void test_other_mismatches(void)
     CHECK_ERR(vf_video_map_episodes(ix, eps, 2, &wide, &map), VF_EINVAL, "below half a frame");
     /* No episodes at all: valid, nothing mapped. */
     CHECK_OK(vf_video_map_episodes(ix, eps, 0, &ms, &map));
+    CHECK(map.method != VF_VIDEO_MAP_REFUSED);
     vf_video_map_free(&map, eps, 0);
     vf_video_index_free(ix);
 }

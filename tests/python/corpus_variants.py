@@ -312,8 +312,39 @@ def _reencode_cfr_dropping(r, first, count):
     tmp.replace(src)
 
 
-simple("video_frames_dropped_cfr", EpisodeError({3}, f"{VIDEO_FILE}.*episode 3"),
-       lambda r: _reencode_cfr_dropping(r, 30, 10), needs={"some_shifted": True})
+# Counts that disagree with no pts gap to say where (docs/reliability.md,
+# "Frame counts that disagree"): by time every frame after the drop would be
+# served as another row's, so no frame of the file is placed: every episode
+# in it is refused, the message naming the file and both counts.
+NO_GAP = f"{VIDEO_FILE}.*holds 70 frames but its 4 episodes declare 80; no pts gap shows where frames are missing"
+simple("video_frames_dropped_cfr", EpisodeError({0, 1, 2, 3}, NO_GAP), lambda r: _reencode_cfr_dropping(r, 30, 10))
+
+
+@variant("video_frames_dropped_pts_kept", EpisodeError({2}, f"{VIDEO_FILE}.*episode 2.*(no video frame|refused)"),
+         needs={"exact": False})
+def _(r):
+    """Frames 40..49 (episode 2's 1..10) dropped, every other frame keeping
+    its timestamp: the pts gap shows where, so only episode 2 is refused and
+    the others are mapped around the gap exactly (re-encoded: pixels differ)."""
+    src = r / VIDEO_FILE
+    tmp = src.with_suffix(".tmp.mp4")
+    damage.ffmpeg("-i", src, "-vf", "select='not(between(n\\,40\\,49))'", "-c:v", "libx264", "-g", "2", "-bf", "0",
+                  "-pix_fmt", "yuv420p", "-vsync", "passthrough", "-enc_time_base", "-1", "-video_track_timescale",
+                  "15360", tmp)
+    tmp.replace(src)
+
+
+@variant("video_replaced_by_shorter_recording",
+         EpisodeError({0, 1, 2, 3}, f"{VIDEO_FILE}.*holds 18 frames but its 4 episodes declare 80; no pts gap"))
+def _(r):
+    """The file of the 4 episodes replaced by a recording of episode 1 alone
+    (its 18 frames from pts 0): by time, episode 0 would be served episode
+    1's frames."""
+    src = r / VIDEO_FILE
+    tmp = src.with_suffix(".tmp.mp4")
+    damage.ffmpeg("-i", src, "-vf", "select='between(n\\,21\\,38)',setpts=N/FRAME_RATE/TB", "-r", "30", "-c:v",
+                  "libx264", "-g", "2", "-bf", "0", "-pix_fmt", "yuv420p", "-video_track_timescale", "15360", tmp)
+    tmp.replace(src)
 
 
 @variant("video_swapped_with_longer", EpisodeError({0, 1, 2, 3}, f"{VIDEO_FILE}.*another file in its place"))
@@ -325,7 +356,10 @@ def _(r):
     tmp.replace(src)
 
 
-@variant("video_shortened", EpisodeError({3}, f"{VIDEO_FILE}.*episode 3"))
+# The last 5 frames cut: a regular pts grid 5 frames short, exactly what a
+# CFR re-encode dropping 5 frames anywhere looks like: the whole file refused.
+@variant("video_shortened",
+         EpisodeError({0, 1, 2, 3}, f"{VIDEO_FILE}.*holds 75 frames but its 4 episodes declare 80; no pts gap"))
 def _(r):
     src = r / VIDEO_FILE
     n = len(damage.ffprobe_frames(src))

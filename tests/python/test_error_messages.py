@@ -121,16 +121,17 @@ def test_http_outage_mid_video_names_the_status_and_url(cli, tmp_path, monkeypat
 
 
 def test_span_messages_separate_camera_and_episode(cli, base, tmp_path):
-    """A shortened MP4 (5 frames cut at the end): frames are matched by
-    timestamp and the missing ones reported per episode."""
+    """Frames 40-49 dropped with their timestamps kept (a pts gap shows where):
+    frames are matched by timestamp around the gap and the missing ones
+    reported for the episode that lost them."""
     root = damage.copy(base, tmp_path / "ds")
-    VARIANTS["video_shortened"].mutate(root)
+    VARIANTS["video_frames_dropped_pts_kept"].mutate(root)
     code = f"import vlafeed\nds = vlafeed.LeRobotDataset({str(root)!r})\nds[0]\n"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    assert f"camera {damage.CAM}: episode 3: frames 16..20 (5 of" in out, out
+    assert f"camera {damage.CAM}: episode 2: frames 1..10 (10 of" in out, out
     assert not re.search(rf"{re.escape(damage.CAM)}episode", out), out
 
 

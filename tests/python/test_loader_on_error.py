@@ -160,7 +160,7 @@ def test_skip_resumes_exactly(base, tmp_path, mode):
 
 
 def test_get_items_raises_even_under_skip(base, tmp_path):
-    root = damaged(base[0], tmp_path, "video_shortened")
+    root = damaged(base[0], tmp_path, "episodes_from_past_end")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ld = loader(root, "skip")

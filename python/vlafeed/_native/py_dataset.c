@@ -92,6 +92,8 @@ static int parse_check_files(PyObject *obj, void *options)
 }
 
 static const vf_py_choice metadata_policies[] = {{"raise", 0}, {"warn", 1}, {NULL, 0}};
+static const vf_py_choice mismatch_policies[] = {
+    {"refuse", VF_VIDEO_MISMATCH_REFUSE}, {"timestamp", VF_VIDEO_MISMATCH_TIMESTAMP}, {NULL, 0}};
 
 #define D dataset_args
 #define EPISODES(parser) {"episodes", VF_PY_OBJECT, .parse = parser}
@@ -105,6 +107,9 @@ static const vf_py_setting dataset_list[] = {
      .error = "on_metadata_error must be \"raise\" or \"warn\", not \"%s\""},
     {"check_videos", VF_PY_INT, VF_PY_FIELD(D, s.check_videos)}, /* 1 local roots (default), 2 remote too, 0 off */
     CHECK_FILES,
+    /* not given: VF_VIDEO_MISMATCH in the environment, else "refuse" */
+    {"video_mismatch", VF_PY_STR, VF_PY_FIELD(D, s.video_mismatch), .choices = mismatch_policies,
+     .error = "video_mismatch must be \"refuse\" or \"timestamp\", not \"%s\""},
 };
 static const vf_py_setting info_list[] = {
     {"path", VF_PY_PATH, VF_PY_FIELD(D, path)},

@@ -24,7 +24,7 @@ import numpy as np
 
 from vlafeed import _native
 from vlafeed.data import lerobot_compat as compat
-from vlafeed.data.loader import batch_to_dict
+from vlafeed.data.loader import batch_to_dict, open_native_dataset
 
 
 def _native_property(name, doc=None):
@@ -50,12 +50,12 @@ class LeRobotDatasetMetadata:
     """
 
     def __init__(self, repo_id=None, root=None, revision=None, force_cache_sync=False, *, episodes=None,
-                 on_metadata_error="raise"):
+                 on_metadata_error="raise", video_mismatch=None):
         if isinstance(repo_id, _native.Dataset):
             self._native, self.repo_id = repo_id, None
         else:
             resolved, self.repo_id = compat.resolve_root(repo_id, root)
-            self._native = _native.Dataset(resolved, episodes, on_metadata_error=on_metadata_error)
+            self._native = open_native_dataset(resolved, episodes, on_metadata_error, video_mismatch)
         self.revision = revision
         self._info = None
         self._stats = None
@@ -243,13 +243,18 @@ class LeRobotDataset:
     loads inconsistent metadata with a warning per problem;
     on_error="skip" leaves out episodes the open found unservable (listed in
     skipped_episodes); check_videos=0 skips the open-time video check.
+    video_mismatch: None (the VF_VIDEO_MISMATCH environment variable, else
+    "refuse"), "refuse" or "timestamp": what to do with a video file whose
+    frame count disagrees with its episodes where its pts do not show where
+    frames are missing (refuse every episode of it, or serve it by
+    timestamp with a LoaderWarning per file).
     """
 
     def __init__(self, repo_id=None, root=None, episodes=None, image_transforms=None, delta_timestamps=None,
                  tolerance_s=1e-4, revision=None, force_cache_sync=False, download_videos=True, video_backend=None,
                  batch_encoding_size=1, *, image_format="float32", keys=None, renames=None, resize=None,
                  normalize=None, return_uint8=False, lerobot_shapes=True, include_task=True, threads=None,
-                 output="torch", on_metadata_error="raise", on_error="raise", check_videos=1):
+                 output="torch", on_metadata_error="raise", on_error="raise", check_videos=1, video_mismatch=None):
         if return_uint8:
             image_format = "uint8"
         if on_error not in ("raise", "skip"):
@@ -266,7 +271,8 @@ class LeRobotDataset:
                                                                      for k, v in delta_timestamps.items()},
             image_format=image_format, tolerance_s=tolerance_s, keys=keys, renames=renames, resize=resize,
             normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task, threads=threads,
-            output=output, on_metadata_error=on_metadata_error, on_error=on_error, check_videos=check_videos)
+            output=output, on_metadata_error=on_metadata_error, on_error=on_error, check_videos=check_videos,
+            video_mismatch=video_mismatch)
         self.image_transforms = image_transforms
         self._open()
 
@@ -275,8 +281,8 @@ class LeRobotDataset:
     def _open(self):
         c = self._config
         self._pid = os.getpid()
-        self.native_dataset = _native.Dataset(c["root"], c["episodes"], on_metadata_error=c["on_metadata_error"],
-                                              check_videos=c.get("check_videos", 1))
+        self.native_dataset = open_native_dataset(c["root"], c["episodes"], c["on_metadata_error"],
+                                                  c.get("video_mismatch"), check_videos=c.get("check_videos", 1))
         self.skipped_episodes = []
         if c.get("on_error") == "skip":
             self._skip_bad_episodes()
@@ -314,8 +320,8 @@ class LeRobotDataset:
         for episode, why in sorted(bad.items()):
             warnings.warn(f"vlafeed: episode {episode} skipped (on_error=\"skip\"): {why}", stacklevel=4)
         self.skipped_episodes = sorted(bad)
-        self.native_dataset = _native.Dataset(c["root"], keep, on_metadata_error=c["on_metadata_error"],
-                                              check_videos=c.get("check_videos", 1))
+        self.native_dataset = open_native_dataset(c["root"], keep, c["on_metadata_error"], c.get("video_mismatch"),
+                                                  check_videos=c.get("check_videos", 1))
 
     def _ensure_process(self):
         # A forked child (DataLoader worker) inherits the engine objects without

@@ -147,17 +147,33 @@ def emit_warnings(native, seen=0, stacklevel=3, rank=0):
     return len(messages)
 
 
-def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise"):
+def open_native_dataset(root, episodes=None, on_metadata_error="raise", video_mismatch=None, **settings):
+    """_native.Dataset(root, ...) with vlafeed's Python-side reporting. video_mismatch: None (the
+    VF_VIDEO_MISMATCH environment variable, else "refuse"), "refuse" (every episode of a video file
+    whose frame count disagrees with its episodes, where the file's pts do not show where frames are
+    missing, is refused) or "timestamp" (such files are served by timestamp, one LoaderWarning per
+    file: frames after a dropped run may be other frames than the rows describe)."""
+    if video_mismatch is not None:
+        settings["video_mismatch"] = video_mismatch
+    native = _native.Dataset(os.fspath(root), episodes, on_metadata_error=on_metadata_error, **settings)
+    if video_mismatch == "timestamp":
+        for p in native.info().get("problems", []):
+            if p.get("severity") == "warning" and "served by timestamp" in p.get("message", ""):
+                warnings.warn(f"vlafeed: {p['file']}: {p['message']}", LoaderWarning, stacklevel=3)
+    return native
+
+
+def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise", video_mismatch=None):
     """(_native.Dataset, defaults dict) for a path, a _native.Dataset or a
     vlafeed.LeRobotDataset (whose delta_timestamps and image settings become
-    the loader's defaults). on_metadata_error applies to a path (an open
-    dataset was opened with its own)."""
+    the loader's defaults). on_metadata_error and video_mismatch apply to a
+    path (an open dataset was opened with its own)."""
     if isinstance(dataset_or_root, _native.Dataset):
         return dataset_or_root, {}
     native = getattr(dataset_or_root, "native_dataset", None)
     if native is not None:
         return native, dict(dataset_or_root.loader_defaults)
-    return _native.Dataset(os.fspath(dataset_or_root), episodes, on_metadata_error=on_metadata_error), {}
+    return open_native_dataset(dataset_or_root, episodes, on_metadata_error, video_mismatch), {}
 
 
 class Loader:
@@ -195,6 +211,7 @@ class Loader:
     on_metadata_error: "raise" (default) refuses a dataset whose metadata
     has errors (``vlafeed info`` lists them); "warn" opens it anyway with a
     UserWarning per error, as ``LeRobotDataset(..., on_metadata_error=)``.
+    video_mismatch: None, "refuse" or "timestamp" (see open_native_dataset).
     """
 
     def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,
@@ -203,10 +220,11 @@ class Loader:
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
-                 prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise"):
+                 prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise",
+                 video_mismatch=None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
-        native, defaults = native_dataset(dataset_or_root, episodes, on_metadata_error)
+        native, defaults = native_dataset(dataset_or_root, episodes, on_metadata_error, video_mismatch)
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
