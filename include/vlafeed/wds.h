@@ -101,7 +101,8 @@ void vf_wds_manifest_close(vf_wds_manifest *m);
 typedef struct vf_wds_member {
     const char *suffix;        /* lower-cased, e.g. "top_t0.jpg", "lowdim.npz" */
     const char *name;          /* the member's full name in the tar */
-    const uint8_t *data;       /* NULL when the sample was skipped (want = 0) */
+    const uint8_t *data;       /* NULL when the sample was skipped (want = 0), or the member was not
+                                * read (not a wanted field: see vf_wds_loader_settings.fields) */
     size_t size;
 } vf_wds_member;
 
@@ -123,7 +124,11 @@ int vf_wds_reader_open_memory(vf_wds_reader **out, const char *name, const void 
 /* The next sample: 0 with *out (valid until the next call), VF_EOF at the
  * end of the shard, or an error naming the shard, the member and the key
  * (truncated or damaged tar, duplicate suffix). want = 0 skips the
- * sample's bytes without reading them into memory (members' data NULL). */
+ * sample's bytes without reading them into memory (members' data NULL).
+ * A member whose tar header declares more than 256 MiB (a sparse member:
+ * its expanded size), or a sample whose members together pass 1 GiB, is
+ * refused before it is read: VF_ERANGE naming the budget
+ * (max_member_bytes, max_sample_bytes). After an error the reader ends. */
 int vf_wds_reader_next(vf_wds_reader *r, int want, const vf_wds_sample **out);
 void vf_wds_reader_close(vf_wds_reader *r);
 
@@ -144,6 +149,8 @@ typedef struct vf_wds_array {
 int vf_wds_parse_npy(const uint8_t *data, size_t size, vf_wds_array *out);
 
 /* The members of a .npz (zip, stored or deflated), each parsed as .npy.
+ * Members that together inflate to more than 256 MiB (max_member_bytes)
+ * are refused from their zip headers before inflating: VF_ERANGE.
  * names[i] is the member name without ".npy"; storage[i] / sizes[i] the
  * member's bytes (a .npy document); parsed[i] 1 when arrays[i] describes it
  * (data pointing into storage[i]), 0 for a dtype left to numpy
@@ -165,9 +172,12 @@ void vf_wds_npz_free(vf_wds_npz *z);
 int vf_wds_image_size(const uint8_t *data, size_t size, int *width, int *height);
 /* Decodes a JPEG (libjpeg-turbo through TurboJPEG; accurate integer IDCT and
  * fancy upsampling, the settings PIL uses) or a PNG (libpng; 8-bit output,
- * alpha dropped, gray expanded) to RGB, resized with swscale (area) when
- * (width, height) differ from the image's. float_chw = 0: uint8 [H][W][3]
- * into out; 1: float32 [3][H][W] in [0, 1]. */
+ * 1/2/4-bit samples scaled to 8 bits, alpha dropped, gray expanded) to RGB,
+ * resized with swscale (area) when (width, height) differ from the
+ * image's; a JPEG at least twice the target is decoded at 1/2, 1/4 or 1/8
+ * scale first. float_chw = 0: uint8 [H][W][3] into out; 1: float32
+ * [3][H][W] in [0, 1]. An image whose header declares more than 64 Mpx
+ * (max_image_pixels) is refused before anything is allocated: VF_ERANGE. */
 int vf_wds_decode_image(const uint8_t *data, size_t size, int width, int height, int float_chw, void *out);
 
 /* ---- the shard loader ------------------------------------------------------ */
@@ -200,6 +210,24 @@ typedef struct vf_wds_loader_settings {
     const vf_loader_state *resume; /* NULL, or a state to start from (overrides epoch) */
     int allow_outside_base;    /* shards outside the manifest's base: see vf_wds_manifest_settings;
                                 * default 0, or 1 when the environment has VF_WDS_ALLOW_OUTSIDE=1 */
+    /* Budgets (all > 0; a crafted shard or manifest cannot make the loader
+     * allocate more than they allow). Each is checked against what a header
+     * declares BEFORE anything of that size is allocated: a tar member's
+     * size (a GNU/pax sparse member's real size), a JPEG's or PNG's
+     * dimensions, a .npz member's size from its zip headers, the columns
+     * of a batch, the manifest's counts. Exceeding one is bad input: the
+     * message names the shard, the member, the key and the budget's name;
+     * under VF_WDS_SKIP the sample is left out and counted. Members whose
+     * suffix is not a delivered field are never read (skipped in the tar
+     * stream), whatever their size. */
+    int64_t max_image_pixels;  /* width * height an image may declare; default 64 Mpx (8192 x 8192) */
+    int64_t max_member_bytes;  /* a read member's size, and what one member decodes to (an image's
+                                * pixels at their decoded size, a .npz's arrays); default 256 MiB */
+    int64_t max_sample_bytes;  /* a sample's read members plus what they decode to; default 1 GiB */
+    int64_t max_batch_bytes;   /* a batch's columns; a sample that would pass it is refused (the
+                                * batch keeps the samples before it); default 8 GiB */
+    int64_t max_manifest_samples; /* num_sequences of all shards together (the plan of an epoch
+                                * holds about 16 bytes per sample); default 2^28 */
 } vf_wds_loader_settings;
 
 typedef struct vf_wds_loader vf_wds_loader;
@@ -207,7 +235,13 @@ typedef struct vf_wds_loader vf_wds_loader;
 void vf_wds_loader_defaults(vf_wds_loader_settings *s);
 /* Opens the manifest and plans the first epoch. VF_EINVAL for bad
  * settings or a shard outside the manifest's base (see
- * vf_wds_manifest_settings); errors of the manifest name it. */
+ * vf_wds_manifest_settings); errors of the manifest name it. Before the
+ * plan is allocated the counts are checked (VF_ECORRUPT naming the line
+ * and the shard): a local shard of B bytes holds at most B / 512 samples
+ * (a gzip'd one 1032 times that), all shards together at most
+ * max_manifest_samples (remote shard sizes are not fetched at open); a
+ * shard listed with num_sequences 0 whose tar holds samples is an error
+ * (under VF_WDS_SKIP a skipped shard, counted with its message). */
 int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_loader_settings *s);
 void vf_wds_loader_close(vf_wds_loader *l);
 int64_t vf_wds_loader_num_samples(const vf_wds_loader *l); /* this loader's samples per epoch */

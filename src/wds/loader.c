@@ -29,6 +29,11 @@
  * Prefetch: with prefetch > 0 a producer thread assembles batches ahead
  * into a bounded queue; the first error or the epoch's end is returned
  * again on every later call.
+ *
+ * Open checks the manifest's counts before anything proportional to them
+ * is allocated (vf_wds_manifest_check_counts: a local shard's size, the
+ * max_manifest_samples budget) and opens each shard listed as empty, so a
+ * count of 0 cannot silently drop a shard's samples.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -54,6 +59,11 @@ void vf_wds_loader_defaults(vf_wds_loader_settings *s)
     s->consumer = -1;
     s->shuffle_buffer = 1000;
     s->prefetch = 2;
+    s->max_image_pixels = VF_WDS_DEFAULT_MAX_IMAGE_PIXELS;
+    s->max_member_bytes = VF_WDS_DEFAULT_MAX_MEMBER_BYTES;
+    s->max_sample_bytes = VF_WDS_DEFAULT_MAX_SAMPLE_BYTES;
+    s->max_batch_bytes = VF_WDS_DEFAULT_MAX_BATCH_BYTES;
+    s->max_manifest_samples = VF_WDS_DEFAULT_MAX_MANIFEST_SAMPLES;
     vf_wds_manifest_settings ms;
     vf_wds_manifest_defaults(&ms); /* VF_WDS_ALLOW_OUTSIDE=1 in the environment opts in */
     s->allow_outside_base = ms.allow_outside_base;
@@ -234,6 +244,59 @@ static int check_settings(const vf_wds_loader_settings *s)
         return vf_error(VF_EINVAL, "wds loader: resize needs both width and height > 0");
     if (s->on_error != VF_WDS_RAISE && s->on_error != VF_WDS_SKIP)
         return vf_error(VF_EINVAL, "wds loader: on_error must be raise or skip");
+    const struct {
+        int64_t value;
+        const char *name;
+    } budgets[] = {{s->max_image_pixels, "max_image_pixels"},
+                   {s->max_member_bytes, "max_member_bytes"},
+                   {s->max_sample_bytes, "max_sample_bytes"},
+                   {s->max_batch_bytes, "max_batch_bytes"},
+                   {s->max_manifest_samples, "max_manifest_samples"}};
+    for (size_t i = 0; i < VF_ARRAY_LEN(budgets); i++)
+        if (budgets[i].value < 1)
+            return vf_error(VF_EINVAL, "wds loader: %s must be >= 1 (it is %lld)", budgets[i].name,
+                            (long long)budgets[i].value);
+    return 0;
+}
+
+/* A shard the manifest says is empty is never read by the plan; one whose
+ * tar holds samples would lose them silently. Each is opened and its first
+ * sample looked for (its bytes skipped): found, it is an error naming the
+ * shard (VF_WDS_RAISE), or under VF_WDS_SKIP a skipped shard, counted with
+ * its message. A shard that cannot be opened or read has nothing to lose
+ * here (a count above 0 would report it when read). */
+static int check_empty_shards(vf_wds_loader *l)
+{
+    for (size_t i = 0; i < vf_wds_manifest_num_shards(l->manifest); i++) {
+        if (vf_wds_manifest_shard_samples(l->manifest, i) != 0)
+            continue;
+        const char *url = vf_wds_manifest_shard_url(l->manifest, i);
+        vf_wds_reader *r = NULL;
+        const vf_wds_sample *smp = NULL;
+        int rc = vf_wds_reader_open(&r, url);
+        if (rc == 0)
+            rc = vf_wds_reader_next(r, 0, &smp);
+        char *msg = rc == 0 ? vf_asprintf("%s:%lld: shard %s has num_sequences 0 but its tar holds samples (first "
+                                          "key %s): they would never be read; fix the count",
+                                          vf_wds_manifest_path(l->manifest),
+                                          (long long)vf_wds_manifest_shard_line(l->manifest, i), url, smp->key)
+                            : NULL;
+        vf_wds_reader_close(r);
+        if (rc == VF_ENOMEM)
+            return rc;
+        if (rc < 0)
+            continue;
+        if (!msg)
+            return VF_ENOMEM;
+        if (l->s.on_error != VF_WDS_SKIP) {
+            rc = vf_error(VF_ECORRUPT, "%s", msg);
+            free(msg);
+            return rc;
+        }
+        l->stats.skipped_shards++;
+        vf_wds_note_skip(l, msg);
+        free(msg);
+    }
     return 0;
 }
 
@@ -254,6 +317,10 @@ int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_l
     vf_wds_manifest_defaults(&ms);
     ms.allow_outside_base = settings->allow_outside_base;
     if ((rc = vf_wds_manifest_open_with(&l->manifest, manifest, &ms)) < 0)
+        goto fail;
+    /* before anything proportional to the counts is allocated */
+    if ((rc = vf_wds_manifest_check_counts(l->manifest, settings->max_manifest_samples)) < 0 ||
+        (rc = check_empty_shards(l)) < 0)
         goto fail;
     size_t ns = vf_wds_manifest_num_shards(l->manifest);
     l->tasks = vf_calloc(ns, sizeof *l->tasks);

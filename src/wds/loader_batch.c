@@ -16,6 +16,14 @@
  * shape that differs from the batch's fails the batch with a message naming
  * the shard, the member and the key (VF_WDS_RAISE), or under VF_WDS_SKIP
  * leaves the sample out of its batch and counts it.
+ *
+ * Budgets, each checked on what the headers declare before the memory is
+ * allocated: an image's pixels (max_image_pixels) and the bytes it decodes
+ * to (max_member_bytes, with the codec's scratch), a .npz's inflated
+ * arrays (max_member_bytes, from its zip headers), a sample's members plus
+ * what they decode to (max_sample_bytes), and the batch's columns
+ * (max_batch_bytes: samples are admitted in order, and the columns are
+ * allocated for the admitted ones only). A sample over one is bad input.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +146,7 @@ typedef struct assembly {
     vf_wds_loader *l;
     slot *slots;
     size_t count;
+    int64_t *row_of;           /* per slot: its row in the columns, -1 when it has none */
     vf_wds_batch *batch;
     int *col_field;            /* per column: the field it comes from */
     int *col_array;            /* per column: npz array index, else -1 */
@@ -161,10 +170,57 @@ static const char *shard_url(const vf_wds_loader *l, const vf_wds_stored *st)
     return vf_wds_manifest_shard_url(l->manifest, st->shard);
 }
 
+/* The bytes an image decodes to at the batch's size: its slot in the column,
+ * plus the codec's output when that is not the slot (another size, or the
+ * float layout) and the resized copy the float layout converts from. */
+static int64_t image_decoded_bytes(const vf_wds_loader *l, const vf_wds_member *m, int w, int h)
+{
+    int ow = l->s.resize_width ? l->s.resize_width : w, oh = l->s.resize_width ? l->s.resize_height : h;
+    int dw, dh;
+    vf_wds_decode_size(m->data, m->size, w, h, ow, oh, &dw, &dh);
+    int64_t bytes = (int64_t)ow * oh * (l->s.image_float_chw ? 12 : 3);
+    int resized = dw != ow || dh != oh;
+    if (l->s.image_float_chw || resized)
+        bytes += (int64_t)dw * dh * 3;
+    if (l->s.image_float_chw && resized)
+        bytes += (int64_t)ow * oh * 3;
+    return bytes;
+}
+
+/* The budget one field of a sample breaks, as a message (newly allocated),
+ * or NULL; adds what it decodes to to *sample_bytes. */
+static char *field_over_budget(const vf_wds_loader *l, const slot *sl, size_t f, const vf_wds_member *m,
+                               int64_t *sample_bytes)
+{
+    int64_t decoded = 0;
+    if (l->field_kind[f] == FIELD_IMAGE && vf_wds_png_bit_depth(m->data, m->size) != 16) {
+        int w = sl->img_w[f], h = sl->img_h[f];
+        if ((int64_t)w * h > l->s.max_image_pixels)
+            return vf_asprintf("image %dx%d is %lld pixels, above max_image_pixels %lld", w, h, (long long)w * h,
+                               (long long)l->s.max_image_pixels);
+        decoded = image_decoded_bytes(l, m, w, h);
+        if (decoded > l->s.max_member_bytes)
+            return vf_asprintf("image %dx%d decodes to %lld bytes, above max_member_bytes %lld", w, h,
+                               (long long)decoded, (long long)l->s.max_member_bytes);
+    } else if (l->field_kind[f] == FIELD_NPZ) {
+        for (size_t k = 0; k < sl->npz[f].count; k++)
+            decoded += (int64_t)sl->npz[f].sizes[k];
+    }
+    *sample_bytes += decoded;
+    if (*sample_bytes > l->s.max_sample_bytes)
+        return vf_asprintf("the sample reaches %lld bytes (its members as read and what they decode to), above "
+                           "max_sample_bytes %lld",
+                           (long long)*sample_bytes, (long long)l->s.max_sample_bytes);
+    return NULL;
+}
+
 static void parse_slot(assembly *a, slot *sl)
 {
     vf_wds_loader *l = a->l;
     vf_wds_stored *st = sl->sample;
+    int64_t sample_bytes = 0;
+    for (size_t i = 0; i < st->num_members; i++)
+        sample_bytes += (int64_t)st->members[i].size;
     for (size_t f = 0; f < l->num_fields && !sl->error; f++) {
         const vf_wds_member *m = NULL;
         for (size_t i = 0; i < st->num_members; i++)
@@ -180,7 +236,7 @@ static void parse_slot(assembly *a, slot *sl)
         int rc = 0;
         switch (l->field_kind[f]) {
         case FIELD_NPZ:
-            rc = vf_wds_read_npz(m->data, m->size, &sl->npz[f]);
+            rc = vf_wds_read_npz_limited(m->data, m->size, l->s.max_member_bytes, &sl->npz[f]);
             break;
         case FIELD_NPY:
             rc = vf_wds_parse_npy(m->data, m->size, &sl->npy[f]);
@@ -208,8 +264,15 @@ static void parse_slot(assembly *a, slot *sl)
         default:
             break;
         }
-        if (rc < 0)
+        if (rc < 0) {
             slot_fail(sl, shard_url(l, st), m->name, st->key, vf_last_error());
+            return;
+        }
+        char *over = field_over_budget(l, sl, f, m, &sample_bytes);
+        if (over) {
+            slot_fail(sl, shard_url(l, st), m->name, st->key, over);
+            free(over);
+        }
     }
 }
 
@@ -240,11 +303,14 @@ static int descr_itemsize(const char *descr)
     return descr[2] - '0';
 }
 
-static void decode_slot(assembly *a, size_t row, void **tj)
+static void decode_slot(assembly *a, size_t index, void **tj)
 {
     vf_wds_loader *l = a->l;
-    slot *sl = &a->slots[row];
+    slot *sl = &a->slots[index];
     vf_wds_batch *b = a->batch;
+    if (a->row_of[index] < 0)
+        return;
+    size_t row = (size_t)a->row_of[index];
     for (size_t ci = 0; ci < b->num_columns && !sl->error; ci++) {
         vf_wds_column *col = &b->columns[ci];
         int f = a->col_field[ci];
@@ -265,13 +331,14 @@ static void decode_slot(assembly *a, size_t row, void **tj)
             col->item_sizes[row] = size;
             continue;
         }
-        size_t row_bytes = col->nbytes / (size_t)col->shape[0];
+        size_t row_bytes = column_row_bytes(col, descr_itemsize(col->descr));
         uint8_t *dst = col->data + row * row_bytes;
         switch (l->field_kind[f]) {
         case FIELD_IMAGE: {
-            int rc = vf_wds_decode_image_with(tj, m->data, m->size, (int)(l->s.image_float_chw ? col->shape[3] : col->shape[2]),
+            int rc = vf_wds_decode_image_with(tj, m->data, m->size,
+                                              (int)(l->s.image_float_chw ? col->shape[3] : col->shape[2]),
                                               (int)(l->s.image_float_chw ? col->shape[2] : col->shape[1]),
-                                              l->s.image_float_chw, dst);
+                                              l->s.image_float_chw, l->s.max_image_pixels, dst);
             if (rc < 0)
                 slot_fail(sl, shard_url(l, sl->sample), m->name, sl->sample->key, vf_last_error());
             else
@@ -410,6 +477,53 @@ static int image_column_shape(const vf_wds_loader *l, int w, int h, int64_t shap
     return 0;
 }
 
+/* The bytes slot i adds to the batch's columns. */
+static int64_t row_cost(const assembly *a, size_t i)
+{
+    const vf_wds_loader *l = a->l;
+    const vf_wds_batch *b = a->batch;
+    const slot *sl = &a->slots[i];
+    int64_t cost = 0;
+    for (size_t ci = 0; ci < b->num_columns; ci++) {
+        const vf_wds_column *col = &b->columns[ci];
+        int f = a->col_field[ci];
+        if (col->type != VF_WDS_BYTES)
+            cost += (int64_t)column_row_bytes(col, descr_itemsize(col->descr));
+        else if (l->field_kind[f] == FIELD_NPZ)
+            cost += (int64_t)sl->npz[f].sizes[a->col_array[ci]];
+        else
+            cost += (int64_t)sl->field_member[f]->size;
+    }
+    return cost;
+}
+
+/* Gives the good slots their rows, in order, while the columns stay within
+ * max_batch_bytes; a slot that would pass it fails. Returns the rows. */
+static size_t admit_rows(assembly *a)
+{
+    const vf_wds_loader *l = a->l;
+    int64_t total = 0;
+    size_t rows = 0;
+    for (size_t i = 0; i < a->count; i++) {
+        slot *sl = &a->slots[i];
+        a->row_of[i] = -1;
+        if (!sl->sample || sl->error)
+            continue;
+        int64_t cost = row_cost(a, i);
+        if (cost > l->s.max_batch_bytes - total) {
+            char *what = vf_asprintf("the batch's columns would reach %lld bytes with this sample (%zu before it), "
+                                     "above max_batch_bytes %lld",
+                                     (long long)(total + cost), rows, (long long)l->s.max_batch_bytes);
+            slot_fail(sl, shard_url(l, sl->sample), NULL, sl->sample->key, what ? what : "above max_batch_bytes");
+            free(what);
+            continue;
+        }
+        total += cost;
+        a->row_of[i] = (int64_t)rows++;
+    }
+    return rows;
+}
+
 /* Columns from the first good slot; then checks every slot against them. */
 static int build_columns(assembly *a)
 {
@@ -440,7 +554,7 @@ static int build_columns(assembly *a)
             char *name = vf_strndup(suffix, (size_t)(strrchr(suffix, '.') - suffix));
             if (!name)
                 return VF_ENOMEM;
-            if (depth != -1 && depth != 8) {
+            if (depth == 16) { /* depth maps: the caller decodes them */
                 rc = add_column(b, a->col_field, a->col_array, (int)f, -1, suffix, suffix, VF_WDS_BYTES, NULL, 0, NULL);
             } else {
                 int64_t shape[3];
@@ -498,8 +612,8 @@ static int build_columns(assembly *a)
             char what[160] = "";
             if (l->field_kind[f] == FIELD_IMAGE && col->type != VF_WDS_BYTES) {
                 int depth = vf_wds_png_bit_depth(m->data, m->size);
-                if (depth != -1 && depth != 8)
-                    snprintf(what, sizeof what, "a %d-bit PNG where the batch holds 8-bit images", depth);
+                if (depth == 16)
+                    snprintf(what, sizeof what, "a 16-bit PNG where the batch holds 8-bit images");
                 else if (!l->s.resize_width) {
                     int64_t shape[3];
                     image_column_shape(l, sl->img_w[f], sl->img_h[f], shape);
@@ -534,17 +648,20 @@ static int build_columns(assembly *a)
                 slot_fail(sl, shard_url(l, sl->sample), m->name, sl->sample->key, what);
         }
     }
-    /* allocate */
+    size_t rows = admit_rows(a);
+    /* allocate, for the admitted rows only */
     for (size_t ci = 0; ci < b->num_columns; ci++) {
         vf_wds_column *col = &b->columns[ci];
+        col->shape[0] = (int64_t)rows;
         if (col->type == VF_WDS_BYTES) {
+            /* one entry per slot (vf_wds_batch_free walks b->size of them); rows use the first */
             col->items = vf_calloc(b->size ? b->size : 1, sizeof *col->items);
             col->item_sizes = vf_calloc(b->size ? b->size : 1, sizeof *col->item_sizes);
             if (!col->items || !col->item_sizes)
                 return VF_ENOMEM;
             continue;
         }
-        col->nbytes = column_row_bytes(col, descr_itemsize(col->descr)) * b->size;
+        col->nbytes = column_row_bytes(col, descr_itemsize(col->descr)) * rows;
         col->data = vf_calloc(col->nbytes ? col->nbytes : 1, 1);
         if (!col->data)
             return VF_ENOMEM;
@@ -552,41 +669,46 @@ static int build_columns(assembly *a)
     return 0;
 }
 
-/* Removes the rows of bad slots from the batch (keeps order). */
+/* Removes the rows of slots that failed after admission, and the slots
+ * that never had one, from the batch (keeps order). */
 static void compact(assembly *a)
 {
     vf_wds_batch *b = a->batch;
     size_t keep = 0;
     for (size_t i = 0; i < a->count; i++) {
         int good = a->slots[i].sample && !a->slots[i].error;
+        int64_t r = a->row_of[i];
+        if (r < 0)
+            continue;
+        size_t row = (size_t)r;
         if (!good) {
             for (size_t ci = 0; ci < b->num_columns; ci++)
                 if (b->columns[ci].items) {
-                    free(b->columns[ci].items[i]);
-                    b->columns[ci].items[i] = NULL;
+                    free(b->columns[ci].items[row]);
+                    b->columns[ci].items[row] = NULL;
                 }
             continue;
         }
-        if (keep != i) {
+        if (keep != row) {
             for (size_t ci = 0; ci < b->num_columns; ci++) {
                 vf_wds_column *col = &b->columns[ci];
                 if (col->items) {
-                    col->items[keep] = col->items[i];
-                    col->item_sizes[keep] = col->item_sizes[i];
-                    col->items[i] = NULL;
+                    col->items[keep] = col->items[row];
+                    col->item_sizes[keep] = col->item_sizes[row];
+                    col->items[row] = NULL;
                 } else {
-                    size_t rb = col->nbytes / (size_t)col->shape[0];
-                    memmove(col->data + keep * rb, col->data + i * rb, rb);
+                    size_t rb = column_row_bytes(col, descr_itemsize(col->descr));
+                    memmove(col->data + keep * rb, col->data + row * rb, rb);
                 }
             }
-            b->positions[keep] = b->positions[i];
         }
+        b->positions[keep] = b->positions[i];
         keep++;
     }
     for (size_t ci = 0; ci < b->num_columns; ci++) {
         vf_wds_column *col = &b->columns[ci];
-        if (!col->items && b->size)
-            col->nbytes = col->nbytes / (size_t)col->shape[0] * keep;
+        if (!col->items)
+            col->nbytes = column_row_bytes(col, descr_itemsize(col->descr)) * keep;
         col->shape[0] = (int64_t)keep;
     }
     b->size = keep;
@@ -610,6 +732,7 @@ static void free_slots(assembly *a)
         vf_wds_stored_free(sl->sample);
     }
     free(a->slots);
+    free(a->row_of);
     free(a->col_field);
     free(a->col_array);
 }
@@ -667,8 +790,11 @@ int vf_wds_produce(vf_wds_loader *l, vf_wds_batch **out)
     a.l = l;
     a.count = (size_t)(end - begin);
     a.slots = vf_calloc(a.count ? a.count : 1, sizeof *a.slots);
+    a.row_of = vf_malloc_array(a.count ? a.count : 1, sizeof *a.row_of);
     a.batch = vf_calloc(1, sizeof *a.batch);
-    int rc = a.slots && a.batch ? 0 : VF_ENOMEM;
+    int rc = a.slots && a.row_of && a.batch ? 0 : VF_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < a.count; i++)
+        a.row_of[i] = -1;
     if (rc == 0) {
         a.batch->size = a.count;
         a.batch->positions = vf_malloc_array(a.count ? a.count : 1, sizeof *a.batch->positions);

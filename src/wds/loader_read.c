@@ -14,6 +14,11 @@
  * disagrees with the manifest fails with a message naming the shard
  * (VF_WDS_RAISE), or under VF_WDS_SKIP marks the positions it affects as a
  * bad range (counted, and left out of their batches).
+ *
+ * Budgets: each reader reads only the delivered fields' members and holds
+ * them to max_member_bytes and max_sample_bytes (vf_wds_reader_limits); a
+ * sample over one is passed over unread and its position marked bad (one
+ * bad sample, not the rest of the shard: the tar itself is fine).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +91,11 @@ const char *vf_wds_find_bad(const vf_wds_consumer *c, int64_t p)
     return NULL;
 }
 
-static int add_bad(vf_wds_loader *l, vf_wds_consumer *c, int64_t start, int64_t end, const char *message)
+/* Marks [start, end) bad; count_shard: a skipped shard (or its rest) under
+ * VF_WDS_SKIP, else one sample refused by a budget (counted as a skipped
+ * sample when its batch is assembled). */
+static int add_bad_range(vf_wds_loader *l, vf_wds_consumer *c, int64_t start, int64_t end, const char *message,
+                         int count_shard)
 {
     vf_wds_bad_range *grown = vf_realloc(c->bad, (c->num_bad + 1) * sizeof *grown);
     if (!grown)
@@ -96,11 +105,27 @@ static int add_bad(vf_wds_loader *l, vf_wds_consumer *c, int64_t start, int64_t 
     if (!copy)
         return VF_ENOMEM;
     c->bad[c->num_bad++] = (vf_wds_bad_range){start, end, copy};
-    if (l->s.on_error == VF_WDS_SKIP) {
+    if (count_shard && l->s.on_error == VF_WDS_SKIP) {
         l->stats.skipped_shards++;
         vf_wds_note_skip(l, message);
     }
     return 0;
+}
+
+static int add_bad(vf_wds_loader *l, vf_wds_consumer *c, int64_t start, int64_t end, const char *message)
+{
+    return add_bad_range(l, c, start, end, message, 1);
+}
+
+/* The reader's limits: the loader's budgets and delivered fields. */
+static void limit_reader(const vf_wds_loader *l, vf_wds_reader *r)
+{
+    vf_wds_reader_limits limits = {.max_member_bytes = l->s.max_member_bytes,
+                                   .max_sample_bytes = l->s.max_sample_bytes,
+                                   .fields = l->field_suffix,
+                                   .num_fields = l->num_fields,
+                                   .skip_refused = 1};
+    vf_wds_reader_set_limits(r, &limits);
 }
 
 int vf_wds_store_sample(vf_wds_consumer *c, const vf_wds_sample *smp, int64_t position, size_t shard, int refs)
@@ -119,10 +144,12 @@ int vf_wds_store_sample(vf_wds_consumer *c, const vf_wds_sample *smp, int64_t po
     }
     for (size_t i = 0; i < smp->num_members; i++) {
         const vf_wds_member *m = &smp->members[i];
+        if (!m->data)
+            continue; /* not a delivered field: never read */
         uint8_t *data = vf_malloc(m->size ? m->size : 1);
         char *suffix = vf_strdup(m->suffix), *name = vf_strdup(m->name);
-        st->members[i] = (vf_wds_member){.suffix = suffix, .name = name, .data = data, .size = m->size};
-        st->num_members = i + 1;
+        st->members[st->num_members++] = (vf_wds_member){.suffix = suffix, .name = name, .data = data,
+                                                         .size = m->size};
         if (!data || !suffix || !name) {
             vf_wds_stored_free(st);
             return VF_ENOMEM;
@@ -209,6 +236,7 @@ int vf_wds_ensure_position(vf_wds_loader *l, vf_wds_consumer *c, int64_t p)
                 continue;
             }
             l->stats.shards_opened++;
+            limit_reader(l, c->reader);
             c->reader_task = piece->task;
             c->reader_pos = task->first_position;
         }
@@ -226,6 +254,13 @@ int vf_wds_ensure_position(vf_wds_loader *l, vf_wds_consumer *c, int64_t p)
         int rc = vf_wds_reader_next(c->reader, refs > 0, &smp);
         if (rc == VF_ENOMEM)
             return rc;
+        if (rc == VF_ERANGE) {
+            /* refused by a budget, passed over unread: this sample only */
+            c->reader_pos++;
+            if ((rc = add_bad_range(l, c, pos, pos + 1, vf_last_error(), 0)) < 0)
+                return rc;
+            continue;
+        }
         if (rc == VF_EOF || rc < 0) {
             char *msg = rc == VF_EOF ? vf_asprintf("shard %s: ends after %lld samples, the manifest's num_sequences "
                                                    "is %lld",
@@ -247,7 +282,8 @@ int vf_wds_ensure_position(vf_wds_loader *l, vf_wds_consumer *c, int64_t p)
         if (refs > 0) {
             l->stats.samples_read++;
             for (size_t i = 0; i < smp->num_members; i++)
-                l->stats.bytes_read += smp->members[i].size;
+                if (smp->members[i].data)
+                    l->stats.bytes_read += smp->members[i].size;
             if ((rc = vf_wds_store_sample(c, smp, pos, shard, (int)refs)) < 0)
                 return rc;
         } else {

@@ -16,9 +16,18 @@
  * Symbolic links are not resolved: a link inside the folder is followed.
  * With the opt-in a shard that is a URL or an absolute path is used as is
  * (plus ".tar" when missing) and a relative one is joined to the base.
+ *
+ * Counts: the loader allocates its plan in proportion to the counts, so
+ * vf_wds_manifest_check_counts holds them to what the shards can contain
+ * before that: their sum to a budget, and a local shard's count to its
+ * file size (a sample is at least one 512-byte tar header). A manifest
+ * line "num_sequences: 1e9" next to a 10 KB shard is refused by name
+ * instead of allocating gigabytes.
  */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "io/io.h"
@@ -30,6 +39,7 @@
 typedef struct wds_shard {
     char *name, *url;
     int64_t samples;
+    int64_t line;              /* the manifest line it was listed on */
 } wds_shard;
 
 struct vf_wds_manifest {
@@ -210,6 +220,7 @@ int vf_wds_manifest_parse_with(vf_wds_manifest **out, const char *name, const ch
             s->name = vf_strdup(shard);
             s->url = shard_url(m, shard);
             s->samples = count;
+            s->line = (int64_t)it.line;
             if (!s->name || !s->url) {
                 free(s->name);
                 free(s->url);
@@ -269,6 +280,68 @@ const char *vf_wds_manifest_shard_url(const vf_wds_manifest *m, size_t i) { retu
 const char *vf_wds_manifest_shard_name(const vf_wds_manifest *m, size_t i) { return m->shards[i].name; }
 int64_t vf_wds_manifest_shard_samples(const vf_wds_manifest *m, size_t i) { return m->shards[i].samples; }
 int64_t vf_wds_manifest_total_samples(const vf_wds_manifest *m) { return m->total; }
+const char *vf_wds_manifest_path(const vf_wds_manifest *m) { return m->name; }
+int64_t vf_wds_manifest_shard_line(const vf_wds_manifest *m, size_t i) { return m->shards[i].line; }
+
+/* At most how many samples a local shard file can hold, or -1 when its
+ * size says nothing (missing, or compressed with a filter that has no
+ * useful expansion limit); *how names the rule for messages. */
+static int64_t local_capacity(const char *path, int64_t *bytes, const char **how)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    uint8_t magic[6] = {0};
+    size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    *bytes = (int64_t)st.st_size;
+    if (got >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        /* deflate expands at most 1032:1 */
+        *how = "gzip'd: at most 1032 times its size in tar, and each sample needs at least one 512-byte tar header";
+        return (int64_t)(st.st_size / 512 + 1) * 1032;
+    }
+    static const struct {
+        const char *bytes;
+        size_t len;
+    } unbounded[] = {{"BZh", 3}, {"\xfd" "7zXZ", 5}, {"\x28\xb5\x2f\xfd", 4}, {"\x04\x22\x4d\x18", 4},
+                     {"LZIP", 4}, {"\x5d\x00\x00", 3}, {"\x1f\x9d", 2}};
+    for (size_t i = 0; i < VF_ARRAY_LEN(unbounded); i++)
+        if (got >= unbounded[i].len && !memcmp(magic, unbounded[i].bytes, unbounded[i].len))
+            return -1;
+    *how = "each sample needs at least one 512-byte tar header";
+    return (int64_t)st.st_size / 512;
+}
+
+int vf_wds_manifest_check_counts(const vf_wds_manifest *m, int64_t max_samples)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < m->count; i++) {
+        const wds_shard *s = &m->shards[i];
+        /* a local shard's size bounds its count (remote: the size is not
+         * fetched at open; the total budget holds, and the tar is checked
+         * against the count when read) */
+        int64_t bytes = 0, capacity = -1;
+        const char *how = "";
+        if (!vf_is_url(s->url) && s->samples > 0)
+            capacity = local_capacity(s->url, &bytes, &how);
+        if (capacity >= 0 && s->samples > capacity)
+            return vf_error(VF_ECORRUPT, "%s:%lld: shard %s: num_sequences %lld cannot be right: the file has %lld "
+                            "bytes, room for at most %lld samples (%s)",
+                            m->name, (long long)s->line, s->url, (long long)s->samples, (long long)bytes,
+                            (long long)capacity, how);
+        if (s->samples > max_samples - total)
+            return vf_error(VF_ECORRUPT, "%s:%lld: shard %s: num_sequences %lld brings the manifest to %lld samples, "
+                            "above max_manifest_samples %lld (the plan of an epoch holds about 16 bytes per "
+                            "sample; raise the budget for a set this large)",
+                            m->name, (long long)s->line, s->url, (long long)s->samples,
+                            (long long)(total + s->samples), (long long)max_samples);
+        total += s->samples;
+    }
+    return 0;
+}
 
 uint64_t vf_wds_manifest_fingerprint(const vf_wds_manifest *m)
 {

@@ -12,6 +12,15 @@
  * repeated suffix inside a sample is an error, non-regular members and
  * `__*__` metadata names are skipped.
  *
+ * Budgets (vf_wds_reader_limits): only the members of a wanted sample whose
+ * suffix is a wanted field are read; every other member is skipped in the
+ * stream (the skip callback moves the offset, a compressed stream is
+ * inflated through without keeping it), whatever size it declares. A read
+ * member's declared size (a GNU or pax sparse member's real size, which is
+ * what reading it would produce) is checked against max_member_bytes, and
+ * the sample's read members together against max_sample_bytes, before
+ * anything is allocated for it.
+ *
  * Invariant: the header of the member after a sample has been read when the
  * sample is returned (that is how its end is known), but its data has not:
  * it is read or skipped by the next call, according to that call's `want`.
@@ -26,7 +35,6 @@
 #include "wds/wds.h"
 
 #define VF_WDS_CHUNK (256 * 1024)
-#define VF_WDS_MAX_MEMBER ((int64_t)1 << 30)
 
 struct vf_wds_reader {
     char *name;
@@ -40,6 +48,8 @@ struct vf_wds_reader {
     char *pending_name;
     size_t pending_key_len;
     int64_t pending_size;
+    int pending_sparse;
+    vf_wds_reader_limits limits;
     /* the sample being returned */
     char *key;
     vf_wds_member *members;
@@ -47,6 +57,8 @@ struct vf_wds_reader {
     size_t num_owned;
     size_t num_members, cap;
     int64_t next_index;
+    int64_t sample_bytes;      /* bytes of the sample's members read so far */
+    char *refusal;             /* skip_refused: why the sample being assembled is refused */
     vf_wds_sample sample;
 };
 
@@ -165,6 +177,8 @@ static int reader_from_source(vf_wds_reader **out, const char *name, vf_source *
         return VF_ENOMEM;
     }
     r->src = src;
+    r->limits = (vf_wds_reader_limits){.max_member_bytes = VF_WDS_DEFAULT_MAX_MEMBER_BYTES,
+                                       .max_sample_bytes = VF_WDS_DEFAULT_MAX_SAMPLE_BYTES};
     r->name = vf_strdup(name);
     if (!r->name) {
         vf_wds_reader_close(r);
@@ -200,8 +214,16 @@ int vf_wds_reader_open_memory(vf_wds_reader **out, const char *name, const void 
     return reader_from_source(out, name, src);
 }
 
+void vf_wds_reader_set_limits(vf_wds_reader *r, const vf_wds_reader_limits *limits)
+{
+    r->limits = *limits;
+}
+
 static void clear_sample(vf_wds_reader *r)
 {
+    free(r->refusal);
+    r->refusal = NULL;
+    r->sample_bytes = 0;
     for (size_t i = 0; i < r->num_members; i++)
         free((void *)r->members[i].data);
     for (size_t i = 0; i < r->num_owned; i++)
@@ -247,6 +269,7 @@ static int read_header(vf_wds_reader *r)
             return VF_ENOMEM;
         r->pending_key_len = key_len;
         r->pending_size = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
+        r->pending_sparse = archive_entry_sparse_count(entry) > 0;
         r->has_pending = 1;
         return 1;
     }
@@ -266,6 +289,43 @@ static int keep(vf_wds_reader *r, char *s)
     return 0;
 }
 
+static int field_wanted(const vf_wds_reader *r, const char *suffix)
+{
+    if (!r->limits.fields)
+        return 1;
+    for (size_t i = 0; i < r->limits.num_fields; i++)
+        if (!strcmp(r->limits.fields[i], suffix))
+            return 1;
+    return 0;
+}
+
+/* 1 when the pending member may be read within the budgets; 0 when it is
+ * refused (skip_refused: the sample's refusal is set, and the member and
+ * the rest of the sample are skipped), or a negative code (the reader ends). */
+static int within_budgets(vf_wds_reader *r, const char *name)
+{
+    char *what = NULL;
+    if (r->pending_size > r->limits.max_member_bytes)
+        what = vf_asprintf("%lld bytes%s, above max_member_bytes %lld", (long long)r->pending_size,
+                           r->pending_sparse ? " (a sparse member: the size it expands to)" : "",
+                           (long long)r->limits.max_member_bytes);
+    else if (r->pending_size > r->limits.max_sample_bytes - r->sample_bytes)
+        what = vf_asprintf("the sample's read members reach %lld bytes with it, above max_sample_bytes %lld",
+                           (long long)(r->sample_bytes + r->pending_size), (long long)r->limits.max_sample_bytes);
+    else
+        return 1;
+    if (!what)
+        return VF_ENOMEM;
+    if (!r->limits.skip_refused) {
+        int rc = reader_error(r, VF_ERANGE, name, what);
+        free(what);
+        return rc;
+    }
+    r->refusal = vf_asprintf("shard %s: member %s (key %s): %s", r->name, name, r->key, what);
+    free(what);
+    return r->refusal ? 0 : VF_ENOMEM;
+}
+
 /* Reads or skips the pending member's data and adds it to the sample. */
 static int take_pending(vf_wds_reader *r, int want)
 {
@@ -278,11 +338,18 @@ static int take_pending(vf_wds_reader *r, int want)
     for (size_t i = 0; i < r->num_members; i++)
         if (strcmp(r->members[i].suffix, suffix) == 0)
             return reader_error(r, VF_ECORRUPT, name, "duplicate suffix in one sample (webdataset refuses it too)");
-    if (r->pending_size < 0 || r->pending_size > VF_WDS_MAX_MEMBER)
-        return reader_error(r, VF_ECORRUPT, name, "member size missing or above 1 GiB");
+    if (r->pending_size < 0)
+        return reader_error(r, VF_ECORRUPT, name, "member size missing");
+    int read = want && !r->refusal && field_wanted(r, suffix);
+    if (read) {
+        int rc = within_budgets(r, name);
+        if (rc < 0)
+            return rc;
+        read = rc;
+    }
     uint8_t *data = NULL;
     size_t size = (size_t)r->pending_size;
-    if (want) {
+    if (read) {
         data = vf_malloc(size ? size : 1);
         if (!data)
             return VF_ENOMEM;
@@ -296,6 +363,7 @@ static int take_pending(vf_wds_reader *r, int want)
             }
             got += (size_t)n;
         }
+        r->sample_bytes += r->pending_size;
     } else if (archive_read_data_skip(r->archive) < ARCHIVE_WARN) {
         return reader_error(r, VF_ECORRUPT, name, archive_message(r->archive));
     }
@@ -348,6 +416,15 @@ int vf_wds_reader_next(vf_wds_reader *r, int want, const vf_wds_sample **out)
         int rc = take_pending(r, want);
         if (rc < 0)
             return rc;
+    }
+    if (r->refusal) {
+        /* skip_refused: the sample is passed over; what it had read goes now */
+        for (size_t i = 0; i < r->num_members; i++) {
+            free((void *)r->members[i].data);
+            r->members[i].data = NULL;
+        }
+        r->next_index++;
+        return vf_error(VF_ERANGE, "%s", r->refusal);
     }
     r->sample = (vf_wds_sample){.key = r->key, .index = r->next_index++, .num_members = r->num_members,
                                 .members = r->members};

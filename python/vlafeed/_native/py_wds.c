@@ -92,6 +92,11 @@ static const vf_py_setting wds_list[] = {
     {"state", VF_PY_OBJECT, .parse = parse_state},
     {"prefetch", VF_PY_SSIZE, VF_PY_FIELD(W, s.prefetch), VF_PY_MIN(0)},
     {"allow_outside_base", VF_PY_BOOL, VF_PY_FIELD(W, s.allow_outside_base)},
+    {"max_image_pixels", VF_PY_LLONG, VF_PY_FIELD(W, s.max_image_pixels)},
+    {"max_member_bytes", VF_PY_LLONG, VF_PY_FIELD(W, s.max_member_bytes)},
+    {"max_sample_bytes", VF_PY_LLONG, VF_PY_FIELD(W, s.max_sample_bytes)},
+    {"max_batch_bytes", VF_PY_LLONG, VF_PY_FIELD(W, s.max_batch_bytes)},
+    {"max_manifest_samples", VF_PY_LLONG, VF_PY_FIELD(W, s.max_manifest_samples)},
 };
 
 static const vf_py_settings wds_settings = {NULL, wds_list, (int)(sizeof wds_list / sizeof wds_list[0]), 1,

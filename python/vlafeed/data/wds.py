@@ -134,12 +134,36 @@ class ShardLoader:
     or local files from an http manifest is refused, naming the line.
     ``True`` lets such shards through (None: the VF_WDS_ALLOW_OUTSIDE=1
     environment variable decides, off by default).
+
+    Budgets (None: the default; each must be >= 1). A shard or manifest
+    cannot make the loader allocate more than they allow: each is checked
+    on what a header declares before the memory is allocated, and a sample
+    over one is bad input (VlafeedError naming the shard, the member, the
+    key and the budget; skipped and counted under on_error="skip"). Members
+    whose suffix is not in ``fields`` are never read, whatever their size.
+
+    - max_image_pixels: width * height a JPEG or PNG header may declare
+      (default 64 Mpx, 8192 x 8192);
+    - max_member_bytes: a member's size in the tar (a sparse member's
+      expanded size), and what one member decodes to: an image's pixels at
+      the decoded size, a .npz's inflated arrays (default 256 MiB);
+    - max_sample_bytes: a sample's members plus what they decode to
+      (default 1 GiB);
+    - max_batch_bytes: a batch's columns; the sample that would pass it is
+      refused and the batch keeps those before it (default 8 GiB);
+    - max_manifest_samples: the manifest's num_sequences together (the
+      plan of an epoch holds about 16 bytes per sample; default 2**28).
+      Besides, a local shard's count is checked against its file size at
+      construction (a sample needs at least one 512-byte tar header), and
+      a shard listed with num_sequences 0 whose tar holds samples raises
+      (under on_error="skip": a counted skipped shard).
     """
 
     def __init__(self, manifest_or_url, batch_size=32, seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, *, epoch=0, num_consumers=1, consumer=None, shuffle_buffer=1000, fields=None,
                  image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None,
-                 prefetch=2, allow_outside_base=None):
+                 prefetch=2, allow_outside_base=None, max_image_pixels=None, max_member_bytes=None,
+                 max_sample_bytes=None, max_batch_bytes=None, max_manifest_samples=None):
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
@@ -157,13 +181,17 @@ class ShardLoader:
         self._one_thread = OneThreadAtATime("ShardLoader")
         self.on_error = on_error
         self._parse_skips = []  # messages of samples left out by the Python-side parsers
+        budgets = {"max_image_pixels": max_image_pixels, "max_member_bytes": max_member_bytes,
+                   "max_sample_bytes": max_sample_bytes, "max_batch_bytes": max_batch_bytes,
+                   "max_manifest_samples": max_manifest_samples}
         self._native = _native.WdsLoader(
             str(manifest_or_url), batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
             consumer=-1 if consumer is None else consumer, shuffle_buffer=shuffle_buffer, fields=fields,
             image_format=image_format, resize=None if resize is None else tuple(resize), on_error=on_error,
             threads=threads, state=state, prefetch=prefetch,
-            **({} if allow_outside_base is None else {"allow_outside_base": bool(allow_outside_base)}))
+            **({} if allow_outside_base is None else {"allow_outside_base": bool(allow_outside_base)}),
+            **{name: value for name, value in budgets.items() if value is not None})
         if state is not None:
             self._resumed(state)
 
