@@ -35,9 +35,23 @@ def load_state_dict(path: Union[str, os.PathLike]) -> dict:
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:
-        kind = "zip" if head[:2] == b"PK" else "unknown"
-        raise QuantError(f"{path}: not a torch checkpoint that loads with weights_only=True "
-                         f"({kind} file; {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        raise not_a_checkpoint(path, e, "zip" if head[:2] == b"PK" else "unknown") from None
+    sd = state_dict_in(obj, path)
+    return {k: v.detach().cpu().contiguous() for k, v in sd.items()}
+
+
+def not_a_checkpoint(path, error: Exception, kind: Optional[str] = None) -> QuantError:
+    """The QuantError for a file torch.load(weights_only=True) refused, naming it and why."""
+    first = str(error).splitlines()[0] if str(error) else ""
+    what = f"{kind} file; " if kind else ""
+    return QuantError(f"{path}: not a torch checkpoint that loads with weights_only=True "
+                      f"({what}{type(error).__name__}: {first})")
+
+
+def state_dict_in(obj, path) -> dict:
+    """The tensors of a loaded torch checkpoint: the object itself, or the dict under 'model',
+    'state_dict' or 'model_state_dict'. QuantError naming `path` when there is none, or when an entry
+    is not a tensor."""
     sd = obj
     if isinstance(obj, dict):
         for k in ("model", "state_dict", "model_state_dict"):
@@ -46,10 +60,10 @@ def load_state_dict(path: Union[str, os.PathLike]) -> dict:
                 break
     if not isinstance(sd, dict) or not sd:
         raise QuantError(f"{path}: holds no state_dict (expected a dict of tensors, or one under 'model')")
-    bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
-    if bad:
-        raise QuantError(f"{path}: state_dict entry '{bad[0]}' is a {type(sd[bad[0]]).__name__}, not a tensor")
-    return {k: v.detach().cpu().contiguous() for k, v in sd.items()}
+    for k, v in sd.items():
+        if not isinstance(v, torch.Tensor):
+            raise QuantError(f"{path}: state_dict entry '{k}' is a {type(v).__name__}, not a tensor")
+    return sd
 
 
 def _nbytes(t: torch.Tensor) -> int:

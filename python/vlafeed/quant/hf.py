@@ -41,6 +41,7 @@ import torch
 
 from vlafeed.quant.blockfp8 import (DEFAULT_SKIP, FORMAT, FP8_DTYPE, LEGACY_FORMAT, LEGACY_SCALE_SUFFIX, QuantError,
                                     block_shape, dequantize_weight, quantize_weight)
+from vlafeed.quant.checkpoint import not_a_checkpoint, state_dict_in
 from vlafeed.quant.layers import decide, is_linear_weight, layer_path, matching_pattern, scale_key
 
 ST_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
@@ -164,22 +165,11 @@ class Source:
             try:  # the legacy (non-zip) serialization cannot be memory-mapped
                 obj = torch.load(str(f), map_location="cpu", weights_only=True)
             except Exception as e:
-                raise QuantError(f"{f}: not a torch checkpoint that loads with weights_only=True "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+                raise not_a_checkpoint(f, e) from None
         except Exception as e:
-            raise QuantError(f"{f}: not a torch checkpoint that loads with weights_only=True "
-                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-        sd = obj
-        if isinstance(obj, dict):
-            for k in ("model", "state_dict", "model_state_dict"):
-                if k in obj and isinstance(obj[k], dict):
-                    sd = obj[k]
-                    break
-        if not isinstance(sd, dict) or not sd:
-            raise QuantError(f"{f}: holds no state_dict (expected a dict of tensors, or one under 'model')")
+            raise not_a_checkpoint(f, e) from None
+        sd = state_dict_in(obj, f)
         for k, v in sd.items():
-            if not isinstance(v, torch.Tensor):
-                raise QuantError(f"{f}: state_dict entry '{k}' is a {type(v).__name__}, not a tensor")
             if v.dtype not in ST_NAMES:
                 raise QuantError(f"{f}: tensor '{k}' has dtype {v.dtype}, which this tool does not handle")
             self._add(k, f, tuple(v.shape), v.dtype)
