@@ -184,6 +184,8 @@ typedef enum vf_feature_kind {
     VF_FEATURE_IMAGE = 4,    /* dtype "image": PNG/TIFF bytes in the data Parquet */
     VF_FEATURE_LANGUAGE = 5, /* dtype "language" (skipped by readers) */
 } vf_feature_kind;
+/* "vector", "scalar", "string", "video", "image" or "language" ("unknown" outside the enum). */
+const char *vf_feature_kind_name(vf_feature_kind kind);
 
 /* Element type of a numeric feature (dtype string in info.json). */
 typedef enum vf_dtype {

@@ -16,7 +16,7 @@
 
 #define VF_INFO_STAT_VALUES 32
 
-static const char *kind_name(vf_feature_kind k)
+const char *vf_feature_kind_name(vf_feature_kind k)
 {
     switch (k) {
     case VF_FEATURE_VECTOR: return "vector";
@@ -124,7 +124,7 @@ static int feature_object(json_t *o, const vf_dataset *d, size_t i)
     if ((r = put(o, "name", str(f->name))) < 0 || (r = put(o, "dtype", str(f->dtype))) < 0 ||
         (r = put(o, "shape", int_list(f->shape, (size_t)f->ndim))) < 0)
         return r;
-    return put(o, "kind", str(kind_name(f->kind)));
+    return put(o, "kind", str(vf_feature_kind_name(f->kind)));
 }
 
 static int camera_object(json_t *o, const vf_dataset *d, size_t i)

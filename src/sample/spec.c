@@ -15,19 +15,6 @@
 
 #define NORM_EPS 1e-8f /* LeRobot's normalization epsilon */
 
-static const char *kind_name(vf_feature_kind k)
-{
-    switch (k) {
-    case VF_FEATURE_VECTOR: return "vector";
-    case VF_FEATURE_SCALAR: return "scalar";
-    case VF_FEATURE_STRING: return "string";
-    case VF_FEATURE_VIDEO: return "video";
-    case VF_FEATURE_IMAGE: return "image";
-    case VF_FEATURE_LANGUAGE: return "language";
-    }
-    return "?";
-}
-
 /* A short list of the features' names for "unknown key" messages. */
 static void feature_list(const vf_dataset *d, char *buf, size_t cap)
 {
@@ -282,7 +269,7 @@ static int check_settings(builder *b)
         } else if (!numeric_float) {
             return vf_error(VF_EINVAL, "normalize['%s']: only float vectors, scalars and videos can be normalized "
                                        "(this feature is %s %s)",
-                            n->key, f->dtype, kind_name(f->kind));
+                            n->key, f->dtype, vf_feature_kind_name(f->kind));
         }
     }
     for (size_t i = 0; i < set->num_delta_timestamps; i++) {
@@ -294,7 +281,7 @@ static int check_settings(builder *b)
             return vf_error(VF_EINVAL, "delta_timestamps: key '%s' is not among the selected keys", ds->key);
         if (f->kind != VF_FEATURE_VIDEO && f->kind != VF_FEATURE_VECTOR && f->kind != VF_FEATURE_SCALAR)
             return vf_error(VF_EUNSUPPORTED, "delta_timestamps['%s']: windows over %s features are not supported",
-                            ds->key, kind_name(f->kind));
+                            ds->key, vf_feature_kind_name(f->kind));
         if (ds->count && !ds->seconds)
             return vf_error(VF_EINVAL, "delta_timestamps['%s']: a count but no values", ds->key);
         for (size_t j = 0; j < i; j++)

@@ -261,19 +261,6 @@ static PyObject *Dataset_subset(DatasetObject *self, PyObject *episodes_obj)
 
 /* ---- metadata getters ---- */
 
-static const char *kind_name(vf_feature_kind k)
-{
-    switch (k) {
-    case VF_FEATURE_VECTOR: return "vector";
-    case VF_FEATURE_SCALAR: return "scalar";
-    case VF_FEATURE_STRING: return "string";
-    case VF_FEATURE_VIDEO: return "video";
-    case VF_FEATURE_IMAGE: return "image";
-    case VF_FEATURE_LANGUAGE: return "language";
-    }
-    return "unknown";
-}
-
 /* Nested lists of values in row-major order with the given shape. */
 static PyObject *nested(const double *values, const int64_t *shape, int ndim, size_t *k)
 {
@@ -300,7 +287,7 @@ static PyObject *features(const vf_dataset *d)
         for (int k = 0; shape && k < f->ndim; k++)
             PyTuple_SET_ITEM(shape, k, PyLong_FromLongLong(f->shape[k]));
         PyObject *entry = shape ? Py_BuildValue("{s:s,s:N,s:s}", "dtype", f->dtype, "shape", shape, "kind",
-                                                kind_name(f->kind))
+                                                vf_feature_kind_name(f->kind))
                                 : NULL;
         if (!entry || PyDict_SetItemString(dict, f->name, entry) < 0)
             Py_CLEAR(dict);

@@ -222,25 +222,6 @@ static int builder_init(builder *b, const ptype *t, const char *column)
     return 0;
 }
 
-static size_t fixed_size(vf_pq_type t)
-{
-    switch (t) {
-    case VF_PQ_T_BOOL:
-    case VF_PQ_T_INT8:
-    case VF_PQ_T_UINT8: return 1;
-    case VF_PQ_T_INT16:
-    case VF_PQ_T_UINT16:
-    case VF_PQ_T_FLOAT16: return 2;
-    case VF_PQ_T_INT32:
-    case VF_PQ_T_UINT32:
-    case VF_PQ_T_FLOAT: return 4;
-    case VF_PQ_T_INT64:
-    case VF_PQ_T_UINT64:
-    case VF_PQ_T_DOUBLE: return 8;
-    default: return 0;
-    }
-}
-
 static int append_offset(builder *b, int64_t end)
 {
     return vf_buf_append(&b->offsets, &end, sizeof end) < 0 ? nomem() : 0;
@@ -311,7 +292,7 @@ static int append_null(builder *b)
 {
     b->null_count++;
     vf_pq_type t = b->type->type;
-    size_t size = fixed_size(t);
+    size_t size = vf_pq_type_size(t);
     if (size) {
         uint8_t zero[8] = {0};
         if (vf_buf_append(&b->values, zero, size) < 0)

@@ -50,16 +50,23 @@ def torch_module():
     return _torch or None
 
 
+def output_torch(output):
+    """The torch module for output="torch", None for "numpy"; an error for anything else or
+    for "torch" without PyTorch installed."""
+    if output == "numpy":
+        return None
+    if output != "torch":
+        raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+    torch = torch_module()
+    if torch is None:
+        raise ImportError("output='torch' needs PyTorch; install torch or pass output='numpy'")
+    return torch
+
+
 def batch_to_dict(batch, output="torch"):
     """{name: tensor | ndarray | list[str]} in the batch's column order;
     tensors and arrays view the batch memory."""
-    torch = None
-    if output == "torch":
-        torch = torch_module()
-        if torch is None:
-            raise ImportError("output='torch' needs PyTorch; install torch or pass output='numpy'")
-    elif output != "numpy":
-        raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+    torch = output_torch(output)
     out = {}
     for name in batch.keys():
         value = batch[name]
@@ -176,7 +183,79 @@ def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise", vi
     return open_native_dataset(dataset_or_root, episodes, on_metadata_error, video_mismatch), {}
 
 
-class Loader:
+class EnginePasses:
+    """What Loader and ShardLoader share: epochs and passes over their engine loader
+    (``self._native``), one thread at a time, resume states and closing. A subclass's
+    ``__init__`` calls ``_init_passes`` before it opens the engine loader."""
+
+    def _init_passes(self, what, epoch):
+        self._epoch = epoch
+        self._consumed = 0           # batches taken in the current epoch
+        self._resume_pending = False
+        self._one_thread = OneThreadAtATime(what)
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def __len__(self):
+        """Batches per epoch."""
+        return self._native.num_batches
+
+    def set_epoch(self, epoch):
+        """Starts epoch `epoch` (its order is a pure function of seed and epoch).
+        After load_state_dict(), set_epoch(<the state's epoch>) keeps the
+        restored position."""
+        if self._resume_pending and epoch == self._epoch:
+            return
+        self._one_thread.check()
+        self._native.set_epoch(epoch)
+        self._epoch = epoch
+        self._consumed = 0
+        self._resume_pending = False
+        self._epoch_started()
+
+    def _epoch_started(self):
+        """Called after set_epoch moved the engine to another epoch."""
+
+    def _begin_pass(self):
+        # A second pass over the loader without set_epoch() moves on to the
+        # next epoch (like a shuffling DataLoader); set_epoch(e) before the
+        # pass chooses e explicitly; after load_state_dict() the pass
+        # continues the restored epoch.
+        if self._resume_pending:
+            self._resume_pending = False
+        elif self._consumed:
+            self.set_epoch(self._epoch + 1)
+
+    def load_state_dict(self, state):
+        """Continues where `state` stopped: the next batch is the one an uninterrupted run
+        would have yielded. Raises ValueError naming what differs when the state comes from
+        another dataset (episode selection) or manifest, or from other order settings (mode,
+        seed, batch_size, world_size, consumers, shuffle, drop_last, partition, shuffle_buffer,
+        episode_pool_size)."""
+        self._one_thread.check()
+        self._native.set_state(state)
+        self._resumed(state)
+
+    def _resumed(self, state):
+        self._epoch = int(state["epoch"])
+        self._consumed = self._native.batches_delivered
+        self._resume_pending = True
+
+    def close(self):
+        """Stops the engine threads now (also done when the loader is collected)."""
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Loader(EnginePasses):
     """Batches of samples assembled by the C engine.
 
     mode: "stream" (file-group partitions decoded forward, shuffled per
@@ -241,10 +320,7 @@ class Loader:
         self.batch_size = batch_size
         self.output = output
         self.rank, self.world_size = rank, world_size
-        self._epoch = epoch
-        self._consumed = 0
-        self._resume_pending = False
-        self._one_thread = OneThreadAtATime("Loader")
+        self._init_passes("Loader", epoch)
         self._native = _native.Loader(
             native, mode=mode, batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
@@ -264,41 +340,16 @@ class Loader:
             self._resumed(state)
 
     @property
-    def epoch(self):
-        return self._epoch
-
-    @property
     def num_samples(self):
         """Samples this loader yields per epoch."""
         return self._native.num_samples
 
-    def __len__(self):
-        """Batches per epoch."""
-        return self._native.num_batches
-
-    def set_epoch(self, epoch):
-        """Starts epoch `epoch` (its order is a pure function of seed and epoch).
-        After load_state_dict(), set_epoch(<the state's epoch>) keeps the
-        restored position."""
-        if self._resume_pending and epoch == self._epoch:
-            return
-        self._one_thread.check()
-        self._native.set_epoch(epoch)
-        self._epoch = epoch
-        self._consumed = 0
-        self._resume_pending = False
+    def _epoch_started(self):
         self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
 
     def __iter__(self):
-        # A second pass over the loader without set_epoch() moves on to the
-        # next epoch (like a shuffling DataLoader); set_epoch(e) before the
-        # pass chooses e explicitly; after load_state_dict() the pass
-        # continues the restored epoch.
         with self._one_thread.iterating():
-            if self._resume_pending:
-                self._resume_pending = False
-            elif self._consumed:
-                self.set_epoch(self._epoch + 1)
+            self._begin_pass()
             skipping = self.on_error == "skip"
             for batch in self._native:
                 self._consumed += 1
@@ -325,21 +376,6 @@ class Loader:
         callers of every rank received this epoch (this rank's count x world_size), so one
         state (e.g. rank 0's) resumes every rank."""
         return self._native.get_state()
-
-    def load_state_dict(self, state):
-        """Continues where `state` stopped: the next batch is the one an uninterrupted run
-        would have yielded. Raises ValueError naming what differs when the state comes from
-        another dataset, episode selection or order settings (mode, seed, batch_size,
-        world_size, consumers, shuffle, drop_last, partition, shuffle_buffer,
-        episode_pool_size)."""
-        self._one_thread.check()
-        self._native.set_state(state)
-        self._resumed(state)
-
-    def _resumed(self, state):
-        self._epoch = int(state["epoch"])
-        self._consumed = self._native.batches_delivered
-        self._resume_pending = True
 
     @property
     def warnings(self):
@@ -370,14 +406,3 @@ class Loader:
             by_column[col] = by_column.get(col, 0) + 1
         st.update(skipped_by_file=by_file, skipped_by_episode=by_episode, skipped_by_column=by_column)
         return st
-
-    def close(self):
-        """Stops the engine threads now (also done when the loader is collected)."""
-        self._native.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

@@ -29,7 +29,7 @@ import json
 import numpy as np
 
 from vlafeed import _native
-from vlafeed.data.loader import OneThreadAtATime, distributed_rank_world, torch_module
+from vlafeed.data.loader import EnginePasses, distributed_rank_world, output_torch, torch_module
 
 
 def _parse_member(suffix, kind, data):
@@ -56,13 +56,7 @@ def convert_batch(raw, output="torch", on_error="raise", skipped=None):
     VlafeedError naming the shard, the sample's key and the field; with ``on_error="skip"`` the
     sample is left out of every column instead and its message appended to ``skipped``. None when
     every sample of the batch was left out."""
-    torch = None
-    if output == "torch":
-        torch = torch_module()
-        if torch is None:
-            raise ImportError("output='torch' needs PyTorch; install torch or pass output='numpy'")
-    elif output != "numpy":
-        raise ValueError(f"output must be 'torch' or 'numpy', not {output!r}")
+    torch = output_torch(output)
     n = len(raw["keys"])
     parsed, bad = {}, {}
     for name, suffix, kind, payload, descr, shape in raw["columns"]:
@@ -111,7 +105,7 @@ def convert_batch(raw, output="torch", on_error="raise", skipped=None):
     return out
 
 
-class ShardLoader:
+class ShardLoader(EnginePasses):
     """Batches of samples from the shards a manifest.jsonl lists.
 
     manifest_or_url: path or http(s):// / s3:// URL of manifest.jsonl
@@ -175,10 +169,7 @@ class ShardLoader:
         self.rank, self.world_size = rank, world_size
         self.seed = seed
         self.drop_last = drop_last
-        self._epoch = epoch
-        self._consumed = 0
-        self._resume_pending = False
-        self._one_thread = OneThreadAtATime("ShardLoader")
+        self._init_passes("ShardLoader", epoch)
         self.on_error = on_error
         self._parse_skips = []  # messages of samples left out by the Python-side parsers
         budgets = {"max_image_pixels": max_image_pixels, "max_member_bytes": max_member_bytes,
@@ -196,10 +187,6 @@ class ShardLoader:
             self._resumed(state)
 
     @property
-    def epoch(self):
-        return self._epoch
-
-    @property
     def num_samples(self):
         """Samples this loader yields per epoch (before any skipped under on_error='skip')."""
         return self._native.num_samples
@@ -209,26 +196,9 @@ class ShardLoader:
         """[(name as in the manifest, path or URL, num_sequences)]."""
         return self._native.shards
 
-    def __len__(self):
-        """Batches per epoch."""
-        return self._native.num_batches
-
-    def set_epoch(self, epoch):
-        """Starts epoch `epoch`; after load_state_dict(), set_epoch(<the state's epoch>) keeps the position."""
-        if self._resume_pending and epoch == self._epoch:
-            return
-        self._one_thread.check()
-        self._native.set_epoch(epoch)
-        self._epoch = epoch
-        self._consumed = 0
-        self._resume_pending = False
-
     def __iter__(self):
         with self._one_thread.iterating():  # one thread at a time (see OneThreadAtATime)
-            if self._resume_pending:
-                self._resume_pending = False
-            elif self._consumed:
-                self.set_epoch(self._epoch + 1)
+            self._begin_pass()
             while True:
                 raw = self._native.next_batch()
                 if raw is None:
@@ -244,18 +214,6 @@ class ShardLoader:
         world_size, consumers, shuffle, drop_last, shuffle_buffer}: one state resumes every rank."""
         return self._native.get_state()
 
-    def load_state_dict(self, state):
-        """Continues where `state` stopped: the next batch is the one an uninterrupted run would have
-        yielded. ValueError names what differs for a state of another manifest or order settings."""
-        self._one_thread.check()
-        self._native.set_state(state)
-        self._resumed(state)
-
-    def _resumed(self, state):
-        self._epoch = int(state["epoch"])
-        self._consumed = self._native.batches_delivered
-        self._resume_pending = True
-
     def stats(self):
         """samples, batches, skipped_samples, skipped_shards, skip_messages (the first 64), samples_read,
         samples_passed (skipped in the stream unread), shards_opened, bytes_read, images_decoded,
@@ -265,14 +223,3 @@ class ShardLoader:
         st["skipped_samples"] += len(self._parse_skips)
         st["skip_messages"] = (list(st["skip_messages"]) + self._parse_skips)[:64]
         return st
-
-    def close(self):
-        self._native.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
