@@ -262,3 +262,15 @@ def test_state_integers_never_wrap(root, tmp_path, form):
     resumed = make(state=good)   # the good state still resumes
     assert next(iter(resumed)) is not None
     resumed.close()
+
+
+def test_dataset_problems_are_the_info_documents():
+    """Dataset.problems lists what info() lists under "problems", without building the document."""
+    import pathlib
+    fixture = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "lerobot-g1-v21"
+    if not fixture.exists():
+        pytest.skip(f"no fixture at {fixture}")
+    d = native.Dataset(str(fixture), on_metadata_error="warn")
+    keys = ("severity", "file", "episode", "column", "message")
+    assert d.problems and [{k: p[k] for k in keys} for p in d.problems] == \
+        [{k: p[k] for k in keys} for p in d.info()["problems"]]

@@ -350,9 +350,17 @@ static PyObject *episode_entry(const void *d, size_t i)
                          (long long)e->to_index);
 }
 
+static PyObject *problem_entry(const void *d, size_t i)
+{
+    const vf_problem *p = vf_dataset_problem(d, i);
+    return Py_BuildValue("{s:s,s:s,s:L,s:s,s:s}", "severity", p->severity == VF_SEVERITY_ERROR ? "error" : "warning",
+                         "file", p->file, "episode", (long long)p->episode, "column", p->column, "message",
+                         p->message);
+}
+
 enum dataset_getter {
     GET_ROOT, GET_FPS, GET_NUM_EPISODES, GET_TOTAL_FRAMES, GET_TOTAL_EPISODES, GET_FINGERPRINT, GET_CAMERA_KEYS,
-    GET_FEATURES, GET_TASKS, GET_STATS, GET_EPISODES,
+    GET_FEATURES, GET_TASKS, GET_STATS, GET_EPISODES, GET_PROBLEMS,
 };
 
 /* The metadata the engine hands out as is. */
@@ -373,6 +381,7 @@ static PyObject *Dataset_get(DatasetObject *self, void *which)
     case GET_TASKS: return vf_py_list(vf_dataset_num_tasks(d), task_string, d);
     case GET_STATS: return stats(d);
     case GET_EPISODES: return vf_py_list(vf_dataset_num_episodes(d), episode_entry, d);
+    case GET_PROBLEMS: return vf_py_list(vf_dataset_num_problems(d), problem_entry, d);
     }
     Py_RETURN_NONE;
 }
@@ -411,6 +420,10 @@ static PyGetSetDef Dataset_getset[] = {
     {"stats", (getter)Dataset_get, NULL, "{feature: {stat: nested list}}", VF_PY_WHICH(GET_STATS)},
     {"episodes", (getter)Dataset_get, NULL, "selected episodes: episode_index, length, from/to_index",
      VF_PY_WHICH(GET_EPISODES)},
+    {"problems", (getter)Dataset_get, NULL,
+     "the problems found at open: dicts of severity, file, episode (-1: none), column, message (without\n"
+     "building the whole info() document)",
+     VF_PY_WHICH(GET_PROBLEMS)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

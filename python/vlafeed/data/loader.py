@@ -164,8 +164,8 @@ def open_native_dataset(root, episodes=None, on_metadata_error="raise", video_mi
         settings["video_mismatch"] = video_mismatch
     native = _native.Dataset(os.fspath(root), episodes, on_metadata_error=on_metadata_error, **settings)
     if video_mismatch == "timestamp":
-        for p in native.info().get("problems", []):
-            if p.get("severity") == "warning" and "served by timestamp" in p.get("message", ""):
+        for p in native.problems:  # the problems only: info() would build the whole document
+            if p["severity"] == "warning" and "served by timestamp" in p["message"]:
                 warnings.warn(f"vlafeed: {p['file']}: {p['message']}", LoaderWarning, stacklevel=3)
     return native
 
