@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "vlafeed/vlafeed.h"
 
@@ -58,12 +59,17 @@ int main(int argc, char **argv)
         printf("vlafeed %s\n", vf_version());
         return 0;
     }
-    /* The codec libraries are chatty (one line per decoder opened); keep
-     * them to errors unless VF_LOG asks for more. */
+    /* The codec libraries are chatty (one line per decoder opened): they
+     * print errors only unless VF_LOG asks for info or debug. vlafeed's own
+     * warnings (a feature left out, frames not of info.json's size, ...)
+     * are printed, once each; VF_LOG=error silences them. */
     const char *env = getenv("VF_LOG");
-    vf_set_log_level(env && (!strcmp(env, "info") || !strcmp(env, "2")) ? 2
-                     : env && (!strcmp(env, "debug") || !strcmp(env, "3")) ? 3
-                                                                            : 0);
+    int level = env && (!strcmp(env, "info") || !strcmp(env, "2"))    ? 2
+                : env && (!strcmp(env, "debug") || !strcmp(env, "3")) ? 3
+                : env && (!strcmp(env, "error") || !strcmp(env, "0")) ? 0
+                                                                       : 1;
+    vf_set_log_level(level >= 2 ? level : 0);
+    vf_log_set_level(level);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);

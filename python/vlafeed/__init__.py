@@ -24,7 +24,7 @@ not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 from vlafeed import _aliases
 from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F401
 from vlafeed.data.dataset import LeRobotDataset, LeRobotDatasetMetadata
-from vlafeed.data.loader import Loader
+from vlafeed.data.loader import Loader, LoaderWarning
 from vlafeed.data.mix import Mix
 from vlafeed.data.wds import ShardLoader
 

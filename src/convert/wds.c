@@ -264,7 +264,9 @@ static int plan(vf_cv_job *j)
     size_t ncam_all = vf_dataset_num_cameras(d), nfeat = vf_dataset_num_features(d);
     j->cams = vf_calloc(ncam_all + 1, sizeof *j->cams);
     j->fields = vf_calloc(nfeat + 1, sizeof *j->fields);
-    if (!j->cams || !j->fields)
+    j->left_out = vf_calloc(nfeat + 1, sizeof *j->left_out);
+    j->left_out_why = vf_calloc(nfeat + 1, sizeof *j->left_out_why);
+    if (!j->cams || !j->fields || !j->left_out || !j->left_out_why)
         return VF_ENOMEM; /* the job's cleanup frees what was allocated */
 
     /* cameras */
@@ -336,12 +338,23 @@ static int plan(vf_cv_job *j)
                 j->meta[meta] = f;
             continue;
         }
-        if (f->kind != VF_FEATURE_VECTOR && f->kind != VF_FEATURE_SCALAR)
-            continue;
+        if (f->kind == VF_FEATURE_VIDEO)
+            continue; /* cameras: chosen above */
         size_t elem = 0;
         const char *descr = dtype_descr(f->type, &elem);
-        if (!descr || f->ndim > 3)
+        const char *why = f->kind == VF_FEATURE_STRING || f->kind == VF_FEATURE_LANGUAGE ? "text has no npz form"
+                          : f->kind == VF_FEATURE_IMAGE                                   ? "images in Parquet are not converted"
+                          : !descr                                                        ? "its dtype is not supported"
+                          : f->ndim > 3                                                   ? "more than 3 dimensions"
+                                                                                          : NULL;
+        if (why) {
+            /* Said and listed in the summary ("left_out"): never dropped silently. */
+            vf_log(VF_LOG_WARN, "%s: feature '%s' (dtype %s) is left out of the shards: %s", vf_dataset_root(d),
+                   f->name, f->dtype, why);
+            j->left_out[j->num_left_out] = f;
+            j->left_out_why[j->num_left_out++] = why;
             continue;
+        }
         vf_cv_field *fd = &j->fields[j->num_fields++];
         fd->feature = f;
         fd->descr = descr;
@@ -413,6 +426,11 @@ static char *summary_json(vf_cv_job *j, double seconds, int already_complete)
     for (size_t f = 0; f < j->num_fields; f++)
         json_array_append_new(fields, json_string(j->fields[f].feature->name));
     json_object_set_new(o, "lowdim_keys", fields);
+    json_t *left = json_array();
+    for (size_t f = 0; f < j->num_left_out; f++)
+        json_array_append_new(left, json_pack("{s:s, s:s, s:s}", "feature", j->left_out[f]->name, "dtype",
+                                              j->left_out[f]->dtype, "why", j->left_out_why[f]));
+    json_object_set_new(o, "left_out", left);
     json_object_set_new(o, "frames_needed", json_integer((json_int_t)atomic_load(&j->frames_needed)));
     json_object_set_new(o, "frames_decoded", json_integer((json_int_t)atomic_load(&j->frames_decoded)));
     json_object_set_new(o, "jpegs_encoded", json_integer((json_int_t)atomic_load(&j->jpegs)));
@@ -636,6 +654,8 @@ int vf_wds_convert(const char *source, const char *out_dir, const vf_wds_convert
         free(j->cams[c].name);
     free(j->cams);
     free(j->fields);
+    free(j->left_out);
+    free(j->left_out_why);
     free(j->eps);
     free(j->units);
     free(j->shard_done);

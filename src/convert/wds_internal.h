@@ -91,6 +91,9 @@ typedef struct vf_cv_job {
     size_t num_cams;
     vf_cv_field *fields;
     size_t num_fields;
+    const vf_feature **left_out;   /* table features with no npz form (strings, images, unknown dtypes, > 3 dims) */
+    const char **left_out_why;
+    size_t num_left_out;
     const vf_feature *meta[VF_CV_NUM_META];
     size_t num_members;    /* images + 3 */
 

@@ -496,6 +496,7 @@ static int next_batch(vf_loader *l, vf_batch **out)
     else
         take_skips(l, j);
     vf_engine_free_job(j);
+    vf_engine_take_notes(l);
     if (rc == 0) {
         if (!l->have_first) {
             l->have_first = 1;
@@ -541,6 +542,7 @@ int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf
     vf_sample_parallel par = {vf_engine_parallel_run, l->threads};
     double t0 = vf_now_seconds();
     r = vf_sample_assemble(l->spec, l->cache, &l->counters, b->positions, count, &dest, &par);
+    vf_engine_take_notes(l);
     if (r < 0) {
         vf_batch_release(b);
         return r;

@@ -60,6 +60,7 @@ struct vf_loader {
     char **warnings;           /* logged once each */
     unsigned char *warning_global; /* per warning: 1 = the same text on every rank */
     size_t num_warnings;
+    size_t notes_taken;        /* the spec's notes already made warnings */
     vf_loader_skip *skips;     /* on_error = SKIP: samples left out of delivered batches (the first
                                   VF_ENGINE_MAX_SKIP_RECORDS) */
     size_t num_skips;
@@ -129,6 +130,10 @@ void vf_engine_drain(vf_loader *l);
 int vf_engine_plan_epoch(vf_loader *l, int64_t resume_batch);
 /* Starts production of the planned epoch. */
 int vf_engine_start(vf_loader *l);
+
+/* Makes the spec's new notes (features left out, frames not as info.json
+ * says, ...) warnings of the loader. Called on the caller's thread. */
+void vf_engine_take_notes(vf_loader *l);
 
 /* ---- loader_plan.c -------------------------------------------------------- */
 

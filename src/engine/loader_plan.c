@@ -302,6 +302,8 @@ int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, 
                        vf_loader_state *out)
 {
     memset(out, 0, sizeof *out);
+    if (batches < 0)
+        return vf_error(VF_ERANGE, "loader state: batches %lld is negative", (long long)batches);
     vf_loader_settings s = *settings;
     int r = vf_engine_check_settings(&s);
     if (r < 0)

@@ -328,6 +328,15 @@ static void warn_once(vf_loader *l, int global, char *message)
         vf_log(VF_LOG_WARN, "%s", message);
 }
 
+void vf_engine_take_notes(vf_loader *l)
+{
+    vf_sample_spec *s = l->spec;
+    pthread_mutex_lock(&s->notes_lock);
+    for (; l->notes_taken < s->num_notes; l->notes_taken++)
+        warn_once(l, s->notes[l->notes_taken].global, vf_strdup(s->notes[l->notes_taken].text));
+    pthread_mutex_unlock(&s->notes_lock);
+}
+
 static void remainder_warnings(vf_loader *l)
 {
     const vf_loader_settings *s = &l->settings;
@@ -410,6 +419,7 @@ int vf_engine_plan_epoch(vf_loader *l, int64_t resume_batch)
         return r;
     l->resume_base = s->consumer >= 0 ? resume_batch : 0;
     l->next_submit = l->next_deliver = l->start_batch = l->plan.first_batch;
+    vf_engine_take_notes(l);
     remainder_warnings(l);
     return 0;
 }

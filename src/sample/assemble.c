@@ -33,7 +33,7 @@ typedef struct group_result {
 } group_result;
 
 typedef struct assemble_ctx {
-    const vf_sample_spec *spec;
+    vf_sample_spec *spec;
     vf_video_cache *cache;
     vf_sample_counters *counters;
     frame_job *jobs;
@@ -56,7 +56,18 @@ static int cmp_frame_job(const void *pa, const void *pb)
 }
 
 /* Maps the file's episodes to frame ordinals once, from the reader's index. */
-static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_video_reader *reader)
+/* Whether the open already listed this problem (its file was checked then):
+ * `vlafeed info` shows it and the Python open warned where it changes what
+ * is served, so the loader does not say it again. */
+static int listed_at_open(const vf_dataset *d, const char *message)
+{
+    for (size_t i = 0; i < vf_dataset_num_problems(d); i++)
+        if (!strcmp(vf_dataset_problem(d, i)->message, message))
+            return 1;
+    return 0;
+}
+
+static int ensure_map(vf_sample_spec *spec, vf_sample_video_file *f, vf_video_reader *reader)
 {
     int state = atomic_load(&f->state);
     if (state == 1)
@@ -86,9 +97,10 @@ static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_vi
         const vf_video_index *ix = vf_video_reader_index(reader);
         const vf_camera *cam = vf_dataset_camera(spec->dataset, (size_t)f->camera);
         if (cam->width > 0 && cam->height > 0 && (ix->width != cam->width || ix->height != cam->height))
-            vf_log(VF_LOG_WARN, "%s: camera %s: the stream is %dx%d but info.json declares %dx%d; frames are "
-                   "scaled to the declared size", f->path, f->camera_key, ix->width, ix->height, cam->width,
-                   cam->height);
+            vf_sample_spec_note(spec, 0,
+                                vf_asprintf("%s: camera %s: the stream is %dx%d but info.json declares %dx%d; frames "
+                                            "are scaled to the declared size",
+                                            f->path, f->camera_key, ix->width, ix->height, cam->width, cam->height));
         vf_video_map_settings ms = {spec->fps, 0.0, f->camera_key};
         int r = vf_video_map_episodes_policy(ix, f->episodes, f->num_episodes, &ms,
                                              vf_dataset_video_mismatch(spec->dataset), &f->map);
@@ -99,8 +111,8 @@ static int ensure_map(const vf_sample_spec *spec, vf_sample_video_file *f, vf_vi
             f->frame_count = ix->frame_count;
             for (size_t i = 0; i < f->map.problem_count; i++) {
                 const vf_video_problem *p = &f->map.problems[i];
-                if (p->kind != VF_VIDEO_PROBLEM_DRIFT)
-                    vf_log(VF_LOG_WARN, "%s", p->message);
+                if (p->kind != VF_VIDEO_PROBLEM_DRIFT && !listed_at_open(spec->dataset, p->message))
+                    vf_sample_spec_note(spec, 0, vf_strdup(p->message));
             }
             state = 1;
         }

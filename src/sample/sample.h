@@ -130,6 +130,11 @@ typedef struct vf_sample_rows {
     size_t slot;                   /* index in the loaded list */
 } vf_sample_rows;
 
+typedef struct vf_sample_note {
+    char *text;
+    int global;                    /* the same on every rank (from the metadata), not from a file read */
+} vf_sample_note;
+
 typedef struct vf_sample_spec {
     const vf_dataset *dataset;
     double fps;
@@ -180,6 +185,16 @@ typedef struct vf_sample_spec {
     size_t *num_files;
     vf_sample_video_slot *slots;   /* [episode * num_cameras + camera] */
     uint32_t **file_order;         /* [camera]: metadata episodes sorted by file (stable) */
+    /* Notes: what is left out of the samples or served otherwise than the
+     * metadata says (a feature with no supported values, a constant
+     * normalization element, a stream whose frame size differs from
+     * info.json, a mapped file's problems). Added at build or when a file is
+     * first mapped, each text once, under notes_lock; the loader reports
+     * them as its warnings (vf_loader_warning), so they reach the caller's
+     * report instead of stderr only. */
+    pthread_mutex_t notes_lock;
+    vf_sample_note *notes;
+    size_t num_notes;
 } vf_sample_spec;
 
 /* Builds the spec for the dataset's selected episodes from the sample
@@ -189,6 +204,10 @@ typedef struct vf_sample_spec {
  * (vf_sample_spec_free). The dataset must outlive the spec. */
 int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *dataset, const vf_sample_settings *settings);
 void vf_sample_spec_free(vf_sample_spec *spec);
+
+/* Adds a note (takes text, a heap string; a text already noted is freed).
+ * Thread-safe. */
+void vf_sample_spec_note(vf_sample_spec *spec, int global, char *text);
 
 /* Default bound of the table row cache. */
 #define VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES ((size_t)256 << 20)

@@ -45,6 +45,27 @@ static int camera_index(const vf_dataset *d, const vf_feature *f)
     return -1;
 }
 
+void vf_sample_spec_note(vf_sample_spec *s, int global, char *text)
+{
+    if (!text)
+        return;
+    pthread_mutex_lock(&s->notes_lock);
+    for (size_t i = 0; i < s->num_notes; i++)
+        if (strcmp(s->notes[i].text, text) == 0) {
+            pthread_mutex_unlock(&s->notes_lock);
+            free(text);
+            return;
+        }
+    vf_sample_note *grown = realloc(s->notes, (s->num_notes + 1) * sizeof *grown);
+    if (grown) {
+        s->notes = grown;
+        s->notes[s->num_notes++] = (vf_sample_note){text, global};
+    } else {
+        free(text);
+    }
+    pthread_mutex_unlock(&s->notes_lock);
+}
+
 void vf_sample_spec_free(vf_sample_spec *s)
 {
     if (!s)
@@ -68,6 +89,10 @@ void vf_sample_spec_free(vf_sample_spec *s)
     free(s->rg_known);
     pthread_mutex_destroy(&s->rows_lock);
     pthread_cond_destroy(&s->rows_cond);
+    for (size_t i = 0; i < s->num_notes; i++)
+        free(s->notes[i].text);
+    free(s->notes);
+    pthread_mutex_destroy(&s->notes_lock);
     free(s->table_names);
     free(s->episode_start);
     for (size_t c = 0; s->files && c < s->num_cameras; c++) {
@@ -215,9 +240,12 @@ static int set_normalization(builder *b, vf_sample_column *c, const char *key, v
     /* A constant element (std 0, or min == max) is divided by about 1e-8, as LeRobot does: any value off
      * the constant becomes ~1e8 times larger. Kept for parity, but said (once per process). */
     if (degenerate)
-        vf_log(VF_LOG_WARN, "normalize['%s']: %lld of its %lld %s values are 0 in meta/stats.json: those elements are "
-               "divided by ~1e-8 as LeRobot does, so any value off the constant becomes huge", key, degenerate,
-               (long long)width, mode == VF_NORM_MEAN_STD ? "std" : "max - min");
+        vf_sample_spec_note(b->spec, 1,
+                            vf_asprintf("normalize['%s']: %lld of its %lld %s values are 0 in meta/stats.json: those "
+                                        "elements are divided by ~1e-8 as LeRobot does, so any value off the constant "
+                                        "becomes huge",
+                                        key, degenerate, (long long)width,
+                                        mode == VF_NORM_MEAN_STD ? "std" : "max - min"));
     return 0;
 }
 
@@ -409,7 +437,10 @@ static int build_columns(builder *b)
                 return vf_error(VF_EUNSUPPORTED, "keys: '%s' is an image feature (PNG in Parquet), which is not "
                                                  "supported yet",
                                 f->name);
-            vf_log(VF_LOG_WARN, "image feature '%s' (PNG in Parquet) is not supported yet and is left out", f->name);
+            vf_sample_spec_note(b->spec, 1,
+                                vf_asprintf("image feature '%s' (PNG in Parquet) is not supported yet and is left "
+                                            "out of every sample",
+                                            f->name));
             continue;
         }
         int vt = vf_ds_feature_value_type(f);
@@ -417,7 +448,10 @@ static int build_columns(builder *b)
             if (set->keys)
                 return vf_error(VF_EUNSUPPORTED, "keys: feature '%s' (dtype %s) has no supported values", f->name,
                                 f->dtype);
-            vf_log(VF_LOG_WARN, "feature '%s' (dtype %s) is not supported and is left out", f->name, f->dtype);
+            vf_sample_spec_note(b->spec, 1,
+                                vf_asprintf("feature '%s' (dtype %s, info.json) has no supported values and is left "
+                                            "out of every sample (keys= chooses the features explicitly)",
+                                            f->name, f->dtype));
             continue;
         }
         vf_sample_column *c = add_column(b, output_name(set, f->name), VF_SAMPLE_SRC_TABLE);
@@ -645,6 +679,7 @@ int vf_sample_spec_build(vf_sample_spec **out, const vf_dataset *d, const vf_sam
     s->dataset = d;
     pthread_mutex_init(&s->rows_lock, NULL);
     pthread_cond_init(&s->rows_cond, NULL);
+    pthread_mutex_init(&s->notes_lock, NULL);
     s->fps = vf_dataset_fps(d);
     s->task_index_column = -1;
     int r = check_settings(&b);

@@ -473,7 +473,9 @@ int vf_wds_loader_state_at(const vf_wds_loader *l, int64_t batches, vf_loader_st
     int64_t rn = vf_plan_ranges_samples(l->ranges, l->num_ranges, l->num_positions);
     int64_t per_rank = vf_plan_samples_after(rn, l->s.world_size, l->s.num_consumers, l->s.batch_size,
                                              l->s.drop_last, batches);
-    if (batches < 0 || per_rank < 0)
+    if (batches < 0)
+        return vf_error(VF_EINVAL, "wds loader: batches %lld is negative", (long long)batches);
+    if (per_rank < 0)
         return vf_error(VF_EINVAL, "wds loader: %lld batches is past the epoch", (long long)batches);
     out->samples_consumed = per_rank * l->s.world_size;
     return 0;

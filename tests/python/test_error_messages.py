@@ -162,3 +162,12 @@ def test_resume_state_errors_name_the_real_cause(base):
     with pytest.raises(ValueError, match=r"unknown key 'nope' \(the dataset's features: .*observation\.state"):
         vlafeed.Loader(str(base), batch_size=4, keys=["nope"])
     loader.close()
+
+
+def test_negative_batch_count_is_named(base):
+    """The state after -1 batches is refused as negative, not as "-1 batches is past the epoch"."""
+    from vlafeed import _native
+    d = _native.Dataset(str(base))
+    with pytest.raises(IndexError, match=re.escape("loader state: batches -1 is negative")):
+        _native.loader_state(d, batch_size=4, batches=-1)
+    assert _native.loader_state(d, batch_size=4, batches=1)["samples_consumed"] == 4

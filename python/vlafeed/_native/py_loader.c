@@ -242,7 +242,7 @@ static PyObject *skip_entry(const void *l, size_t i)
 }
 
 enum loader_getter { GET_NUM_SAMPLES, GET_NUM_POSITIONS, GET_NUM_BATCHES, GET_WARNINGS, GET_WARNINGS_GLOBAL, GET_SKIPS,
-                     GET_DELIVERED };
+                     GET_DELIVERED, GET_NUM_WARNINGS };
 
 static PyObject *Loader_get(LoaderObject *self, void *which)
 {
@@ -253,6 +253,7 @@ static PyObject *Loader_get(LoaderObject *self, void *which)
     case GET_NUM_SAMPLES: return PyLong_FromLongLong(vf_loader_num_samples(l));
     case GET_NUM_POSITIONS: return PyLong_FromLongLong(vf_loader_num_positions(l));
     case GET_NUM_BATCHES: return PyLong_FromSize_t(vf_loader_num_batches(l));
+    case GET_NUM_WARNINGS: return PyLong_FromSize_t(vf_loader_num_warnings(l));
     case GET_WARNINGS: return vf_py_list(vf_loader_num_warnings(l), warning_text, l);
     case GET_WARNINGS_GLOBAL: return vf_py_list(vf_loader_num_warnings(l), warning_is_global, l);
     case GET_SKIPS: return vf_py_list(vf_loader_num_skips(l), skip_entry, l);
@@ -287,8 +288,12 @@ static PyGetSetDef Loader_getset[] = {
     {"num_samples", (getter)Loader_get, NULL, "samples this loader yields per epoch", VF_PY_WHICH(GET_NUM_SAMPLES)},
     {"num_positions", (getter)Loader_get, NULL, "frames of the selected episodes", VF_PY_WHICH(GET_NUM_POSITIONS)},
     {"num_batches", (getter)Loader_get, NULL, "batches this loader yields per epoch", VF_PY_WHICH(GET_NUM_BATCHES)},
-    {"warnings", (getter)Loader_get, NULL, "warnings the loader logged (uneven splits, empty consumers)",
+    {"warnings", (getter)Loader_get, NULL,
+     "warnings the loader kept, each once (uneven splits, empty consumers, features left out, frames\n"
+     "whose size differs from info.json, normalization by a zero std, ...)",
      VF_PY_WHICH(GET_WARNINGS)},
+    {"num_warnings", (getter)Loader_get, NULL, "len(warnings), without building the list",
+     VF_PY_WHICH(GET_NUM_WARNINGS)},
     {"warnings_global", (getter)Loader_get, NULL,
      "per warning: True when its text is the same on every rank (report it from rank 0 only)",
      VF_PY_WHICH(GET_WARNINGS_GLOBAL)},

@@ -24,7 +24,7 @@ import numpy as np
 
 from vlafeed import _native
 from vlafeed.data import lerobot_compat as compat
-from vlafeed.data.loader import batch_to_dict, open_native_dataset
+from vlafeed.data.loader import batch_to_dict, emit_warnings, open_native_dataset
 
 
 def _native_property(name, doc=None):
@@ -296,8 +296,9 @@ class LeRobotDataset:
             delta_timestamps=c["delta_timestamps"], keys=c["keys"], renames=c["renames"],
             image_format=c["image_format"], resize=c["resize"], normalize=c["normalize"],
             lerobot_shapes=c["lerobot_shapes"], include_task=c["include_task"], tolerance_s=c["tolerance_s"],
-            decoder_cache_entries=32)
+            decoder_cache_entries=32, log_warnings=False)
         self._len = self._loader.num_positions
+        self._warned = emit_warnings(self._loader)
 
     def _skip_bad_episodes(self):
         """on_error="skip": leaves out the selected episodes the open found
@@ -406,7 +407,11 @@ class LeRobotDataset:
         if not 0 <= i < self._len:
             raise IndexError(f"index {index} is out of range for a dataset of {self._len} frames")
         self._ensure_process()
-        batch = self._loader.get_items([i])
+        try:
+            batch = self._loader.get_items([i])
+        finally:  # what reading said (a frame size other than info.json's, ...): also when it failed
+            if self._loader.num_warnings > self._warned:
+                self._warned = emit_warnings(self._loader, self._warned)
         item = {name: value[0] for name, value in batch_to_dict(batch, self._config["output"]).items()}
         if self.image_transforms is not None:
             for key in self.camera_keys:

@@ -138,19 +138,22 @@ class OneThreadAtATime:
 
 
 class LoaderWarning(UserWarning):
-    """An uneven split: the world size does not divide an epoch, or a consumer gets no samples."""
+    """What a loader says once and goes on: an uneven split (the world size does not divide an
+    epoch, a consumer gets no samples), a feature left out of the samples (no supported dtype), a
+    stream whose frame size differs from info.json (frames are scaled to the declared size), a
+    normalization element with std 0, files served by timestamp (video_mismatch="timestamp")."""
 
 
-def emit_warnings(native, seen=0, stacklevel=3, rank=0):
+def emit_warnings(native, seen=0, rank=0):
     """warnings.warn the loader's warnings from index `seen` on; returns how many there are. A warning
     whose text is the same on every rank (how the epoch splits over the ranks) is given by rank 0
     only; the engine does not print them itself (the loader is opened with log_warnings=False), so
-    each reaches the user once, through Python's warnings filters."""
+    each reaches the user once, through Python's warnings filters, at the user's line."""
     messages = native.warnings
     scopes = native.warnings_global
     for message, is_global in zip(messages[seen:], scopes[seen:]):
         if not (is_global and rank != 0):
-            warnings.warn(message, LoaderWarning, stacklevel=stacklevel)
+            warnings.warn(message, LoaderWarning, stacklevel=outside_vlafeed())
     return len(messages)
 
 
@@ -163,11 +166,31 @@ def open_native_dataset(root, episodes=None, on_metadata_error="raise", video_mi
     if video_mismatch is not None:
         settings["video_mismatch"] = video_mismatch
     native = _native.Dataset(os.fspath(root), episodes, on_metadata_error=on_metadata_error, **settings)
-    if video_mismatch == "timestamp":
-        for p in native.problems:  # the problems only: info() would build the whole document
-            if p["severity"] == "warning" and "served by timestamp" in p["message"]:
-                warnings.warn(f"vlafeed: {p['file']}: {p['message']}", LoaderWarning, stacklevel=3)
+    for p in native.problems:  # the problems only: info() would build the whole document
+        if p["severity"] == "warning" and serves_otherwise(p):
+            column = f"{p['column']}: " if p["column"] and p["column"] not in p["message"] else ""
+            warnings.warn(f"vlafeed: {p['file']}: {column}{p['message']}", LoaderWarning,
+                          stacklevel=outside_vlafeed())
     return native
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def outside_vlafeed():
+    """The stacklevel for warnings.warn, called from here, that names the first frame outside the
+    vlafeed package: the user's line, however deep inside vlafeed the warning is raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def serves_otherwise(problem):
+    """Whether a warning of the open means samples are not what the metadata describes: info.json
+    disagrees with the files (their frame size is used, a dtype cannot be read, ...) or a file is
+    served by timestamp (video_mismatch="timestamp")."""
+    return problem["file"] == "meta/info.json" or "served by timestamp" in problem["message"]
 
 
 def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise", video_mismatch=None):
@@ -355,6 +378,8 @@ class Loader(EnginePasses):
                 self._consumed += 1
                 if skipping:
                     self._warn_skips()
+                if self._native.num_warnings > self._warned:  # what reading said (features, frame sizes)
+                    self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
                 yield batch_to_dict(batch, self.output)
             if skipping:  # the skips of the epoch's last batches, or of an epoch with nothing left
                 self._warn_skips()
