@@ -30,7 +30,10 @@ static void usage(FILE *out)
                  "  --thorough       also every error the open finds (metadata, data footers, videos'\n"
                  "                   codec, size, frame count and pts grid against the metadata) and every\n"
                  "                   data page read and verified: exit 0 only when loading is correct\n"
-                 "exit status: 0 no errors, 1 errors found, 2 usage\n");
+                 "exit status: 0 every item loads as the metadata describes, 1 errors found (items the\n"
+                 "loaders refuse), 2 usage, 3 no errors but something is served otherwise than the\n"
+                 "metadata says (frames at the files' size, a feature left out, files by timestamp; the\n"
+                 "loaders warn: LoaderWarning in Python)\n");
 }
 
 int vf_cmd_decode_check(int argc, char **argv)
@@ -87,11 +90,28 @@ int vf_cmd_decode_check(int argc, char **argv)
     size_t errors = 0;
     r = vf_dataset_decode_check(d, &cs, &report, &errors);
     vf_cli_progress_finish(&bar);
+    /* What the open found that makes the loaders serve otherwise than the
+     * metadata says (and warn): exit 3 when nothing is an error. */
+    json_t *otherwise = json_array();
+    for (size_t i = 0; r == 0 && i < vf_dataset_num_problems(d); i++) {
+        const vf_problem *p = vf_dataset_problem(d, i);
+        if (p->changes_samples)
+            json_array_append_new(otherwise, json_pack("{s:s, s:s, s:s}", "file", p->file, "column", p->column,
+                                                       "message", p->message));
+    }
     vf_dataset_close(d);
-    if (r < 0)
+    if (r < 0) {
+        json_decref(otherwise);
         return vf_cli_fail("decode-check");
+    }
+    size_t changed = json_array_size(otherwise);
     if (as_json) {
-        printf("%s\n", report);
+        json_t *root = json_loads(report, 0, NULL);
+        json_object_set(root, "served_otherwise", otherwise);
+        char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        printf("%s\n", text ? text : report);
+        free(text);
+        json_decref(root);
     } else {
         json_t *root = json_loads(report, 0, NULL);
         json_t *dec = json_object_get(root, "decoders");
@@ -144,11 +164,20 @@ int vf_cmd_decode_check(int argc, char **argv)
                 printf(" (episode %lld)", episode);
             printf(": %s\n", json_string_value(json_object_get(p, "message")));
         }
-        printf("frames %lld, decoded %lld, %zu error(s)\n",
+        json_array_foreach(otherwise, pi, p)
+        {
+            printf("warning %s: %s (the loaders serve this otherwise than the metadata says)\n",
+                   json_string_value(json_object_get(p, "file")), json_string_value(json_object_get(p, "message")));
+        }
+        printf("frames %lld, decoded %lld, %zu error(s)",
                (long long)json_integer_value(json_object_get(root, "frames")),
                (long long)json_integer_value(json_object_get(root, "frames_decoded")), errors);
+        if (changed)
+            printf(", %zu served otherwise than the metadata says", changed);
+        printf("\n");
         json_decref(root);
     }
+    json_decref(otherwise);
     free(report);
-    return errors ? 1 : 0;
+    return errors ? 1 : changed ? 3 : 0;
 }

@@ -316,6 +316,12 @@ typedef struct vf_problem {
     int64_t episode;         /* episode_index, or -1 */
     const char *column;      /* column / key involved, or "" */
     const char *message;
+    /* A warning whose subject is served otherwise than the metadata says:
+     * info.json disagrees with the files (their frame size is used, a dtype
+     * cannot be read and the feature is left out, ...) or a file is served by
+     * timestamp (video_mismatch "timestamp"). The Python open gives these as
+     * LoaderWarnings and `vlafeed decode-check` exits 3 for them. */
+    int changes_samples;
 } vf_problem;
 
 size_t vf_dataset_num_problems(const vf_dataset *d);

@@ -124,6 +124,7 @@ int vf_ds_problem(vf_dataset *d, vf_severity severity, const char *file, int64_t
         va_end(ap);
     }
     p->severity = severity;
+    p->changes_samples = severity == VF_SEVERITY_WARNING && file && !strcmp(file, "meta/info.json");
     p->episode = episode;
     p->file = vf_ds_strdup(d, file ? file : "");
     p->column = vf_ds_strdup(d, column ? column : "");

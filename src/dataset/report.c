@@ -176,7 +176,8 @@ static int problem_object(json_t *o, const vf_dataset *d, size_t i)
     if ((r = put(o, "severity", str(p->severity == VF_SEVERITY_ERROR ? "error" : "warning"))) < 0 ||
         (r = put(o, "file", str(p->file))) < 0 ||
         (r = put(o, "episode", p->episode >= 0 ? json_integer((json_int_t)p->episode) : json_null())) < 0 ||
-        (r = put(o, "column", str(p->column))) < 0)
+        (r = put(o, "column", str(p->column))) < 0 ||
+        (r = put(o, "changes_samples", json_boolean(p->changes_samples))) < 0)
         return r;
     return put(o, "message", str(p->message));
 }

@@ -330,8 +330,13 @@ static int check_videos(vf_dataset *d)
                 if (vp->kind == VF_VIDEO_PROBLEM_UNMATCHED || vp->kind == VF_VIDEO_PROBLEM_FILE_REFUSED)
                     r = vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, vp->episode_index, key, "%s", vp->message);
                 else if (vp->kind == VF_VIDEO_PROBLEM_COUNT_MISMATCH || vp->kind == VF_VIDEO_PROBLEM_SPAN_MISMATCH ||
-                         vp->kind == VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP)
+                         vp->kind == VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP) {
                     r = vf_ds_problem(d, VF_SEVERITY_WARNING, f->rel, vp->episode_index, key, "%s", vp->message);
+                    vf_problem *added = d->num_problems ? &d->problems[d->num_problems - 1] : NULL;
+                    if (r == 0 && vp->kind == VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP && added &&
+                        !strcmp(added->message, vp->message)) /* (not when the list is full) */
+                        added->changes_samples = 1;
+                }
             }
             vf_ds_video_map_free(&m);
         }

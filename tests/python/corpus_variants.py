@@ -6,7 +6,10 @@ and damages it; the outcome says what vlafeed must do with it.
 Outcomes:
   Ok(info_rc, note)          every item equals the undamaged dataset's item;
                              `vlafeed info` exits info_rc, and its output
-                             contains note when given (a warning).
+                             contains note when given (a warning);
+                             `decode-check --thorough` exits check_rc (3:
+                             served otherwise than the metadata says, with a
+                             LoaderWarning in Python), else info_rc.
   OpenError(pattern)         the Python open raises, message matching pattern
                              (which names the file, and key/episode where
                              they apply); `vlafeed info` exits non-zero.
@@ -37,6 +40,8 @@ class Ok:
     info_rc: int = 0
     note: str = None
     forbid: str = None  # must NOT appear in `vlafeed info`'s output
+    check_rc: int = None  # `decode-check --thorough`'s exit status, when not info_rc: 3 when the
+                          # loaders serve something otherwise than the metadata says (and warn)
 
 
 @dataclass
@@ -230,7 +235,7 @@ simple("info_pix_fmt_says_yuv444p", Ok(0, "pixel format is yuv420p in the file, 
        _info(lambda i: i["features"][CAM]["info"].__setitem__("video.pix_fmt", "yuv444p")))
 
 
-@variant("info_resolution_wrong", Ok(0, "frames are 64x48 in the file, info.json says 32x24"))
+@variant("info_resolution_wrong", Ok(0, "frames are 64x48 in the file, info.json says 32x24", check_rc=3))
 def _(r):
     def fn(i):
         f = i["features"][CAM]
@@ -368,7 +373,8 @@ def _(r):
     tmp.replace(src)
 
 
-@variant("video_other_resolution", Ok(0, "frames are 32x24 in the file, info.json says 64x48"), needs={"exact": False})
+@variant("video_other_resolution", Ok(0, "frames are 32x24 in the file, info.json says 64x48", check_rc=3),
+         needs={"exact": False})
 def _(r):
     src = r / VIDEO_FILE
     tmp = src.with_suffix(".tmp.mp4")

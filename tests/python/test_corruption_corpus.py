@@ -72,6 +72,14 @@ def load_in_child(root):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
 
 
+def served_otherwise(root):
+    """The LoaderWarnings that opening the dataset in Python gives."""
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        vlafeed.LeRobotDataset(root, output="numpy")
+    return [w for w in got if issubclass(w.category, vlafeed.LoaderWarning)]
+
+
 def episode_of(base_items, i):
     return int(base_items[i]["episode_index"])
 
@@ -87,7 +95,7 @@ def test_variant(cli, base, tmp_path, name):
     info_text = info.stdout + info.stderr
     assert info.returncode in (0, 1, 2), info_text  # never a crash
     thorough = run_cli(cli, "decode-check", "--thorough", "--quiet", root)
-    assert thorough.returncode in (0, 1), thorough.stdout + thorough.stderr
+    assert thorough.returncode in (0, 1, 3), thorough.stdout + thorough.stderr
 
     if v.fifo:
         r = load_in_child(root)
@@ -109,7 +117,9 @@ def test_variant(cli, base, tmp_path, name):
         if expect.forbid:
             assert expect.forbid not in info_text, info_text
             assert "warning" not in info_text.split("problems", 1)[-1].lower().replace("0 warnings", ""), info_text
-        assert thorough.returncode == expect.info_rc, thorough.stdout
+        assert thorough.returncode == (expect.info_rc if expect.check_rc is None else expect.check_rc), thorough.stdout
+        # the Python user hears of it exactly when decode-check says it is served otherwise
+        assert (thorough.returncode == 3) == bool(served_otherwise(root)), thorough.stdout
     elif isinstance(expect, OpenError):
         if open_error is None:
             served = [i for i, got in results.items() if not isinstance(got, Exception)]

@@ -353,9 +353,10 @@ static PyObject *episode_entry(const void *d, size_t i)
 static PyObject *problem_entry(const void *d, size_t i)
 {
     const vf_problem *p = vf_dataset_problem(d, i);
-    return Py_BuildValue("{s:s,s:s,s:L,s:s,s:s}", "severity", p->severity == VF_SEVERITY_ERROR ? "error" : "warning",
-                         "file", p->file, "episode", (long long)p->episode, "column", p->column, "message",
-                         p->message);
+    return Py_BuildValue("{s:s,s:s,s:L,s:s,s:s,s:O}", "severity",
+                         p->severity == VF_SEVERITY_ERROR ? "error" : "warning", "file", p->file, "episode",
+                         (long long)p->episode, "column", p->column, "message", p->message, "changes_samples",
+                         p->changes_samples ? Py_True : Py_False);
 }
 
 enum dataset_getter {

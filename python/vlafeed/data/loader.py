@@ -167,7 +167,7 @@ def open_native_dataset(root, episodes=None, on_metadata_error="raise", video_mi
         settings["video_mismatch"] = video_mismatch
     native = _native.Dataset(os.fspath(root), episodes, on_metadata_error=on_metadata_error, **settings)
     for p in native.problems:  # the problems only: info() would build the whole document
-        if p["severity"] == "warning" and serves_otherwise(p):
+        if p["changes_samples"]:
             column = f"{p['column']}: " if p["column"] and p["column"] not in p["message"] else ""
             warnings.warn(f"vlafeed: {p['file']}: {column}{p['message']}", LoaderWarning,
                           stacklevel=outside_vlafeed())
@@ -184,13 +184,6 @@ def outside_vlafeed():
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def serves_otherwise(problem):
-    """Whether a warning of the open means samples are not what the metadata describes: info.json
-    disagrees with the files (their frame size is used, a dtype cannot be read, ...) or a file is
-    served by timestamp (video_mismatch="timestamp")."""
-    return problem["file"] == "meta/info.json" or "served by timestamp" in problem["message"]
 
 
 def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise", video_mismatch=None):
