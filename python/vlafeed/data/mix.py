@@ -54,6 +54,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from vlafeed.data.loader import OneThreadAtATime
+
 STATE_VERSION = 1
 MAX_WINDOW = 1 << 24
 
@@ -279,6 +281,7 @@ class Mix:
         self._src = [_Src(i, s, t) for i, (s, t) in enumerate(zip(sources, transforms))]
         self._schema = None          # {name: (kind, dtype, shape[1:])}, column order
         self._schema_source = None
+        self._one_thread = OneThreadAtATime("Mix")
         self._pos = 0                # samples emitted
         self._batches = 0
         self._pass_done = 0          # samples of the current pass (samples_per_window)
@@ -437,10 +440,17 @@ class Mix:
         pass in progress continues, a finished one is followed by the next."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"Mix.set_epoch: epoch must be a non-negative integer, got {epoch!r}")
+        self._one_thread.check()
         self._epoch = epoch
         self._awaiting_next = False
 
     def __iter__(self):
+        # One thread at a time, as the Loader sources (a second thread would deal the same
+        # window twice): another thread gets RuntimeError naming the holder.
+        with self._one_thread.iterating():
+            yield from self._pass()
+
+    def _pass(self):
         S = self.samples_per_window
         if S is not None and self._pass_done >= S:
             self._pass_done = 0
@@ -563,6 +573,7 @@ class Mix:
         """Continues where `state` stopped: restores every source, pulls its half-dealt batch
         again and skips the samples already dealt. ValueError when the state comes from a Mix
         with other sources count, weights, window, batch size, seed or budget."""
+        self._one_thread.check()
         self._check_state(state)
         for s, ss in zip(self._src, state["source_states"]):
             self._call(s, "load_state_dict()", s.source.load_state_dict, ss["state"])
