@@ -111,11 +111,9 @@ static int ensure_map(vf_sample_spec *spec, vf_sample_video_file *f, vf_video_re
             f->frame_count = ix->frame_count;
             for (size_t i = 0; i < f->map.problem_count; i++) {
                 const vf_video_problem *p = &f->map.problems[i];
-                /* The warnings (the errors refuse the episodes: every read of them says why). */
-                int warning = p->kind == VF_VIDEO_PROBLEM_COUNT_MISMATCH ||
-                              p->kind == VF_VIDEO_PROBLEM_SPAN_MISMATCH ||
-                              p->kind == VF_VIDEO_PROBLEM_FILE_BY_TIMESTAMP;
-                if (warning && !listed_at_open(spec->dataset, p->message))
+                /* Said once when the file is mapped (refused episodes too: every read of them raises,
+                 * this says so before the first read reaches them). */
+                if (p->kind != VF_VIDEO_PROBLEM_DRIFT && !listed_at_open(spec->dataset, p->message))
                     vf_sample_spec_note(spec, 0, vf_strdup(p->message));
             }
             state = 1;

@@ -491,15 +491,29 @@ int vf_wds_loader_set_state(vf_wds_loader *l, const vf_loader_state *state)
     vf_loader_state mine;
     state_from_loader(l, &mine);
     if (state->fingerprint != mine.fingerprint || state->positions != mine.positions)
-        return vf_error(VF_EINVAL, "wds loader: the state comes from another manifest (shard names or counts differ)");
+        return vf_error(VF_EINVAL, "wds loader: the state comes from another manifest (shard names or counts differ): "
+                                   "its fingerprint %llu and positions %lld, this manifest's %llu and %lld",
+                        (unsigned long long)state->fingerprint, (long long)state->positions,
+                        (unsigned long long)mine.fingerprint, (long long)mine.positions);
     STATE_FIELD_CHECK(mode, "mode");
     STATE_FIELD_CHECK(seed, "seed");
     STATE_FIELD_CHECK(shuffle, "shuffle");
     STATE_FIELD_CHECK(drop_last, "drop_last");
     STATE_FIELD_CHECK(shuffle_buffer, "shuffle_buffer");
-    if (state->epoch < 0 || state->samples_consumed < 0 || state->world_size < 1 || state->consumers < 1 ||
-        state->batch_size < 1 || state->samples_consumed % state->world_size)
-        return vf_error(VF_EINVAL, "wds loader: the state's epoch, layout or samples_consumed is invalid");
+    const struct {
+        const char *name;
+        int64_t value, min;
+    } counts[] = {{"epoch", state->epoch, 0},           {"samples_consumed", state->samples_consumed, 0},
+                  {"world_size", state->world_size, 1}, {"consumers", state->consumers, 1},
+                  {"batch_size", state->batch_size, 1}};
+    for (size_t i = 0; i < VF_ARRAY_LEN(counts); i++)
+        if (counts[i].value < counts[i].min)
+            return vf_error(VF_EINVAL, "wds loader: the state's %s is %lld (at least %lld)", counts[i].name,
+                            (long long)counts[i].value, (long long)counts[i].min);
+    if (state->samples_consumed % state->world_size)
+        return vf_error(VF_EINVAL, "wds loader: the state's samples_consumed %lld is not a multiple of its world_size "
+                                   "%lld",
+                        (long long)state->samples_consumed, (long long)state->world_size);
     if (state->num_ranges && (!state->ranges || vf_plan_ranges_check(state->ranges, state->num_ranges,
                                                                      l->num_positions) < 0))
         return vf_error(VF_EINVAL, "wds loader: the state's ranges are invalid");
@@ -507,8 +521,10 @@ int vf_wds_loader_set_state(vf_wds_loader *l, const vf_loader_state *state)
     int64_t k = vf_plan_batches_at(rn, state->world_size, state->consumers, (size_t)state->batch_size,
                                    state->drop_last, state->samples_consumed / state->world_size);
     if (k < 0)
-        return vf_error(VF_EINVAL, "wds loader: samples_consumed %lld does not fall on a batch boundary",
-                        (long long)state->samples_consumed);
+        return vf_error(VF_EINVAL, "wds loader: the state's samples_consumed %lld is not where a whole number of "
+                                   "batches ends (batch_size %lld, world_size %lld x consumers %lld, %lld samples)",
+                        (long long)state->samples_consumed, (long long)state->batch_size,
+                        (long long)state->world_size, (long long)state->consumers, (long long)rn);
     int64_t *ranges = NULL;
     size_t nr = 0;
     int same = state->world_size == mine.world_size && state->consumers == mine.consumers &&

@@ -205,6 +205,10 @@ static int loader_names(PyObject *d, vf_loader_state *st)
             return -1;
         }
         st->partition = c->value;
+    } else if (st->mode == VF_MODE_STREAM) { /* state_dict() names a stream loader's partition */
+        PyErr_SetString(PyExc_ValueError, "loader state: 'partition' is missing or None, but a stream-mode state "
+                                          "names its partition");
+        return -1;
     }
     return 0;
 }
@@ -222,12 +226,24 @@ static int range_bounds(PyObject *pair, int64_t *bounds)
     return ok;
 }
 
+/* A state without 'ranges': only version 1 states have none (from version
+ * 2 on an elastic resume's remainder lives there: dropping it would deliver
+ * what was delivered). */
+static int no_ranges(const vf_loader_state *st, const char *what)
+{
+    if (st->version < 2)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: 'ranges' is missing or None (a version %u state has a list, [] for a whole "
+                 "epoch)", what, (unsigned)st->version);
+    return -1;
+}
+
 /* The Loader form's ranges: [[start, end], ...] (optional: version 1 states have none). */
 static int loader_ranges(PyObject *d, vf_loader_state *st)
 {
     PyObject *ranges = PyDict_GetItemString(d, "ranges"); /* borrowed */
     if (!ranges || ranges == Py_None)
-        return 0;
+        return no_ranges(st, "loader state");
     PyObject *seq = PySequence_Fast(ranges, "loader state: 'ranges' must be a list of [start, end] pairs");
     if (!seq)
         return -1;
@@ -256,7 +272,20 @@ static int wds_ranges(PyObject *d, vf_loader_state *st)
 {
     PyObject *ranges = PyDict_GetItemString(d, "ranges");
     if (!ranges || ranges == Py_None)
-        return 0;
+        return no_ranges(st, "shard loader state");
+    if (!PyList_Check(ranges) && !PyTuple_Check(ranges)) {
+        PyErr_Format(PyExc_TypeError, "state['ranges'] must be a list of integers, got %s", Py_TYPE(ranges)->tp_name);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Size(ranges); i++) {
+        PyObject *item = PySequence_GetItem(ranges, i);
+        int ok = item && PyLong_Check(item) && !PyBool_Check(item);
+        Py_XDECREF(item);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "state['ranges'][%zd] must be an integer", i);
+            return -1;
+        }
+    }
     int64_t *values = NULL;
     size_t count = 0;
     if (vf_py_int64_list(ranges, "state['ranges'] must be a list of integers", &values, &count) < 0)

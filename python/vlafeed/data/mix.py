@@ -575,6 +575,19 @@ class Mix:
         with other sources count, weights, window, batch size, seed or budget."""
         self._one_thread.check()
         self._check_state(state)
+        # A source may still refuse its own state (checked by the source): then every source goes
+        # back to where it was, so a refused state leaves the whole Mix as it was.
+        before = self.state_dict()
+        try:
+            self._restore(state)
+        except BaseException:
+            try:
+                self._restore(before)
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            raise
+
+    def _restore(self, state):
         for s, ss in zip(self._src, state["source_states"]):
             self._call(s, "load_state_dict()", s.source.load_state_dict, ss["state"])
             s.epoch = int(ss["epoch"])
@@ -637,19 +650,23 @@ class Mix:
         for key, value in self._fingerprint().items():
             if key not in state:
                 fail("state", f"has no {key!r}; not a Mix state")
+            if type(state[key]) is bool and type(value) is not bool:  # True == 1
+                fail(f"the state's {key}", f"is {state[key]!r}, this Mix has {value!r}")
             if state[key] != value:
                 fail(f"the state's {key}", f"is {state[key]!r}, this Mix has {value!r}")
         k, S = len(self._src), self.samples_per_window
         position = count(state.get("position"), "position")
         batches = count(state.get("batches"), "batches", upper=position)
         if batches * self.batch_size < position:
-            fail("batches", f"is {batches}: {position} samples need at least {-(-position // self.batch_size)} "
+            fail("batches", f"is {batches}: position {position} needs at least {-(-position // self.batch_size)} "
                             f"batches of {self.batch_size}")
         count(state.get("pass_done"), "pass_done", upper=position if S is None else min(S, position))
         count(state.get("passes_completed"), "passes_completed",
               upper=None if S is None else position // S)
         count(state.get("epoch"), "epoch")
-        flag(state.get("awaiting_next"), "awaiting_next")
+        if flag(state.get("awaiting_next"), "awaiting_next") and (S is None or state["pass_done"] != S):
+            fail("awaiting_next", "is true, but no pass has ended (it is set when a pass of samples_per_window "
+                                  "samples ends)")
         counts(state.get("window_counts"), "window_counts", position % self.window)
         counts(state.get("last_window"), "last_window", self.window if position >= self.window else 0)
         sources = state.get("source_states")
@@ -669,7 +686,14 @@ class Mix:
             dealt = count(ss["dealt"], f"{field}.dealt")
             if dealt and not holding:
                 fail(f"{field}.dealt", f"is {dealt} while the source holds no batch")
-            count(ss["epoch"], f"{field}.epoch")
+            if holding and not dealt:  # a batch is pulled when a sample is needed: one is dealt at once
+                fail(f"{field}.holding", "is true, but no sample of the held batch was dealt")
+            epoch = count(ss["epoch"], f"{field}.epoch")
+            own = ss["state"].get("epoch")
+            if isinstance(getattr(self._src[i].source, "epoch", None), int) and isinstance(own, int) and \
+                    not isinstance(own, bool) and own != epoch:
+                # Mix keeps the source's own epoch; the next epoch it starts is epoch + 1
+                fail(f"{field}.epoch", f"is {epoch}, but the source's own state is at epoch {own}")
             count(ss["epochs_completed"], f"{field}.epochs_completed")
             taken += count(ss["taken"], f"{field}.taken", upper=position)
             count(ss["batches_pulled"], f"{field}.batches_pulled")
