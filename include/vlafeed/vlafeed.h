@@ -41,6 +41,10 @@ extern "C" {
 /* The message of the last failure on this thread (never NULL; "" if none).
  * Owned by the library; valid until the next vlafeed call on this thread. */
 const char *vf_last_error(void);
+/* The status code of the error vf_last_error() describes (0 before any). A
+ * function returning VF_ENOMEM without a message of its own leaves an older
+ * message: compare the codes before showing it. */
+int vf_last_error_code(void);
 
 /* How much vlafeed and the codec libraries under it (FFmpeg, SVT-AV1) print
  * on stderr: 0 errors only, 1 warnings (default), 2 info, 3 debug. The

@@ -19,8 +19,10 @@
 #define VF_ERROR_MAX 1024
 
 static _Thread_local char error_message[VF_ERROR_MAX];
+static _Thread_local int error_code;
 
 const char *vf_last_error(void) { return error_message; }
+int vf_last_error_code(void) { return error_code; }
 
 const char *vf_version(void) { return VF_VERSION_STRING; }
 
@@ -30,6 +32,7 @@ int vf_error(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(error_message, sizeof error_message, fmt, ap);
     va_end(ap);
+    error_code = code;
     return code;
 }
 
@@ -54,6 +57,7 @@ int vf_error_context(int code, const char *fmt, ...)
     size_t tail_len = strnlen(tail, room);
     memcpy(error_message + n, tail, tail_len);
     error_message[n + tail_len] = 0;
+    error_code = code;
     return code;
 }
 

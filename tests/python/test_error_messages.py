@@ -171,3 +171,11 @@ def test_negative_batch_count_is_named(base):
     with pytest.raises(IndexError, match=re.escape("loader state: batches -1 is negative")):
         _native.loader_state(d, batch_size=4, batches=-1)
     assert _native.loader_state(d, batch_size=4, batches=1)["samples_consumed"] == 4
+
+
+def test_memory_error_says_what_could_not_be_allocated(base):
+    """A batch that cannot be allocated (here 16M samples of 1024x1024 frames, ~400 TB) raises a
+    MemoryError saying what and how much, not a bare MemoryError."""
+    with pytest.raises(MemoryError, match=r"vlafeed: out of memory allocating a batch buffer of \d+ bytes"):
+        loader = vlafeed.Loader(str(base), batch_size=16777216, resize=(1024, 1024), output="numpy")
+        next(iter(loader))

@@ -13,8 +13,12 @@ PyObject *vf_py_error_type;
 PyObject *vf_py_raise(int code)
 {
     PyObject *type = vf_py_error_type;
-    if (code == VF_ENOMEM)
-        return PyErr_NoMemory();
+    if (code == VF_ENOMEM) {
+        /* What could not be allocated, when the engine said (a bare MemoryError names nothing). */
+        const char *said = vf_last_error_code() == VF_ENOMEM ? vf_last_error() : "";
+        PyErr_Format(PyExc_MemoryError, "vlafeed: %s", said[0] ? said : "out of memory");
+        return NULL;
+    }
     if (code == VF_ERANGE)
         type = PyExc_IndexError;
     else if (code == VF_EINVAL)
