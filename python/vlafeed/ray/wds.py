@@ -11,7 +11,9 @@ reader inside each read task (exported as ``vlafeed.ray.WdsDatasource`` and
 
 What happens where:
 
-- On the driver, the constructor reads the manifest and the first sample of
+- On the driver, a relative manifest path is made absolute (the tasks run in
+  worker processes with their own working directory), and the constructor
+  reads the manifest and the first sample of
   the first non-empty shard (to learn the fields and the decoded size of a
   row); nothing else. The read tasks are runs of ``shards_per_task``
   consecutive shards in manifest order; each task's BlockMetadata carries
@@ -23,7 +25,10 @@ What happens where:
   ``random_shuffle``, ``local_shuffle_buffer_size``), ``output="numpy"``.
   Each engine batch of at most ``rows_per_block`` samples becomes an Arrow
   table: images and ``.npy`` / ``.npz`` arrays as fixed-shape tensor
-  columns over the batch memory, ``.cls`` as int64, ``.txt``, ``__key__``
+  columns over the batch memory, string ``.npy`` arrays as str (0-d) or
+  lists of str, as ShardLoader reads them (an object ``.npy`` needs pickle
+  and is refused as bad input, naming the shard, key and field), ``.cls``
+  as int64, ``.txt``, ``__key__``
   and ``__shard__`` as strings, ``.json`` fields as their JSON text (Arrow
   has no column type for arbitrary JSON values), ``.pth`` as the
   serialized bytes.
@@ -47,6 +52,7 @@ import uuid
 
 import numpy as np
 
+from vlafeed.data.lerobot_compat import is_url
 from vlafeed.ray import _common
 
 __all__ = ["WdsDatasource", "read_wds"]
@@ -55,6 +61,10 @@ __all__ = ["WdsDatasource", "read_wds"]
 def _column(name, value):
     import pyarrow as pa
 
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US":
+        # a .npy of strings (ShardLoader stacks them into a '<U' / 'S' array): one str (or bytes) per
+        # row, or nested lists of them for arrays of one or more dimensions
+        return pa.array(value.tolist())
     if isinstance(value, list):
         if all(v is None or isinstance(v, str) for v in value):
             return pa.array(value, type=pa.string())
@@ -159,7 +169,11 @@ class WdsDatasource(_datasource_base()):
             raise ValueError(f"rows_per_block must be >= 1, not {rows_per_block!r}")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        # the read tasks run in worker processes with their own working directory: a relative
+        # manifest (and so its shards) is resolved here, on the driver
         self.manifest = os.fspath(manifest)
+        if not is_url(self.manifest):
+            self.manifest = os.path.abspath(self.manifest)
         self.shards_per_task = int(shards_per_task)
         self.rows_per_block = int(rows_per_block)
         self.on_error = on_error
