@@ -7,7 +7,11 @@ counts; every sample comes exactly once and equals vlafeed.ShardLoader's
 reading of it (npz arrays, JPEG pixels, JSON); iter_torch_batches gives
 tensors (strings through vlafeed.ray.TorchCollate); a missing shard raises
 naming the shard and the task; under on_error="skip" a damaged shard's lost
-samples are counted in skipped().
+samples are counted in skipped(), also when it is a task's first shard.
+String .npy fields arrive as str / lists of str and .pth fields as their
+serialized bytes; an object .npy is refused naming shard, key and field; a
+relative manifest path works although the workers' working directory
+differs.
 """
 import json
 import os
@@ -187,3 +191,35 @@ def test_relative_manifest_resolved_at_the_driver(ray_session, tmp_path, monkeyp
     assert all(os.path.isabs(url) for _, url, _ in source._shards)
     rows = vray.read_wds(os.path.join("shards", "manifest.jsonl")).take_all()
     assert sorted(r["__key__"] for r in rows) == ["k0", "k1", "k2", "k3"]
+
+
+def test_pth_field_arrives_as_serialized_bytes(ray_session, tmp_path):
+    """A .pth field: the read task's ShardLoader loads each checkpoint, the Arrow column holds it serialized
+    again (before: the task failed with 'Object of type Tensor is not JSON serializable')."""
+    import io
+    from wds_helpers import write_manifest, write_tar
+    d = tmp_path / "pth"
+    d.mkdir()
+    members = []
+    for i in range(3):
+        buf = io.BytesIO()
+        torch.save({"w": torch.full((2,), float(i))}, buf)
+        members += [(f"k{i}.extra.pth", buf.getvalue()), (f"k{i}.cls", b"%d" % i)]
+    write_tar(d / "shard_000000.tar", members)
+    rows = sorted(vray.read_wds(write_manifest(d, [3])).take_all(), key=lambda r: r["__key__"])
+    for i, r in enumerate(rows):
+        got = torch.load(io.BytesIO(r["extra.pth"]), weights_only=True)
+        assert torch.equal(got["w"], torch.full((2,), float(i))) and r["cls"] == i
+
+
+def test_task_whose_first_shard_is_missing_skips_under_skip(ray_session, tmp_path):
+    """Tasks read the fields the driver learned: a task whose only shard is missing counts it under
+    on_error="skip" (before: the task looked for its own first sample to learn fields, and raised)."""
+    from wds_helpers import write_foundry_set
+    manifest = write_foundry_set(tmp_path / "set", shards=3, per_shard=2)
+    os.unlink(tmp_path / "set" / "shard_000001.tar")
+    source = vray.WdsDatasource(manifest, on_error="skip")
+    rows = ray.data.read_datasource(source).take_all()
+    assert len(rows) == 4 and source.skipped_rows() == 2
+    (rec,) = source.skipped()
+    assert rec["shards"] == ["shard_000001"] and "shard_000001.tar" in rec["error"]
