@@ -573,12 +573,20 @@ static int drain(vf_wds_loader *l, int *values, int *num_values, int *sizes, int
     return r;
 }
 
+/* A fresh folder `name` filled by write(dir); its manifest's path goes to manifest. The caller removes
+ * and frees the folder. */
+static char *shard_set(const char *name, void (*write)(const char *dir), char *manifest, size_t manifest_size)
+{
+    char *dir = vf_test_tmpdir(name);
+    write(dir);
+    snprintf(manifest, manifest_size, "%s/manifest.jsonl", dir);
+    return dir;
+}
+
 static void test_loader_budgets(void)
 {
-    char *dir = vf_test_tmpdir("wds_bombs_loader");
-    write_image_set(dir);
     char manifest[1024];
-    snprintf(manifest, sizeof manifest, "%s/manifest.jsonl", dir);
+    char *dir = shard_set("wds_bombs_loader", write_image_set, manifest, sizeof manifest);
     for (int prefetch = 0; prefetch < 2; prefetch++) {
         vf_wds_loader_settings s;
         vf_wds_loader_defaults(&s);
@@ -671,10 +679,8 @@ static int drain_cls(vf_wds_loader *l, int *values, int *num_values, char *messa
  * it are those of an unbounded run. */
 static void test_buffer_budget(void)
 {
-    char *dir = vf_test_tmpdir("wds_bombs_buffer");
-    write_buffer_set(dir);
     char manifest[1024];
-    snprintf(manifest, sizeof manifest, "%s/manifest.jsonl", dir);
+    char *dir = shard_set("wds_bombs_buffer", write_buffer_set, manifest, sizeof manifest);
     vf_wds_loader_settings s;
     vf_wds_loader_defaults(&s);
     s.batch_size = 4;
