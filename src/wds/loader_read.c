@@ -147,9 +147,10 @@ static int64_t read_member_bytes(const vf_wds_sample *smp)
     return bytes;
 }
 
-/* Position p's sample (`bytes` of members) would pass max_buffer_bytes:
- * fails the pass (l->failure repeats it), naming the shard, the sample's
- * largest member, its key, and the settings that decide the room. */
+/* Storing sample smp of shard `url` (`bytes` of members) would pass
+ * max_buffer_bytes: fails the pass (l->failure repeats it), naming the
+ * shard, the sample's largest member, its key, and the settings that
+ * decide the room. */
 static int refuse_buffer(vf_wds_loader *l, const vf_wds_sample *smp, const char *url, int64_t bytes)
 {
     const vf_wds_member *largest = NULL;

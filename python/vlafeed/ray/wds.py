@@ -13,11 +13,11 @@ What happens where:
 
 - On the driver, a relative manifest path is made absolute (the tasks run in
   worker processes with their own working directory), and the constructor
-  reads the manifest and the first sample of
-  the first non-empty shard (to learn the fields and the decoded size of a
-  row); nothing else. Every task delivers those fields (or ``fields=``),
-  so all blocks have the same columns and a task whose first shard is
-  missing or damaged is handled by ``on_error`` like any other. The read tasks are runs of ``shards_per_task``
+  reads the manifest and the first sample of the first non-empty shard (to
+  learn the fields and the decoded size of a row); nothing else. Every task
+  delivers those fields (or ``fields=``), so all blocks have the same
+  columns and a task whose first shard is missing or damaged is handled by
+  ``on_error`` like any other. The read tasks are runs of ``shards_per_task``
   consecutive shards in manifest order; each task's BlockMetadata carries
   its rows (the manifest's ``num_sequences``), its decoded size in bytes
   (rows x the first sample's decoded bytes) and its shard files.
