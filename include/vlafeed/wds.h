@@ -228,6 +228,11 @@ typedef struct vf_wds_loader_settings {
                                 * batch keeps the samples before it); default 8 GiB */
     int64_t max_manifest_samples; /* num_sequences of all shards together (the plan of an epoch
                                 * holds about 16 bytes per sample); default 2^28 */
+    int64_t max_buffer_bytes;  /* the read members of the samples each consumer holds between
+                                * reading and delivering them (the shuffle buffer, all consumers
+                                * together); default 4 GiB. Not bad input: the sample that would
+                                * pass it fails the pass under both on_error policies, at a point
+                                * fixed by the plan (nothing is dropped or reordered) */
 } vf_wds_loader_settings;
 
 typedef struct vf_wds_loader vf_wds_loader;

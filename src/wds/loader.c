@@ -64,6 +64,7 @@ void vf_wds_loader_defaults(vf_wds_loader_settings *s)
     s->max_sample_bytes = VF_WDS_DEFAULT_MAX_SAMPLE_BYTES;
     s->max_batch_bytes = VF_WDS_DEFAULT_MAX_BATCH_BYTES;
     s->max_manifest_samples = VF_WDS_DEFAULT_MAX_MANIFEST_SAMPLES;
+    s->max_buffer_bytes = VF_WDS_DEFAULT_MAX_BUFFER_BYTES;
     vf_wds_manifest_settings ms;
     vf_wds_manifest_defaults(&ms); /* VF_WDS_ALLOW_OUTSIDE=1 in the environment opts in */
     s->allow_outside_base = ms.allow_outside_base;
@@ -166,6 +167,7 @@ static void drop_plan(vf_wds_loader *l)
     if (l->consumers)
         for (int i = 0; i < l->s.num_consumers; i++)
             vf_wds_consumer_reset(&l->consumers[i]);
+    l->buffer_bytes = 0;
 }
 
 static int start_epoch(vf_wds_loader *l, int64_t epoch, int64_t resume_batch)
@@ -251,7 +253,8 @@ static int check_settings(const vf_wds_loader_settings *s)
                    {s->max_member_bytes, "max_member_bytes"},
                    {s->max_sample_bytes, "max_sample_bytes"},
                    {s->max_batch_bytes, "max_batch_bytes"},
-                   {s->max_manifest_samples, "max_manifest_samples"}};
+                   {s->max_manifest_samples, "max_manifest_samples"},
+                   {s->max_buffer_bytes, "max_buffer_bytes"}};
     for (size_t i = 0; i < VF_ARRAY_LEN(budgets); i++)
         if (budgets[i].value < 1)
             return vf_error(VF_EINVAL, "wds loader: %s must be >= 1 (it is %lld)", budgets[i].name,

@@ -762,6 +762,7 @@ static int take_sample(vf_wds_loader *l, vf_wds_consumer *c, int64_t p, slot *sl
     }
     if (--st->refs == 0) {
         c->store[idx] = c->store[--c->num_store];
+        l->buffer_bytes -= st->bytes; /* the slot owns it now: out of the read-ahead buffer */
         sl->sample = st;
         return 0;
     }

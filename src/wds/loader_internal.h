@@ -28,6 +28,7 @@
 typedef struct vf_wds_stored {
     int64_t position;
     int refs;                  /* deliveries still due */
+    int64_t bytes;             /* its members' bytes, counted in the loader's buffer_bytes while stored */
     size_t shard;
     char *key;
     size_t num_members;
@@ -89,6 +90,7 @@ struct vf_wds_loader {
     size_t num_piece_index;
     int threads;
     vf_thread_pool *pool;
+    int64_t buffer_bytes;      /* members of the samples stored in all consumers (max_buffer_bytes) */
     vf_wds_stats stats;
     char **skip_messages;
     size_t num_skip_messages;

@@ -19,6 +19,15 @@
  * them to max_member_bytes and max_sample_bytes (vf_wds_reader_limits); a
  * sample over one is passed over unread and its position marked bad (one
  * bad sample, not the rest of the shard: the tar itself is fine).
+ *
+ * The stored samples of all consumers together hold at most
+ * max_buffer_bytes of members (loader buffer_bytes). Which samples are
+ * stored at any moment is fixed by the plan (the order in which positions
+ * are needed and the tar order), so the sample that would pass the budget
+ * is the same on every run: it fails the pass there, under either on_error
+ * policy, since leaving a good sample out for lack of room would make the
+ * delivered set depend on a memory setting. Nothing is dropped or
+ * reordered.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +137,43 @@ static void limit_reader(const vf_wds_loader *l, vf_wds_reader *r)
     vf_wds_reader_set_limits(r, &limits);
 }
 
+/* The bytes of a sample's read members (those of delivered fields). */
+static int64_t read_member_bytes(const vf_wds_sample *smp)
+{
+    int64_t bytes = 0;
+    for (size_t i = 0; i < smp->num_members; i++)
+        if (smp->members[i].data)
+            bytes += (int64_t)smp->members[i].size;
+    return bytes;
+}
+
+/* Storing sample smp of shard `url` (`bytes` of members) would pass
+ * max_buffer_bytes: fails the pass (l->failure repeats it), naming the
+ * shard, the sample's largest member, its key, and the settings that
+ * decide the room. */
+static int refuse_buffer(vf_wds_loader *l, const vf_wds_sample *smp, const char *url, int64_t bytes)
+{
+    const vf_wds_member *largest = NULL;
+    for (size_t i = 0; i < smp->num_members; i++)
+        if (smp->members[i].data && (!largest || smp->members[i].size > largest->size))
+            largest = &smp->members[i];
+    size_t held = 0;
+    for (int i = 0; i < l->s.num_consumers; i++)
+        held += l->consumers[i].num_store;
+    char *msg = vf_asprintf("shard %s: member %s (key %s): holding this sample until its turn would bring the "
+                            "read-ahead buffer to %lld bytes (%zu samples held before it), above "
+                            "max_buffer_bytes %lld; raise max_buffer_bytes or lower shuffle_buffer (%zu)",
+                            url, largest ? largest->name : "(none)", smp->key, (long long)(l->buffer_bytes + bytes),
+                            held, (long long)l->s.max_buffer_bytes,
+                            l->s.shuffle ? l->s.shuffle_buffer : 0);
+    if (!msg)
+        return VF_ENOMEM;
+    int rc = vf_error(VF_ECORRUPT, "%s", msg);
+    free(l->failure);
+    l->failure = msg;
+    return rc;
+}
+
 int vf_wds_store_sample(vf_wds_consumer *c, const vf_wds_sample *smp, int64_t position, size_t shard, int refs)
 {
     vf_wds_stored *st = vf_calloc(1, sizeof *st);
@@ -135,6 +181,7 @@ int vf_wds_store_sample(vf_wds_consumer *c, const vf_wds_sample *smp, int64_t po
         return VF_ENOMEM;
     st->position = position;
     st->refs = refs;
+    st->bytes = read_member_bytes(smp);
     st->shard = shard;
     st->key = vf_strdup(smp->key);
     st->members = vf_calloc(smp->num_members ? smp->num_members : 1, sizeof *st->members);
@@ -280,12 +327,14 @@ int vf_wds_ensure_position(vf_wds_loader *l, vf_wds_consumer *c, int64_t p)
         }
         c->reader_pos++;
         if (refs > 0) {
+            int64_t bytes = read_member_bytes(smp);
             l->stats.samples_read++;
-            for (size_t i = 0; i < smp->num_members; i++)
-                if (smp->members[i].data)
-                    l->stats.bytes_read += smp->members[i].size;
+            l->stats.bytes_read += bytes;
+            if (bytes > l->s.max_buffer_bytes - l->buffer_bytes)
+                return refuse_buffer(l, smp, url, bytes);
             if ((rc = vf_wds_store_sample(c, smp, pos, shard, (int)refs)) < 0)
                 return rc;
+            l->buffer_bytes += bytes;
         } else {
             l->stats.samples_passed++;
         }

@@ -25,6 +25,7 @@
  * instead of allocating gigabytes.
  */
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -201,6 +202,10 @@ int vf_wds_manifest_parse_with(vf_wds_manifest **out, const char *name, const ch
         if (rc == 0 && (count < 0 || !shard[0]))
             rc = vf_error(VF_ECORRUPT, "%s:%lld: %s", name, (long long)it.line,
                           count < 0 ? "num_sequences is negative" : "empty shard name");
+        /* the total is an int64_t: a sum past it cannot be a real set (fuzz_wds_manifest found the overflow) */
+        if (rc == 0 && count > INT64_MAX - m->total)
+            rc = vf_error(VF_ECORRUPT, "%s:%lld: shard \"%s\": num_sequences %lld brings the manifest's total past "
+                          "2^63 - 1 samples", name, (long long)it.line, shard, (long long)count);
         const char *why = rc == 0 && !settings->allow_outside_base ? outside_reason(shard, m->base, url_base) : NULL;
         if (why)
             rc = vf_error(VF_EINVAL, "%s:%lld: shard \"%s\" is refused: it leaves the manifest's base %s (%s); "

@@ -37,6 +37,7 @@ int vf_wds_is_meta_name(const char *name);
 #define VF_WDS_DEFAULT_MAX_SAMPLE_BYTES ((int64_t)1 << 30)
 #define VF_WDS_DEFAULT_MAX_BATCH_BYTES ((int64_t)8 << 30)
 #define VF_WDS_DEFAULT_MAX_MANIFEST_SAMPLES ((int64_t)1 << 28)
+#define VF_WDS_DEFAULT_MAX_BUFFER_BYTES ((int64_t)4 << 30)
 
 /* What a reader reads of a wanted sample (vf_wds_reader_next with want = 1). */
 typedef struct vf_wds_reader_limits {

@@ -573,12 +573,20 @@ static int drain(vf_wds_loader *l, int *values, int *num_values, int *sizes, int
     return r;
 }
 
+/* A fresh folder `name` filled by write(dir); its manifest's path goes to manifest. The caller removes
+ * and frees the folder. */
+static char *shard_set(const char *name, void (*write)(const char *dir), char *manifest, size_t manifest_size)
+{
+    char *dir = vf_test_tmpdir(name);
+    write(dir);
+    snprintf(manifest, manifest_size, "%s/manifest.jsonl", dir);
+    return dir;
+}
+
 static void test_loader_budgets(void)
 {
-    char *dir = vf_test_tmpdir("wds_bombs_loader");
-    write_image_set(dir);
     char manifest[1024];
-    snprintf(manifest, sizeof manifest, "%s/manifest.jsonl", dir);
+    char *dir = shard_set("wds_bombs_loader", write_image_set, manifest, sizeof manifest);
     for (int prefetch = 0; prefetch < 2; prefetch++) {
         vf_wds_loader_settings s;
         vf_wds_loader_defaults(&s);
@@ -629,6 +637,103 @@ static void test_loader_budgets(void)
     free(dir);
 }
 
+/* 48 samples of a 1000-byte .bin and a .cls (the key's number). */
+static void write_buffer_set(const char *dir)
+{
+    static uint8_t tar[1 << 20], bin[1000];
+    member ms[96];
+    char names[96][32], cls[48][4];
+    for (int i = 0; i < 48; i++) {
+        snprintf(names[2 * i], 32, "k%d.bin", i);
+        snprintf(names[2 * i + 1], 32, "k%d.cls", i);
+        snprintf(cls[i], sizeof cls[i], "%d", i);
+        ms[2 * i] = (member){names[2 * i], bin, sizeof bin};
+        ms[2 * i + 1] = (member){names[2 * i + 1], cls[i], strlen(cls[i])};
+    }
+    size_t len = build_archive(tar, sizeof tar, 0, ms, 96);
+    write_file(dir, "shard_000000.tar", tar, len);
+    const char *text = "{\"shard\": \"shard_000000\", \"num_sequences\": 48}";
+    write_file(dir, "manifest.jsonl", text, strlen(text));
+}
+
+/* Drains the loader into values (the .cls column); returns the last result, and the error's text in
+ * message (when there is one). */
+static int drain_cls(vf_wds_loader *l, int *values, int *num_values, char *message, size_t message_size)
+{
+    vf_wds_batch *b;
+    int r;
+    *num_values = 0;
+    while ((r = vf_wds_loader_next(l, &b)) == 0) {
+        for (size_t c = 0; c < b->num_columns; c++)
+            if (!strcmp(b->columns[c].name, "cls"))
+                for (size_t i = 0; i < b->size; i++)
+                    values[(*num_values)++] = (int)((int64_t *)b->columns[c].data)[i];
+        vf_wds_batch_free(b);
+    }
+    snprintf(message, message_size, "%s", r == VF_EOF ? "" : vf_last_error());
+    return r;
+}
+
+/* max_buffer_bytes bounds the samples held between reading and delivery; the sample that would pass it
+ * fails the pass at the same point on every run, whatever the prefetch or policy, and the batches before
+ * it are those of an unbounded run. */
+static void test_buffer_budget(void)
+{
+    char manifest[1024];
+    char *dir = shard_set("wds_bombs_buffer", write_buffer_set, manifest, sizeof manifest);
+    vf_wds_loader_settings s;
+    vf_wds_loader_defaults(&s);
+    s.batch_size = 4;
+    s.shuffle_buffer = 16;
+    s.seed = 3;
+    s.fields = "bin,cls";
+    vf_wds_loader *l = NULL;
+    int whole[48], got[48], n_whole = 0, n_got = 0;
+    char message[1024], first[1024];
+    s.max_buffer_bytes = 0;
+    CHECK_ERR(vf_wds_loader_open(&l, manifest, &s), VF_EINVAL, "max_buffer_bytes must be >= 1");
+    s.max_buffer_bytes = VF_WDS_DEFAULT_MAX_BUFFER_BYTES;
+    CHECK_OK(vf_wds_loader_open(&l, manifest, &s));
+    CHECK(drain_cls(l, whole, &n_whole, message, sizeof message) == VF_EOF && n_whole == 48);
+    vf_wds_loader_close(l);
+    first[0] = 0;
+    s.max_buffer_bytes = 8 * 1002;
+    for (int run = 0; run < 4; run++) {
+        s.prefetch = (size_t)(run % 2 ? 2 : 0);
+        s.on_error = run < 2 ? VF_WDS_RAISE : VF_WDS_SKIP;
+        CHECK_OK(vf_wds_loader_open(&l, manifest, &s));
+        CHECK(drain_cls(l, got, &n_got, message, sizeof message) == VF_ECORRUPT);
+        CHECK(strstr(message, "shard_000000.tar: member k") && strstr(message, ".bin (key k"));
+        CHECK(strstr(message, "above max_buffer_bytes 8016; raise max_buffer_bytes or lower shuffle_buffer (16)"));
+        if (run == 0)
+            snprintf(first, sizeof first, "%s", message);
+        CHECK(!strcmp(message, first));
+        /* what came before the refusal is the unbounded run's start, nothing left out */
+        CHECK(n_got < 48 && n_got % 4 == 0);
+        for (int i = 0; i < n_got; i++)
+            CHECK(got[i] == whole[i]);
+        /* the refusal is repeated, not skipped past */
+        vf_wds_batch *b = NULL;
+        CHECK(vf_wds_loader_next(l, &b) == VF_ECORRUPT && b == NULL);
+        vf_wds_loader_close(l);
+    }
+    /* in tar order (no shuffle buffer) one sample is held at a time: 1002 bytes are enough (k10 on: 1002) */
+    s.shuffle = 0;
+    s.max_buffer_bytes = 1002;
+    CHECK_OK(vf_wds_loader_open(&l, manifest, &s));
+    CHECK(drain_cls(l, got, &n_got, message, sizeof message) == VF_EOF && n_got == 48);
+    vf_wds_loader_close(l);
+    s.max_buffer_bytes = 1000;
+    CHECK_OK(vf_wds_loader_open(&l, manifest, &s));
+    CHECK(drain_cls(l, got, &n_got, message, sizeof message) == VF_ECORRUPT && n_got == 0);
+    CHECK(strstr(message, "member k0.bin (key k0): holding this sample until its turn would bring the read-ahead "
+                          "buffer to 1001 bytes (0 samples held before it), above max_buffer_bytes 1000; raise "
+                          "max_buffer_bytes or lower shuffle_buffer (0)"));
+    vf_wds_loader_close(l);
+    vf_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     test_image_pixels_refused_by_header();
@@ -640,5 +745,6 @@ int main(void)
     test_manifest_counts();
     test_zero_count_shard();
     test_loader_budgets();
+    test_buffer_budget();
     return vf_test_finish("test_wds_bombs");
 }

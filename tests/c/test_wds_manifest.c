@@ -14,7 +14,7 @@
  * end to end: a set whose manifest reaches into a sibling folder is
  * refused before any shard is read, and read with the opt-in; a symbolic
  * link inside the folder is followed (the check reads the text only, as
- * documented).
+ * documented). Counts whose total passes int64_t are refused by line.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, symlink */
 #include <archive.h>
@@ -255,11 +255,28 @@ static void test_loader(void)
     free(linked);
 }
 
+/* Counts whose sum passes int64_t are refused by name (before: signed overflow in the total). */
+static void test_count_overflow(void)
+{
+    const char *text = "{\"shard\": \"a\", \"num_sequences\": 9223372036854775807}\n"
+                       "{\"shard\": \"b\", \"num_sequences\": 5}\n";
+    vf_wds_manifest *m = NULL;
+    CHECK_ERR(vf_wds_manifest_parse(&m, LOCAL, text, strlen(text)), VF_ECORRUPT,
+              LOCAL ":2: shard \"b\": num_sequences 5 brings the manifest's total past 2^63 - 1 samples");
+    CHECK(m == NULL);
+    const char *one = "{\"shard\": \"a\", \"num_sequences\": 9223372036854775807}\n";
+    CHECK_OK(vf_wds_manifest_parse(&m, LOCAL, one, strlen(one)));
+    CHECK(m && vf_wds_manifest_total_samples(m) == INT64_MAX);
+    CHECK_ERR(vf_wds_manifest_check_counts(m, 1 << 20), VF_ECORRUPT, "above max_manifest_samples");
+    vf_wds_manifest_close(m);
+}
+
 int main(void)
 {
     test_local_manifest();
     test_remote_manifest();
     test_environment_opt_in();
     test_loader();
+    test_count_overflow();
     return vf_test_finish("test_wds_manifest");
 }

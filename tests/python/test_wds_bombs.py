@@ -20,6 +20,7 @@ a tar that holds samples refused (or counted under on_error="skip").
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -252,16 +253,44 @@ def test_sample_and_batch_budgets(tmp_path):
 def test_budget_settings_checked(tmp_path):
     manifest = one_shard(tmp_path / "c", [("k", {"cls": b"1"})])
     for name in ("max_image_pixels", "max_member_bytes", "max_sample_bytes", "max_batch_bytes",
-                 "max_manifest_samples"):
+                 "max_manifest_samples", "max_buffer_bytes"):
         with pytest.raises(ValueError, match=f"{name} must be >= 1"):
             vlafeed.ShardLoader(manifest, **{name: 0})
     batches, _ = read(manifest, max_image_pixels=1, max_member_bytes=1, max_sample_bytes=1, max_batch_bytes=8,
-                      max_manifest_samples=1)
+                      max_manifest_samples=1, max_buffer_bytes=1)
     assert batches[0]["__key__"] == ["k"]
     jpg = one_shard(tmp_path / "i", [("k", {"jpg": small_jpeg()})])
     with pytest.raises(vlafeed.VlafeedError, match=r"image 16x12 is 192 pixels, above max_image_pixels 191"):
         read(jpg, max_image_pixels=191)
     assert read(jpg, max_image_pixels=192)[0][0]["jpg"].shape == (1, 12, 16, 3)
+
+
+def test_buffer_budget_fails_at_a_fixed_sample(tmp_path):
+    """max_buffer_bytes bounds the samples read ahead for the shuffle buffer: the sample that would pass it
+    fails the pass at the same place on every run and under either policy (nothing is dropped or reordered),
+    naming the shard, the member, the key and the settings to change."""
+    samples = [(f"k{i:02d}", {"bin": bytes(1000), "cls": b"%d" % i}) for i in range(40)]
+    manifest = one_shard(tmp_path / "buf", samples)
+    whole, _ = read(manifest, shuffle=True, shuffle_buffer=16, seed=5)
+    order = [k for b in whole for k in b["__key__"]]
+    assert sorted(order) == [k for k, _ in samples] and order != sorted(order)
+    messages = []
+    for on_error in ("raise", "skip"):
+        loader = vlafeed.ShardLoader(manifest, shuffle=True, shuffle_buffer=16, seed=5, batch_size=4,
+                                     output="numpy", on_error=on_error, max_buffer_bytes=8 * 1003)
+        got = []
+        with pytest.raises(vlafeed.VlafeedError) as e:
+            for b in loader:
+                got += b["__key__"]
+        assert got == order[:len(got)] and len(got) < 40   # the unbounded run's start, nothing left out
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+    assert re.search(r"shard \S*shard_000000\.tar: member k\d\d\.bin \(key k\d\d\): holding this sample until its "
+                     r"turn would bring the read-ahead buffer to \d+ bytes \(\d+ samples held before it\), above "
+                     r"max_buffer_bytes 8024; raise max_buffer_bytes or lower shuffle_buffer \(16\)", messages[0])
+    # in tar order one sample is held at a time
+    batches, _ = read(manifest, max_buffer_bytes=1003)
+    assert [k for b in batches for k in b["__key__"]] == [k for k, _ in samples]
 
 
 # ---- the manifest --------------------------------------------------------------------------------------------

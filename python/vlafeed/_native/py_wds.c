@@ -97,6 +97,7 @@ static const vf_py_setting wds_list[] = {
     {"max_sample_bytes", VF_PY_LLONG, VF_PY_FIELD(W, s.max_sample_bytes)},
     {"max_batch_bytes", VF_PY_LLONG, VF_PY_FIELD(W, s.max_batch_bytes)},
     {"max_manifest_samples", VF_PY_LLONG, VF_PY_FIELD(W, s.max_manifest_samples)},
+    {"max_buffer_bytes", VF_PY_LLONG, VF_PY_FIELD(W, s.max_buffer_bytes)},
 };
 
 static const vf_py_settings wds_settings = {NULL, wds_list, (int)(sizeof wds_list / sizeof wds_list[0]), 1,

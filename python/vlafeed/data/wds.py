@@ -151,13 +151,20 @@ class ShardLoader(EnginePasses):
       construction (a sample needs at least one 512-byte tar header), and
       a shard listed with num_sequences 0 whose tar holds samples raises
       (under on_error="skip": a counted skipped shard).
+    - max_buffer_bytes: the read members of the samples held between
+      reading and delivering them (the shuffle buffer, every consumer of
+      this loader together; default 4 GiB). The sample that would pass it
+      fails the pass, under either on_error policy (it is not bad input, and
+      leaving it out would make what is delivered depend on memory), at the
+      same sample on every run: VlafeedError naming the shard, member and
+      key and saying to raise it or lower shuffle_buffer.
     """
 
     def __init__(self, manifest_or_url, batch_size=32, seed=0, shuffle=True, drop_last=False, rank=None,
                  world_size=None, *, epoch=0, num_consumers=1, consumer=None, shuffle_buffer=1000, fields=None,
                  image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None,
                  prefetch=2, allow_outside_base=None, max_image_pixels=None, max_member_bytes=None,
-                 max_sample_bytes=None, max_batch_bytes=None, max_manifest_samples=None):
+                 max_sample_bytes=None, max_batch_bytes=None, max_manifest_samples=None, max_buffer_bytes=None):
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
@@ -174,7 +181,7 @@ class ShardLoader(EnginePasses):
         self._parse_skips = []  # messages of samples left out by the Python-side parsers
         budgets = {"max_image_pixels": max_image_pixels, "max_member_bytes": max_member_bytes,
                    "max_sample_bytes": max_sample_bytes, "max_batch_bytes": max_batch_bytes,
-                   "max_manifest_samples": max_manifest_samples}
+                   "max_manifest_samples": max_manifest_samples, "max_buffer_bytes": max_buffer_bytes}
         self._native = _native.WdsLoader(
             str(manifest_or_url), batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,

@@ -11,9 +11,13 @@ reader inside each read task (exported as ``vlafeed.ray.WdsDatasource`` and
 
 What happens where:
 
-- On the driver, the constructor reads the manifest and the first sample of
-  the first non-empty shard (to learn the fields and the decoded size of a
-  row); nothing else. The read tasks are runs of ``shards_per_task``
+- On the driver, a relative manifest path is made absolute (the tasks run in
+  worker processes with their own working directory), and the constructor
+  reads the manifest and the first sample of the first non-empty shard (to
+  learn the fields and the decoded size of a row); nothing else. Every task
+  delivers those fields (or ``fields=``), so all blocks have the same
+  columns and a task whose first shard is missing or damaged is handled by
+  ``on_error`` like any other. The read tasks are runs of ``shards_per_task``
   consecutive shards in manifest order; each task's BlockMetadata carries
   its rows (the manifest's ``num_sequences``), its decoded size in bytes
   (rows x the first sample's decoded bytes) and its shard files.
@@ -23,10 +27,14 @@ What happens where:
   ``random_shuffle``, ``local_shuffle_buffer_size``), ``output="numpy"``.
   Each engine batch of at most ``rows_per_block`` samples becomes an Arrow
   table: images and ``.npy`` / ``.npz`` arrays as fixed-shape tensor
-  columns over the batch memory, ``.cls`` as int64, ``.txt``, ``__key__``
+  columns over the batch memory, string ``.npy`` arrays as str (0-d) or
+  lists of str, as ShardLoader reads them (an object ``.npy`` needs pickle
+  and is refused as bad input, naming the shard, key and field), ``.cls``
+  as int64, ``.txt``, ``__key__``
   and ``__shard__`` as strings, ``.json`` fields as their JSON text (Arrow
   has no column type for arbitrary JSON values), ``.pth`` as the
-  serialized bytes.
+  serialized bytes (``torch.save`` of what ``torch.load`` read, so
+  ``torch.load(io.BytesIO(row[field]), weights_only=True)`` gives it back).
 - Every sample is read exactly once per pass over the dataset (Ray re-runs a
   failed task whole, so a retried task's rows are not repeated: the failed
   attempt's blocks are discarded by Ray).
@@ -47,15 +55,34 @@ import uuid
 
 import numpy as np
 
+from vlafeed.data.lerobot_compat import is_url
+from vlafeed.data.wds import convert_batch
 from vlafeed.ray import _common
 
 __all__ = ["WdsDatasource", "read_wds"]
 
 
+def _torch_bytes(obj):
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
 def _column(name, value):
     import pyarrow as pa
 
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US":
+        # a .npy of strings (ShardLoader stacks them into a '<U' / 'S' array): one str (or bytes) per
+        # row, or nested lists of them for arrays of one or more dimensions
+        return pa.array(value.tolist())
     if isinstance(value, list):
+        if name.endswith(".pth"):
+            # ShardLoader loaded the checkpoints (torch.load, weights_only); Arrow holds them serialized
+            return pa.array([None if v is None else _torch_bytes(v) for v in value], type=pa.binary())
         if all(v is None or isinstance(v, str) for v in value):
             return pa.array(value, type=pa.string())
         if all(v is None or isinstance(v, (bytes, bytearray)) for v in value):
@@ -159,7 +186,11 @@ class WdsDatasource(_datasource_base()):
             raise ValueError(f"rows_per_block must be >= 1, not {rows_per_block!r}")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        # the read tasks run in worker processes with their own working directory: a relative
+        # manifest (and so its shards) is resolved here, on the driver
         self.manifest = os.fspath(manifest)
+        if not is_url(self.manifest):
+            self.manifest = os.path.abspath(self.manifest)
         self.shards_per_task = int(shards_per_task)
         self.rows_per_block = int(rows_per_block)
         self.on_error = on_error
@@ -171,16 +202,21 @@ class WdsDatasource(_datasource_base()):
                                     threads=1, output="numpy", prefetch=0)
         try:
             self._shards = [tuple(s) for s in probe.shards]
-            first = next(iter(probe), None)
+            raw = probe._native.next_batch()
+            first = None if raw is None else convert_batch(raw, "numpy")
         finally:
             probe.close()
         if first is None:
             raise ValueError(f"{self.manifest}: the shards hold no samples")
+        # Every task delivers the fields (member suffixes) of this first sample. Left to itself, a task
+        # would take those of its own first sample: columns could differ between blocks, and a task whose
+        # first shard is missing would fail at once, even under on_error="skip".
+        learned = ",".join(dict.fromkeys(column[1] for column in raw["columns"]))
         self._row_bytes = max(8, sum(np.asarray(v).nbytes // max(1, len(v)) if not isinstance(v, list)
                                      else sum(len(str(x)) for x in v) for v in first.values()))
         self._fields = fields if fields is not None else sorted(
             k for k in first if not k.startswith("__"))
-        self._spec_fields = None if fields is None else (fields if isinstance(fields, str) else ",".join(fields))
+        self._spec_fields = learned if fields is None else (fields if isinstance(fields, str) else ",".join(fields))
         self._image_format, self._resize, self._threads, self._prefetch = image_format, resize, threads, prefetch
         self.meta = {"manifest": self.manifest, "num_shards": len(self._shards),
                      "num_samples": int(sum(n for _, _, n in self._shards)), "fields": list(self._fields),
