@@ -126,8 +126,8 @@ static int lookup(const char *file, const char *where, const json_t *obj, const 
         if (flags & VF_JSON_OPTIONAL)
             return 0;
         if (where && *where)
-            return vf_error(VF_ENOENT, "%s: %s: missing key '%s'", file, where, key);
-        return vf_error(VF_ENOENT, "%s: missing key '%s'", file, key);
+            return vf_error(VF_ECORRUPT, "%s: %s: missing key '%s'", file, where, key);
+        return vf_error(VF_ECORRUPT, "%s: missing key '%s'", file, key);
     }
     if (json_is_null(*v) && (flags & VF_JSON_NULLABLE))
         return 0;

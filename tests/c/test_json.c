@@ -66,7 +66,7 @@ static void test_getters(void)
     CHECK_EQ_INT(i, 30);
     CHECK_ERR(vf_json_get_int("f.json", "", root, "half", 0, &i), VF_ECORRUPT, "f.json: half: expected an integer");
     CHECK_ERR(vf_json_get_int("f.json", "", root, "name", 0, &i), VF_ECORRUPT, "f.json: name: expected an integer");
-    CHECK_ERR(vf_json_get_int("f.json", "", root, "absent", 0, &i), VF_ENOENT, "f.json: missing key 'absent'");
+    CHECK_ERR(vf_json_get_int("f.json", "", root, "absent", 0, &i), VF_ECORRUPT, "f.json: missing key 'absent'");
     i = 7;
     CHECK_OK(vf_json_get_int("f.json", "", root, "absent", VF_JSON_OPTIONAL, &i));
     CHECK_EQ_INT(i, 7);
@@ -97,10 +97,10 @@ static void test_getters(void)
               "at most 1 integers (got 2)");
     CHECK_ERR(vf_json_get_int_list("f.json", "features.action", action, "ok", 0, 8, 2, 100, &list, &n), VF_ECORRUPT,
               "item 0 is 1");
-    CHECK_ERR(vf_json_get_object("f.json", "features", features, "missing", 0, &action), VF_ENOENT,
+    CHECK_ERR(vf_json_get_object("f.json", "features", features, "missing", 0, &action), VF_ECORRUPT,
               "f.json: features: missing key 'missing'");
     /* A non-object parent has no keys. */
-    CHECK_ERR(vf_json_get_int("f.json", "fps", json_object_get(root, "fps"), "x", 0, &i), VF_ENOENT, "missing key 'x'");
+    CHECK_ERR(vf_json_get_int("f.json", "fps", json_object_get(root, "fps"), "x", 0, &i), VF_ECORRUPT, "missing key 'x'");
     json_decref(root);
 }
 

@@ -179,7 +179,7 @@ def test_bad_manifests(tmp_path):
     with pytest.raises(vlafeed.VlafeedError, match="no shards listed"):
         vlafeed.ShardLoader(str(tmp_path / "empty.jsonl"))
     (tmp_path / "bad.jsonl").write_text('{"shard": "a", "num_sequences": 1}\n{"shard": "b"}\n')
-    with pytest.raises(FileNotFoundError, match="bad.jsonl.*line 2.*num_sequences"):
+    with pytest.raises(vlafeed.VlafeedError, match="bad.jsonl.*line 2.*num_sequences"):
         vlafeed.ShardLoader(str(tmp_path / "bad.jsonl"), fields="x")
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         vlafeed.ShardLoader(str(tmp_path / "nope.jsonl"))
