@@ -837,13 +837,14 @@ static int url_error(int code, const char *url, const char *fmt, ...)
     return r;
 }
 
-int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
+int vf_http_head_status(vf_http_client *c, const char *url, uint64_t *size, long *status)
 {
     *size = 0;
     vf_http_xfer x;
     vf_http_xfer_init(&x, c, url);
     x.head = 1;
     int r = vf_http_perform(&x);
+    *status = x.status;
     /* Servers that refuse HEAD get the one-byte GET below. */
     if (r < 0 && !(r == VF_EIO && (x.status == 405 || x.status == 501)))
         return r;
@@ -859,6 +860,7 @@ int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
     x.sink = VF_HTTP_SINK_MEMORY;
     x.mem = &one;
     r = vf_http_perform(&x);
+    *status = x.status;
     if (r == VF_ERANGE) { /* 416 on an empty object */
         *size = 0;
         return 0;
@@ -874,6 +876,12 @@ int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
         return 0;
     }
     return url_error(VF_EIO, url, "the server reports no object size (no Content-Length or Content-Range)");
+}
+
+int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
+{
+    long status;
+    return vf_http_head_status(c, url, size, &status);
 }
 
 int vf_http_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len)

@@ -155,6 +155,10 @@ void vf_http_client_stats(vf_http_client *c, vf_http_stats *out);
  * (403 included: S3 answers it for a missing key when the caller may not
  * list the bucket) are VF_EIO. Errors name the URL and HTTP status. */
 int vf_http_head(vf_http_client *c, const char *url, uint64_t *size);
+/* vf_http_head, and the last HTTP status the server answered, whatever
+ * the result (0: no answer, e.g. refused or reset connections), so a
+ * caller can tell a refusal (401/403) from an outage. */
+int vf_http_head_status(vf_http_client *c, const char *url, uint64_t *size, long *status);
 
 /* The whole object into a newly allocated NUL-terminated buffer (free()).
  * More than max_bytes is VF_ERANGE naming the URL. */
