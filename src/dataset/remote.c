@@ -161,8 +161,9 @@ static int remote_read_all(void *ctx, const char *rel, uint8_t **data, size_t *l
  *    would not say; S3 answers 403 for a missing key too when the caller
  *    may not list the bucket;
  *  - "unreachable: <url>: HTTP 503 ... (gave up after N attempts in S s
- *    ...)": no answer either way (5xx or 429 until the retries ran out,
- *    reset or refused connections, timeouts, a cancelled request).
+ *    ...)": any other failure, no answer either way (5xx or 429 until the
+ *    retries ran out, reset or refused connections, timeouts, a cancelled
+ *    request, another 4xx).
  * Answers are remembered (the later open needs no second HEAD); a server
  * that could not say is asked again next time. */
 static int remote_probe(remote_fs *fs, const char *rel, int *refused)
