@@ -114,7 +114,7 @@
  * then yields exactly what the uninterrupted run would have yielded next.
  *
  * Threads: one caller thread drives a loader at a time; batches may be
- * released from any thread.
+ * released from any thread; vf_loader_cancel may be called from any thread.
  */
 #ifndef VLAFEED_LOADER_H
 #define VLAFEED_LOADER_H
@@ -310,7 +310,19 @@ typedef struct vf_batch vf_batch;
  * (unknown keys in delta_timestamps/renames/normalize, off-grid deltas,
  * missing stats for normalization) with messages naming the key. */
 int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_settings *settings);
+/* Cancels what is in flight (vf_loader_cancel), joins the engine threads
+ * and frees the loader. */
 void vf_loader_close(vf_loader *l);
+/* Stops the loader's remote reads: requests of its engine threads (and of
+ * its prefetch file cache) make no further attempt, end their wait between
+ * retries and abort a transfer in progress, failing with "cancelled"; a
+ * batch that needed one fails whole (VF_EIO), never a partial sample.
+ * From then on vf_loader_next and vf_loader_get_items fail with "loader:
+ * cancelled"; what is left to do is closing it. Any thread,
+ * also while another is inside vf_loader_next (e.g. to stop a training
+ * loop waiting on an outage); closing from another thread still needs the
+ * caller's call to return first. */
+void vf_loader_cancel(vf_loader *l);
 
 /* Number of samples this consumer (rank, consumer) yields per epoch, and the
  * number of positions in map mode (the selected episodes' frames). */

@@ -6,7 +6,10 @@
  *  - read_all: the whole object, fetched once: files under meta/ are kept
  *    in memory for the dataset's life and served as copies afterwards;
  *  - exists: HEAD, the answer (and the object's size) remembered, so the
- *    later open of the same file needs no second HEAD;
+ *    later open of the same file needs no second HEAD. Unlike a local
+ *    fs, it can answer neither yes nor no: a negative code when the
+ *    server could not say (an outage outlasting the retries, a refusal),
+ *    which the file checks report as such, never as a missing file;
  *  - open_source: a vf_http source (range reads + read-ahead blocks); the
  *    last few sources are kept open (with their blocks) because the table
  *    reader opens the same data file once per read;
@@ -150,11 +153,22 @@ static int remote_read_all(void *ctx, const char *rel, uint8_t **data, size_t *l
     return 0;
 }
 
-/* 1 if rel is there, 0 if the server says it is not (404/410), or the
- * error (its message set) when the server could not say: an outage that
- * outlasted the retries (a 503, a refused connection), a 403, ... */
-static int remote_probe(remote_fs *fs, const char *rel)
+/* The one reading of a HEAD that every existence check of a remote root
+ * uses (the file checks, the listing probes): 1 if rel is there, 0 if the
+ * server says it is not (404, 410: the HTTP layer's VF_ENOENT), else the
+ * error, its message saying which of the two other cases it is:
+ *  - "refused: <url>: HTTP 403 ..." (401, 403; *refused set): the server
+ *    would not say; S3 answers 403 for a missing key too when the caller
+ *    may not list the bucket;
+ *  - "unreachable: <url>: HTTP 503 ... (gave up after N attempts in S s
+ *    ...)": any other failure, no answer either way (5xx or 429 until the
+ *    retries ran out, reset or refused connections, timeouts, a cancelled
+ *    request, another 4xx).
+ * Answers are remembered (the later open needs no second HEAD); a server
+ * that could not say is asked again next time. */
+static int remote_probe(remote_fs *fs, const char *rel, int *refused)
 {
+    *refused = 0;
     pthread_mutex_lock(&fs->lock);
     known_size *k = find_size(fs, rel);
     int known = k ? k->exists : -1;
@@ -165,19 +179,23 @@ static int remote_probe(remote_fs *fs, const char *rel)
     if (!url)
         return VF_ENOMEM;
     uint64_t size = 0;
-    int r = vf_http_head(fs->client, url, &size);
+    long status = 0;
+    int r = vf_http_head_status(fs->client, url, &size, &status);
     free(url);
-    if (r == 0 || r == VF_ENOENT)
+    if (r == 0 || r == VF_ENOENT) {
         remember_size(fs, rel, r == 0, size);
-    return r == 0 ? 1 : r == VF_ENOENT ? 0 : r;
+        return r == 0;
+    }
+    if (r == VF_ENOMEM)
+        return r;
+    *refused = status == 401 || status == 403;
+    return vf_error_context(r, *refused ? "refused" : "unreachable");
 }
 
 static int remote_exists(void *ctx, const char *rel)
 {
-    int r = remote_probe(ctx, rel);
-    if (r < 0)
-        vf_log(VF_LOG_WARN, "%s", vf_last_error()); /* reported as missing, but say why */
-    return r == 1;
+    int refused;
+    return remote_probe(ctx, rel, &refused);
 }
 
 static int remote_open_source(void *ctx, const char *rel, vf_source **out)
@@ -260,8 +278,9 @@ static int add_name(char ***names, size_t *count, const char *fmt, long long n)
  * of private buckets answer 403 for a key that does not exist. */
 static int probe_next(remote_fs *fs, const char *rel)
 {
-    int r = remote_probe(fs, rel);
-    if (r == VF_EIO && (strstr(vf_last_error(), ": HTTP 403") || strstr(vf_last_error(), ": HTTP 401"))) {
+    int refused;
+    int r = remote_probe(fs, rel, &refused);
+    if (r < 0 && refused) {
         vf_log(VF_LOG_WARN, "%s (taken as the end of the listing)", vf_last_error());
         return 0;
     }

@@ -9,6 +9,12 @@
  *    data and video files (settings.check_files) and, on request
  *    (settings.check_data_files), the data Parquet footers: row count,
  *    columns, and the row groups each selected episode maps to.
+ *
+ * A file is "missing" only when the file system says it is not there (a
+ * local stat, or a remote 404/410). A remote server that could not say (an
+ * outage outlasting the retries, a refusal) leaves the file unchecked
+ * (exists -1, so its readers ask again) with an error problem saying so,
+ * naming the URL and the last status.
  */
 #include "dataset/dataset.h"
 
@@ -160,23 +166,31 @@ static int report_absent(vf_dataset *d, const vf_ds_file *f, const char *column,
     return r < 0 ? r : vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), column, "%s missing", what);
 }
 
+/* One file's existence check: there (exists 1), absent (exists 0, a
+ * missing file) or, from a remote fs, not known (exists stays -1): the
+ * message of the fs says why ("unreachable: <url>: HTTP 503 ..." or
+ * "refused: ..."). */
+static int check_file(vf_dataset *d, vf_ds_file *f, const char *column, const char *what)
+{
+    int there = d->fs.exists(d->fs.ctx, f->rel);
+    if (there == VF_ENOMEM)
+        return there;
+    if (there < 0)
+        return vf_ds_problem(d, VF_SEVERITY_ERROR, f->rel, first_user(d, f), column, "%s %s", what,
+                             vf_last_error());
+    f->exists = there;
+    return there ? 0 : report_absent(d, f, column, what);
+}
+
 static int check_files(vf_dataset *d)
 {
     int r = 0;
-    for (size_t i = 0; i < d->num_data_files && r == 0; i++) {
-        vf_ds_file *f = &d->data_files[i];
-        f->exists = d->fs.exists(d->fs.ctx, f->rel);
-        if (!f->exists)
-            r = report_absent(d, f, "", "data file");
-    }
+    for (size_t i = 0; i < d->num_data_files && r == 0; i++)
+        r = check_file(d, &d->data_files[i], "", "data file");
     for (size_t c = 0; c < d->num_cameras && r == 0; c++) {
         vf_ds_camera *cam = &d->cameras[c];
-        for (size_t i = 0; i < cam->num_files && r == 0; i++) {
-            vf_ds_file *f = &cam->files[i];
-            f->exists = d->fs.exists(d->fs.ctx, f->rel);
-            if (!f->exists)
-                r = report_absent(d, f, cam->pub.key, "video file");
-        }
+        for (size_t i = 0; i < cam->num_files && r == 0; i++)
+            r = check_file(d, &cam->files[i], cam->pub.key, "video file");
     }
     return r;
 }
@@ -188,8 +202,8 @@ static int check_data_files(vf_dataset *d)
     int r = 0;
     for (size_t i = 0; i < d->num_data_files && r == 0; i++) {
         vf_ds_file *df = &d->data_files[i];
-        if (df->exists == 0)
-            continue;
+        if (df->exists != 1)
+            continue; /* missing or unreachable: a problem already */
         vf_pq_file *f = NULL;
         int o = vf_ds_open_parquet(d, df->rel, &f);
         if (o == VF_ENOMEM)

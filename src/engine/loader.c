@@ -22,10 +22,17 @@
  *
  * Threading contract: one loader is driven by one caller thread at a time
  * (next / get_items / set_epoch / stats); batches may be released from any
- * thread. A loader inherited through fork() (e.g. by DataLoader worker
- * processes) cannot be used in the child, whose copy has no engine threads:
- * calls there fail with a message, and closing it there leaks it instead of
- * joining threads that do not exist.
+ * thread, and vf_loader_cancel called from any thread. A loader inherited
+ * through fork() (e.g. by DataLoader worker processes) cannot be used in
+ * the child, whose copy has no engine threads: calls there fail with a
+ * message, and closing it there leaks it instead of joining threads that
+ * do not exist.
+ *
+ * Cancellation: the remote requests of the engine threads (and of the
+ * caller's thread inside get_items) watch the loader's io_cancel token
+ * (io.h), and those of the prefetch file cache watch the cache's.
+ * vf_loader_cancel requests both; close does so first, so that it never
+ * waits for a read riding out an outage (the retry budget is minutes).
  */
 #define _POSIX_C_SOURCE 200809L /* getpid */
 #include "engine/loader_internal.h"
@@ -175,10 +182,61 @@ static int check_process(const vf_loader *l)
     return 0;
 }
 
+void vf_loader_cancel(vf_loader *l)
+{
+    if (!l || l->pid != getpid())
+        return;
+    vf_io_cancel_request(&l->io_cancel);
+    vf_file_cache_cancel(l->file_cache);
+}
+
+/* The remote requests of every engine thread watch the loader's token:
+ * one job per thread, each holding its thread until all have started, so
+ * that no thread runs two. (If a job cannot be queued, out of memory, the
+ * ones queued still meet; a thread without one watches nothing.) */
+typedef struct watch_gate {
+    vf_io_cancel *token;
+    pthread_mutex_t lock;
+    pthread_cond_t arrived_cond;
+    int arrived, expected;
+} watch_gate;
+
+static void watch_job(void *arg)
+{
+    watch_gate *g = arg;
+    vf_io_cancel_watch(g->token);
+    pthread_mutex_lock(&g->lock);
+    g->arrived++;
+    pthread_cond_broadcast(&g->arrived_cond);
+    while (g->arrived < g->expected)
+        pthread_cond_wait(&g->arrived_cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void watch_on_engine_threads(vf_loader *l)
+{
+    watch_gate g = {.token = &l->io_cancel, .expected = vf_thread_pool_threads(l->threads)};
+    pthread_mutex_init(&g.lock, NULL);
+    pthread_cond_init(&g.arrived_cond, NULL);
+    for (int i = 0; i < g.expected; i++) {
+        if (vf_thread_pool_submit(l->threads, watch_job, &g) == 0)
+            continue;
+        pthread_mutex_lock(&g.lock);
+        g.expected = i;
+        pthread_cond_broadcast(&g.arrived_cond);
+        pthread_mutex_unlock(&g.lock);
+        break;
+    }
+    vf_thread_pool_wait(l->threads);
+    pthread_mutex_destroy(&g.lock);
+    pthread_cond_destroy(&g.arrived_cond);
+}
+
 void vf_loader_close(vf_loader *l)
 {
     if (!l || l->pid != getpid())
         return; /* NULL, or a forked copy: its threads live in the parent only */
+    vf_loader_cancel(l);
     if (l->threads) {
         if (l->done && l->stash)
             vf_engine_drain(l);
@@ -286,8 +344,8 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         if (r == 0)
             r = vf_video_cache_open(&l->cache, &cs);
     }
-    if (r == 0)
-        r = vf_thread_pool_create(&l->threads, l->nthreads);
+    if (r == 0 && (r = vf_thread_pool_create(&l->threads, l->nthreads)) == 0)
+        watch_on_engine_threads(l);
     if (r == 0)
         r = vf_queue_create(&l->done, l->window + 1);
     if (r == 0 && !(l->stash = vf_calloc(l->window, sizeof *l->stash)))
@@ -451,10 +509,20 @@ int vf_loader_next(vf_loader *l, vf_batch **out)
     }
 }
 
+/* Refuses work after vf_loader_cancel. */
+static int check_not_cancelled(vf_loader *l)
+{
+    if (vf_io_cancel_requested(&l->io_cancel))
+        return vf_error(VF_EIO, "loader: cancelled (vf_loader_cancel, or close from another thread)");
+    return 0;
+}
+
 static int next_batch(vf_loader *l, vf_batch **out)
 {
     *out = NULL;
     int r = check_process(l);
+    if (r == 0)
+        r = check_not_cancelled(l);
     if (r < 0)
         return r;
     if (l->next_deliver >= l->plan.num_batches)
@@ -522,6 +590,8 @@ int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf
 {
     *out = NULL;
     int r = check_process(l);
+    if (r == 0)
+        r = check_not_cancelled(l);
     if (r < 0)
         return r;
     if (count == 0)
@@ -541,7 +611,9 @@ int vf_loader_get_items(vf_loader *l, const int64_t *positions, size_t count, vf
     vf_engine_batch_dest(b, &dest);
     vf_sample_parallel par = {vf_engine_parallel_run, l->threads};
     double t0 = vf_now_seconds();
+    vf_io_cancel *outer = vf_io_cancel_watch(&l->io_cancel); /* this thread assembles too */
     r = vf_sample_assemble(l->spec, l->cache, &l->counters, b->positions, count, &dest, &par);
+    vf_io_cancel_watch(outer);
     vf_engine_take_notes(l);
     if (r < 0) {
         vf_batch_release(b);

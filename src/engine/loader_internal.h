@@ -80,6 +80,7 @@ struct vf_loader {
     vf_engine_job **stash;     /* [window], by seq % window */
     vf_queue *done;
     atomic_int cancel;
+    vf_io_cancel io_cancel;    /* vf_loader_cancel: watched by the engine threads' remote requests */
     size_t in_flight;          /* submitted, not yet taken from the queue */
 
     /* pool segments of the current epoch (plan.segments) */

@@ -18,6 +18,11 @@
  *
  * An entry is never freed while a worker job points at it (job_running).
  * Waiters sleep on one condition variable, broadcast on every change.
+ *
+ * Cancellation: the workers' requests watch the cache's token (io.h);
+ * vf_file_cache_cancel, and close before it waits for the workers,
+ * request it, so a download riding out an outage fails at once (FAILED,
+ * "cancelled") instead of holding close for the whole retry budget.
  */
 #define _GNU_SOURCE
 #include "io/io.h"
@@ -57,6 +62,7 @@ struct vf_file_cache {
     entry *entries;
     uint64_t clock, seq, names;
     int closing;
+    vf_io_cancel cancel;  /* watched by the workers' requests */
     vf_file_cache_stats stats;
 };
 
@@ -242,8 +248,11 @@ static void size_job(void *arg)
     vf_file_cache *c = e->cache;
     uint64_t size = 0;
     int r = check_not_closing(e);
-    if (r == 0)
+    if (r == 0) {
+        vf_io_cancel *outer = vf_io_cancel_watch(&c->cancel);
         r = c->fetcher.size(c->fetcher.ctx, e->url, &size);
+        vf_io_cancel_watch(outer);
+    }
     char message[1024];
     if (r < 0)
         snprintf(message, sizeof message, "%s", vf_last_error());
@@ -273,8 +282,11 @@ static void fetch_job(void *arg)
     vf_file_cache *c = e->cache;
     /* url, part, path and size do not change while the job runs. */
     int r = check_not_closing(e);
-    if (r == 0)
+    if (r == 0) {
+        vf_io_cancel *outer = vf_io_cancel_watch(&c->cancel);
         r = c->fetcher.fetch(c->fetcher.ctx, e->url, e->part, e->size);
+        vf_io_cancel_watch(outer);
+    }
     if (r == 0) {
         struct stat st;
         if (stat(e->part, &st) < 0)
@@ -371,10 +383,17 @@ int vf_file_cache_open(vf_file_cache **out, const char *dir, uint64_t max_bytes)
     return vf_file_cache_open_with(out, &s);
 }
 
+void vf_file_cache_cancel(vf_file_cache *c)
+{
+    if (c)
+        vf_io_cancel_request(&c->cancel);
+}
+
 void vf_file_cache_close(vf_file_cache *c)
 {
     if (!c)
         return;
+    vf_file_cache_cancel(c); /* downloads in a retry loop end now, not at the end of their budget */
     pthread_mutex_lock(&c->lock);
     c->closing = 1;
     pthread_cond_broadcast(&c->changed);

@@ -14,7 +14,8 @@
  * (atomics, shared by every thread using the client). A curl handle taken
  * from the pool is used by one thread until it is given back. A request's
  * retry state (its jitter generator, attempts, clock) lives on the stack of
- * the thread performing it: nothing about retrying is shared.
+ * the thread performing it: nothing about retrying is shared but the
+ * cancellation token it watches (an atomic flag, io.h).
  */
 #ifndef VF_IO_HTTP_INTERNAL_H
 #define VF_IO_HTTP_INTERNAL_H
@@ -62,6 +63,7 @@ typedef struct vf_http_xfer {
     const char *display;       /* URL for messages: url with secret query values redacted
                                 * (owned by vf_http_perform while it runs) */
     const char *query;         /* extra query (S3 list) */
+    vf_io_cancel *cancel;      /* what stops the request early: the starting thread's token (NULL: none) */
     int head;
     /* what is wanted: [start, start + want); want UINT64_MAX = to the end */
     uint64_t start, want;
@@ -114,9 +116,10 @@ void vf_http_give_handle(vf_http_client *c, CURL *h);
 char *vf_http_redact_url(const char *url);
 
 /* Requests (http_request.c). vf_http_xfer_init: a GET of the whole object
- * at url (borrowed), no sink, size unknown; the caller then sets what it
- * wants. vf_http_perform: runs it through every attempt it may take and
- * returns 0 or the final error, whose message names the URL. */
+ * at url (borrowed), no sink, size unknown, watching the calling thread's
+ * cancellation token; the caller then sets what it wants. vf_http_perform:
+ * runs it through every attempt it may take and returns 0 or the final
+ * error, whose message names the URL. */
 void vf_http_xfer_init(vf_http_xfer *x, vf_http_client *c, const char *url);
 int vf_http_perform(vf_http_xfer *x);
 /* A range GET of len bytes at offset into buf, checked against the

@@ -25,7 +25,12 @@
  *    message names the URL (s3://... as the user wrote it; credentials in
  *    a query string redacted), the last HTTP status or transport error,
  *    and, after retries, the attempts made, the time taken and what ran
- *    out.
+ *    out;
+ *  - a request watches the cancellation token of the thread that starts
+ *    it (io.h): once the token is requested, no attempt starts, the wait
+ *    between attempts ends (it sleeps in short slices) and a transfer in
+ *    progress is aborted by the progress callback; the request then fails
+ *    with VF_EIO, "cancelled", and what it had received is dropped.
  * Responses are parsed defensively: the header bytes of one response are
  * bounded (MAX_HEADER_BYTES); a Content-Range must read "bytes a-b/total"
  * with a the requested start, b inside the request and total the known
@@ -488,14 +493,14 @@ static void s3_error_code(const char *body, char *out, size_t cap)
     out[n] = '\0';
 }
 
-static int sleep_seconds(double s)
+/* libcurl's progress callback: a non-zero answer aborts the transfer
+ * (CURLE_ABORTED_BY_CALLBACK). Called at least about once a second, also
+ * while nothing arrives. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
-    if (s <= 0)
-        return 0;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-    return 0;
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const vf_http_xfer *x = arg;
+    return vf_io_cancel_requested(x->cancel);
 }
 
 /* The key of a request's jitter generator: from retry_seed when it is set
@@ -702,10 +707,15 @@ int vf_http_perform(vf_http_xfer *x)
     vf_rng_init(&jitter, jitter_key(c));
     double t0 = vf_now_seconds();
     char why[512] = "";
-    enum { RAN_NOTHING, RAN_ATTEMPTS, RAN_BUDGET } ran_out = RAN_NOTHING; /* what ended the retries */
+    /* what ended the retries */
+    enum { RAN_NOTHING, RAN_ATTEMPTS, RAN_BUDGET, CANCELLED } ran_out = RAN_NOTHING;
     int code = VF_EIO, attempt = 0, warned = 0;
     verdict v = FAIL;
     for (;;) {
+        if (vf_io_cancel_requested(x->cancel)) {
+            ran_out = CANCELLED;
+            break;
+        }
         attempt++;
         reset_attempt(x);
         if (x->sink == VF_HTTP_SINK_GROW && x->delivered == 0)
@@ -746,6 +756,11 @@ int vf_http_perform(vf_http_xfer *x)
             curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
         if (headers)
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+        if (x->cancel) {
+            curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+            curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+            curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        }
         atomic_fetch_add(&c->requests, 1);
         CURLcode rc = curl_easy_perform(h);
         if (x->status == 0) {
@@ -755,6 +770,10 @@ int vf_http_perform(vf_http_xfer *x)
         }
         curl_slist_free_all(headers);
         vf_http_give_handle(c, h);
+        if (rc == CURLE_ABORTED_BY_CALLBACK && vf_io_cancel_requested(x->cancel)) {
+            ran_out = CANCELLED;
+            break;
+        }
         v = judge(x, rc, curl_message, &code, why, sizeof why);
         if (v == RETRY && x->restart && (r = forget_progress(x)) < 0)
             break;
@@ -782,7 +801,10 @@ int vf_http_perform(vf_http_xfer *x)
         vf_log(VF_LOG_INFO, "%s: %s; retry %d in %.2f s%s", shown, why, attempt, wait,
                server_wait ? " (Retry-After)" : "");
         atomic_fetch_add(&c->retries, 1);
-        sleep_seconds(wait);
+        if (vf_io_cancel_sleep(x->cancel, wait)) {
+            ran_out = CANCELLED;
+            break;
+        }
     }
     target_free(&t);
     x->display = x->url;
@@ -795,7 +817,13 @@ int vf_http_perform(vf_http_xfer *x)
         return 0;
     }
     double elapsed = vf_now_seconds() - t0;
-    if (ran_out == RAN_BUDGET)
+    if (ran_out == CANCELLED && why[0])
+        r = vf_error(VF_EIO, "%s: cancelled after %d attempt%s in %.1f s (the last failed: %s)", shown, attempt,
+                     attempt == 1 ? "" : "s", elapsed, why);
+    else if (ran_out == CANCELLED)
+        r = vf_error(VF_EIO, "%s: cancelled after %d attempt%s in %.1f s", shown, attempt, attempt == 1 ? "" : "s",
+                     elapsed);
+    else if (ran_out == RAN_BUDGET)
         r = vf_error(code, "%s: %s (gave up after %d attempt%s in %.1f s: the %g s retry budget is spent)", shown, why,
                      attempt, attempt == 1 ? "" : "s", elapsed, s->request_budget_s);
     else if (ran_out == RAN_ATTEMPTS)
@@ -818,6 +846,7 @@ void vf_http_xfer_init(vf_http_xfer *x, vf_http_client *c, const char *url)
     x->want = UINT64_MAX;
     x->known_size = UINT64_MAX;
     x->fd = -1;
+    x->cancel = vf_io_cancel_watched();
 }
 
 /* ---- public requests ----------------------------------------------------------- */
@@ -837,13 +866,14 @@ static int url_error(int code, const char *url, const char *fmt, ...)
     return r;
 }
 
-int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
+int vf_http_head_status(vf_http_client *c, const char *url, uint64_t *size, long *status)
 {
     *size = 0;
     vf_http_xfer x;
     vf_http_xfer_init(&x, c, url);
     x.head = 1;
     int r = vf_http_perform(&x);
+    *status = x.status;
     /* Servers that refuse HEAD get the one-byte GET below. */
     if (r < 0 && !(r == VF_EIO && (x.status == 405 || x.status == 501)))
         return r;
@@ -859,6 +889,7 @@ int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
     x.sink = VF_HTTP_SINK_MEMORY;
     x.mem = &one;
     r = vf_http_perform(&x);
+    *status = x.status;
     if (r == VF_ERANGE) { /* 416 on an empty object */
         *size = 0;
         return 0;
@@ -874,6 +905,12 @@ int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
         return 0;
     }
     return url_error(VF_EIO, url, "the server reports no object size (no Content-Length or Content-Range)");
+}
+
+int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
+{
+    long status;
+    return vf_http_head_status(c, url, size, &status);
 }
 
 int vf_http_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len)

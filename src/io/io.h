@@ -6,7 +6,8 @@
  * Implementations: local files and memory (source.c), HTTP(S) and S3 range
  * reads through libcurl (http.c, requests in http_request.c, listings in
  * http_s3_list.c, signing in sigv4.c), and a local file cache that
- * downloads whole remote files ahead of use (filecache.c).
+ * downloads whole remote files ahead of use (filecache.c). Remote requests
+ * can be cancelled (cancel.c).
  *
  * Invariants:
  *  - vf_source_read_at() is positional and thread-safe (pread semantics): no
@@ -18,6 +19,8 @@
  */
 #ifndef VF_IO_H
 #define VF_IO_H
+
+#include <stdatomic.h>
 
 #include "base/base.h"
 
@@ -94,6 +97,35 @@ typedef struct vf_url {
 int vf_url_parse(const char *url, vf_url *out);
 void vf_url_free(vf_url *u);
 
+/* ---- cancellation (cancel.c) ------------------------------------------------ */
+
+/* A flag that stops the remote requests watching it. Once it is requested,
+ * such a request makes no further attempt, its wait between attempts ends
+ * at once and a transfer in progress is aborted (libcurl's progress
+ * callback: within about a second), and the request fails with VF_EIO and
+ * "<url>: cancelled ...": never a partial result. The owner of the work
+ * (a loader, the file cache) owns the token; a thread chooses the token
+ * its requests watch (vf_io_cancel_watch), so the readers between the
+ * owner and the HTTP layer need not pass it along. A zero-initialized
+ * token is not requested; it must outlive the requests watching it. */
+typedef struct vf_io_cancel {
+    atomic_int requested;
+} vf_io_cancel;
+
+/* Requests cancellation (t NULL: no-op). Any thread, at any time; it stays
+ * requested. */
+void vf_io_cancel_request(vf_io_cancel *t);
+/* 1 once cancellation was requested; 0 for NULL. */
+int vf_io_cancel_requested(vf_io_cancel *t);
+/* The token the requests of the calling thread watch from now on (NULL:
+ * none); returns the one watched before, to restore. */
+vf_io_cancel *vf_io_cancel_watch(vf_io_cancel *t);
+/* The token the calling thread's requests watch (NULL: none). */
+vf_io_cancel *vf_io_cancel_watched(void);
+/* Sleeps `seconds`, or less when t is (or becomes) requested: 1 then, 0
+ * after the whole wait. */
+int vf_io_cancel_sleep(vf_io_cancel *t, double seconds);
+
 /* ---- HTTP(S) and S3 (http.c, http_request.c, http_s3_list.c) ------------- */
 
 typedef struct vf_http_settings {
@@ -155,6 +187,10 @@ void vf_http_client_stats(vf_http_client *c, vf_http_stats *out);
  * (403 included: S3 answers it for a missing key when the caller may not
  * list the bucket) are VF_EIO. Errors name the URL and HTTP status. */
 int vf_http_head(vf_http_client *c, const char *url, uint64_t *size);
+/* vf_http_head, and the last HTTP status the server answered, whatever
+ * the result (0: no answer, e.g. refused or reset connections), so a
+ * caller can tell a refusal (401/403) from an outage. */
+int vf_http_head_status(vf_http_client *c, const char *url, uint64_t *size, long *status);
 
 /* The whole object into a newly allocated NUL-terminated buffer (free()).
  * More than max_bytes is VF_ERANGE naming the URL. */
@@ -273,9 +309,17 @@ typedef struct vf_file_cache_stats {
 void vf_file_cache_defaults(vf_file_cache_settings *s);
 int vf_file_cache_open(vf_file_cache **out, const char *dir, uint64_t max_bytes);
 int vf_file_cache_open_with(vf_file_cache **out, const vf_file_cache_settings *settings);
-/* Waits for running downloads, deletes every cached file and the private
- * directory. References still held are dropped (logged). */
+/* Cancels the downloads in flight (their remote requests fail as
+ * cancelled, see vf_io_cancel), waits for the workers, deletes every
+ * cached file and the private directory. References still held are
+ * dropped (logged). */
 void vf_file_cache_close(vf_file_cache *c);
+/* Makes every remote request of the cache's downloads, running or to
+ * come, fail as cancelled (whoever waits for such a download gets that
+ * failure); the cache is then only good for closing. Thread-safe: for an
+ * owner about to close it that must not wait for a download riding out
+ * an outage. */
+void vf_file_cache_cancel(vf_file_cache *c);
 
 /* Takes a reference and waits until the file is local; *local_path (owned
  * by the cache) stays valid while the reference is held. On failure no

@@ -7,6 +7,9 @@
  * opener then reads the local copy (no further video requests), the file
  * survives the first evict and is only evictable after the second; a cache
  * too small for a file makes the opener fall back to remote range reads.
+ * A video file whose HEAD answers 503 until the retries run out is an
+ * error problem saying "unreachable" with the URL and the status, and is
+ * not listed as missing (only 404/410 means missing).
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -183,6 +186,65 @@ static void test_prefetch_on_admit(const char *local, canned_server *s, canned_f
     vf_dataset_close(rd);
 }
 
+/* canned_serve_files, but every request for `failing` (a path under the
+ * served root) answers 503. The files member comes first: the responder
+ * reads the context as canned_files. */
+typedef struct failing_files {
+    canned_files files;
+    const char *failing;
+} failing_files;
+
+static void serve_failing(canned_server *s, int n, const char *req, int fd)
+{
+    failing_files *ff = s->ctx;
+    const char *sp = strchr(req, ' ');
+    size_t len = strlen(ff->failing);
+    if (sp && sp[1] == '/' && !strncmp(sp + 2, ff->failing, len) && sp[2 + len] == ' ') {
+        canned_printf(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+    }
+    canned_serve_files(s, n, req, fd);
+}
+
+static void test_unreachable_is_not_missing(const char *tmp, const char *local)
+{
+    vf_dataset *ld = NULL;
+    CHECK_OK(vf_dataset_open(&ld, local, NULL));
+    if (!ld)
+        return;
+    const char *video = vf_dataset_video_file(ld, 1, 0);
+    char *failing = vf_asprintf("ds/%s", video + strlen(local) + 1);
+    vf_dataset_close(ld);
+    failing_files ff = {{.root = tmp}, failing};
+    canned_server s;
+    CHECK(canned_start(&s, serve_failing, &ff, 100000) == 0);
+    char *url = root_url(&s);
+    char *failing_url = vf_asprintf("http://127.0.0.1:%d/%s", s.port, failing);
+    vf_dataset *rd = NULL;
+    CHECK_OK(vf_dataset_open(&rd, url, NULL));
+    if (rd) {
+        CHECK_EQ_INT(vf_dataset_num_missing_files(rd), 0);
+        CHECK_EQ_INT(vf_dataset_num_errors(rd), 1);
+        const vf_problem *found = NULL;
+        for (size_t i = 0; i < vf_dataset_num_problems(rd); i++)
+            if (vf_dataset_problem(rd, i)->severity == VF_SEVERITY_ERROR)
+                found = vf_dataset_problem(rd, i);
+        CHECK(found && !strcmp(found->file, failing + 3)); /* relative to the root */
+        CHECK(found && strstr(found->message, "video file unreachable: "));
+        CHECK(found && strstr(found->message, failing_url));
+        CHECK(found && strstr(found->message, "HTTP 503"));
+        CHECK(found && strstr(found->message, "gave up after 2 attempts"));
+        CHECK(found && !strstr(found->message, "missing"));
+        if (found)
+            printf("unreachable video file: %s\n", found->message);
+    }
+    vf_dataset_close(rd);
+    canned_stop(&s);
+    free(failing_url);
+    free(url);
+    free(failing);
+}
+
 int main(void)
 {
     vf_set_log_level(0); /* the encoder's chatter */
@@ -207,6 +269,7 @@ int main(void)
     test_open_and_frames(local, &s, &files);
     test_prefetch_on_admit(local, &s, &files, tmp);
     canned_stop(&s);
+    test_unreachable_is_not_missing(tmp, local);
     vf_test_rmtree(tmp);
     free(local);
     free(tmp);

@@ -17,7 +17,11 @@ inject faults into the responses to chosen paths:
 * ``outage_s``: every matching request answers 503 until this many seconds
   after the first matching one (an outage of a known length);
 * ``unavailable_first``: the first N matching requests answer 503;
-* ``retry_after``: a ``Retry-After`` value sent with every injected 500/503.
+* ``always_drop``: every matching request gets no answer: the connection is
+  reset as soon as the request is read (HEAD included);
+* ``retry_after``: a ``Retry-After`` value sent with every injected 500/503;
+* ``methods``: only requests with these methods match (e.g. ``("GET",)``:
+  HEADs pass, so a dataset opens and its reads then fail).
 
 Every request is logged (method, path, Range); every request matching a
 fault plan is also timestamped in ``Faults.times`` as (time.monotonic(),
@@ -41,8 +45,11 @@ class Faults:
     """Fault plan, shared by the handler threads (guarded by a lock)."""
 
     def __init__(self, match="", fail_first=0, reset_first=0, truncate_first=0, slow_s=0.0, no_range=False,
-                 always_fail=False, fail_after=None, outage_s=0.0, unavailable_first=0, retry_after=None):
+                 always_fail=False, fail_after=None, outage_s=0.0, unavailable_first=0, retry_after=None,
+                 always_drop=False, methods=None):
         self.match = match
+        self.methods = tuple(methods) if methods else None
+        self.always_drop = always_drop
         self.fail_first = fail_first
         self.reset_first = reset_first
         self.truncate_first = truncate_first
@@ -55,12 +62,15 @@ class Faults:
         self.retry_after = retry_after
         self.first_at = None
         self.times = []
-        self.injected = {"500": 0, "503": 0, "reset": 0, "truncate": 0, "slow": 0}
+        self.injected = {"500": 0, "503": 0, "reset": 0, "truncate": 0, "slow": 0, "drop": 0}
         self.lock = threading.Lock()
 
+    def matches(self, path, method):
+        return self.match in path and (self.methods is None or method in self.methods)
+
     def take(self, path, method):
-        """The fault for this request: None, "500", "503", "reset", "truncate"."""
-        if self.match not in path:
+        """The fault for this request: None, "500", "503", "reset", "truncate", "drop"."""
+        if not self.matches(path, method):
             return None
         with self.lock:
             now = time.monotonic()
@@ -88,6 +98,9 @@ class Faults:
         if self.always_fail:
             self.injected["503"] += 1
             return "503"
+        if self.always_drop:
+            self.injected["drop"] += 1
+            return "drop"
         if self.fail_first > 0:
             self.fail_first -= 1
             self.injected["500"] += 1
@@ -132,6 +145,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _reset(self):
+        """Ends the connection with RST (SO_LINGER 0: close() sends RST instead of FIN)."""
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
     def _serve(self):
         srv = self.server
         path = urllib.parse.urlsplit(self.path).path
@@ -140,12 +159,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             srv.log.append((self.command, path, rng))
         faults = srv.faults
         fault = faults.take(path, self.command) if faults else None
-        if faults and faults.slow_s and faults.match in path:
+        if faults and faults.slow_s and faults.matches(path, self.command):
             with faults.lock:
                 faults.injected["slow"] += 1
             time.sleep(faults.slow_s)
         if fault in ("500", "503"):
             self._plain(int(fault), "injected failure\n", retry_after=faults.retry_after)
+            return
+        if fault == "drop":
+            self._reset()
             return
         full, _ = self._file()
         if full is None:
@@ -190,10 +212,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if fault == "reset":
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
-            # SO_LINGER 0: close() sends RST instead of FIN.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.close_connection = True
-            self.connection.close()
+            self._reset()
             return
         if fault == "truncate":
             self.wfile.write(data[: len(data) // 2])

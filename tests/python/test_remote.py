@@ -11,7 +11,11 @@ time budget fails naming the URL, the last status, the attempts and the
 budget; exhausted retries, stalls and refused connections fail with messages
 naming the URL and the status, within a bounded time (a 503 while listing
 meta/episodes too, not "missing"); missing remote files are reported like
-local ones; an S3 bucket (SigV4 with dummy credentials, custom endpoint,
+local ones, and a file whose HEAD fails until the retries run out (503, 500,
+resets) is "unreachable", an error naming URL and status, never "missing";
+closing a loader, from its own thread or another, does not wait for reads
+riding out an outage (they are cancelled; the iterating thread gets an
+error, not a batch); an S3 bucket (SigV4 with dummy credentials, custom endpoint,
 path-style) gives the local results too.
 
 All traffic stays on 127.0.0.1; servers stop by themselves; every test runs
@@ -23,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -388,6 +393,106 @@ def test_missing_remote_file_is_reported_like_local(cli, served, tmp_path):
     assert rc_local == rc_remote == 1
     assert without_path(remote) == without_path(local)
     assert any("video file missing" in p["message"] for p in remote["problems"])
+
+
+@pytest.mark.parametrize("fault,status", [
+    (dict(always_fail=True), "HTTP 503"),
+    (dict(fail_first=10**6), "HTTP 500"),
+    (dict(always_drop=True), None),
+], ids=["503", "500", "reset"])
+def test_unreachable_remote_file_is_not_missing(cli, served, fault, status):
+    """A video file whose HEAD fails until the retries run out is an error
+    problem saying "unreachable" with the URL, the last status and the
+    attempts; it is not a missing file (only 404/410 means missing)."""
+    top, root = served
+    victim = sorted((root / "videos" / "observation.images.cam1").glob("*/*.mp4"))[-1]
+    rel = victim.relative_to(root).as_posix()
+    faults = Faults(match="/ds/" + rel, **fault)
+    with RemoteServer(top, faults) as srv:
+        rc, remote, err = info_json(cli, srv.url("ds"), env={"VF_HTTP_ATTEMPTS": "3"})
+        url = srv.url("ds/" + rel)
+    assert rc == 1, err
+    assert remote["missing_files"] == []
+    mine = [p for p in remote["problems"] if p["file"] == rel]
+    assert len(mine) == 1 and mine[0]["severity"] == "error", remote["problems"]
+    msg = mine[0]["message"]
+    assert msg.startswith("video file unreachable: ") and url in msg and "gave up after 3 attempts" in msg, msg
+    assert status is None or status in msg, msg
+    assert "missing" not in msg, msg
+    assert sum(faults.injected.values()) >= 3
+
+
+# ---- cancellation: closing a loader while its reads ride out an outage ---------------------
+
+# A retry budget far beyond what the tests wait for (the default is 300 s).
+LONG_BUDGET = {"VF_HTTP_BUDGET_S": "60", "VF_HTTP_ATTEMPTS": "10000", "VF_HTTP_BACKOFF_S": "0.05",
+               "VF_HTTP_BACKOFF_MAX_S": "0.5"}
+
+
+def _videos_down():
+    """Every GET of a video answers 503 (HEAD works, so the dataset opens)."""
+    return Faults(match=".mp4", always_fail=True, methods=("GET",))
+
+
+def _open_retrying_loader(srv, faults):
+    """A stream loader over srv's dataset (production starts at open), once its engine
+    threads are retrying the videos."""
+    loader = vlafeed.Loader(srv.url("ds"), mode="stream", batch_size=4, threads=2, output="numpy",
+                            image_format="uint8")
+    deadline = time.monotonic() + 20
+    while faults.injected["503"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert faults.injected["503"] >= 3  # the reads are retrying now
+    return loader
+
+
+def test_close_does_not_wait_for_the_retry_budget(served, monkeypatch):
+    for k, v in LONG_BUDGET.items():
+        monkeypatch.setenv(k, v)
+    top, _ = served
+    faults = _videos_down()
+    with RemoteServer(top, faults) as srv:
+        loader = _open_retrying_loader(srv, faults)
+        t0 = time.monotonic()
+        loader.close()
+        took = time.monotonic() - t0
+    assert took < 2.0, f"close took {took:.1f} s"
+
+
+def test_close_from_another_thread_ends_the_iteration(served, monkeypatch):
+    """close() from another thread while the iterating thread waits for a batch
+    whose reads retry a 503 storm: close returns at once and the iteration
+    fails within seconds with an error saying so (no batch, partial or not),
+    instead of waiting for the retry budget."""
+    for k, v in LONG_BUDGET.items():
+        monkeypatch.setenv(k, v)
+    top, _ = served
+    faults = _videos_down()
+    outcome = {"batches": 0}
+
+    def iterate(loader):
+        try:
+            for _ in loader:
+                outcome["batches"] += 1
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = e
+        outcome["ended_at"] = time.monotonic()
+
+    with RemoteServer(top, faults) as srv:
+        loader = _open_retrying_loader(srv, faults)
+        worker = threading.Thread(target=iterate, args=(loader,), daemon=True)
+        worker.start()
+        time.sleep(0.3)  # the worker is inside next()
+        t0 = time.monotonic()
+        loader.close()
+        closed_in = time.monotonic() - t0
+        worker.join(timeout=5)
+        assert not worker.is_alive(), "the iterating thread still waits for the retry budget"
+    assert closed_in < 2.0
+    assert outcome["batches"] == 0
+    err = outcome.get("error")
+    assert isinstance(err, ValueError) and "closed" in str(err), repr(err)
+    assert outcome["ended_at"] - t0 < 3.0
 
 
 # ---- S3 (moto) ---------------------------------------------------------------------------

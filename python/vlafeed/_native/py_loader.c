@@ -180,8 +180,11 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
         vf_loader *l = self->l;
         self->l = NULL;
         if (self->in_flight) {
-            /* Another thread is inside the loader: it closes it on return. */
+            /* Another thread is inside the loader: it closes it on return,
+             * which the cancel makes prompt (a remote read waiting out an
+             * outage fails now instead of at the end of its retry budget). */
             self->close_pending = l;
+            vf_loader_cancel(l);
             Py_RETURN_NONE;
         }
         close_released(l);
