@@ -249,6 +249,12 @@ void vf_wds_loader_defaults(vf_wds_loader_settings *s);
  * (under VF_WDS_SKIP a skipped shard, counted with its message). */
 int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_loader_settings *s);
 void vf_wds_loader_close(vf_wds_loader *l);
+/* Stops the loader's shard reads (any thread, also during
+ * vf_wds_loader_next): a remote read retrying through an outage fails at
+ * once with "cancelled" instead of at the end of its retry budget, and
+ * every later vf_wds_loader_next fails so; never a partial batch. Close
+ * calls it first. */
+void vf_wds_loader_cancel(vf_wds_loader *l);
 int64_t vf_wds_loader_num_samples(const vf_wds_loader *l); /* this loader's samples per epoch */
 size_t vf_wds_loader_num_batches(const vf_wds_loader *l);
 const vf_wds_manifest *vf_wds_loader_manifest(const vf_wds_loader *l);

@@ -44,7 +44,9 @@ typedef struct vf_ds_fs {
     int (*read_all)(void *ctx, const char *rel, uint8_t **data, size_t *len);
     /* A byte source over the file (for Parquet); VF_ENOENT when absent. */
     int (*open_source)(void *ctx, const char *rel, vf_source **out);
-    /* 1 if a regular file exists, 0 otherwise. */
+    /* 1 if a regular file exists, 0 if it does not; a remote fs also
+     * returns a negative code when it cannot tell (refused, unreachable),
+     * with the message naming the URL and the last status. */
     int (*exists)(void *ctx, const char *rel);
     /* Names in a directory (not . or ..), each and the array newly
      * allocated (free each, then the array); VF_ENOENT when absent. */

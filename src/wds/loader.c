@@ -362,10 +362,17 @@ fail:
     return rc;
 }
 
+void vf_wds_loader_cancel(vf_wds_loader *l)
+{
+    if (l)
+        vf_io_cancel_request(&l->io_cancel);
+}
+
 void vf_wds_loader_close(vf_wds_loader *l)
 {
     if (!l)
         return;
+    vf_wds_loader_cancel(l); /* a producer riding out an outage stops at once */
     stop_producer(l);
     drop_plan(l);
     if (l->pool)

@@ -777,7 +777,22 @@ static int take_sample(vf_wds_loader *l, vf_wds_consumer *c, int64_t p, slot *sl
     return 0;
 }
 
+static int produce(vf_wds_loader *l, vf_wds_batch **out);
+
+/* The next batch, its shard reads watching the loader's cancel token (so a
+ * remote read riding out an outage ends when the loader is cancelled). */
 int vf_wds_produce(vf_wds_loader *l, vf_wds_batch **out)
+{
+    *out = NULL;
+    if (vf_io_cancel_requested(&l->io_cancel))
+        return vf_error(VF_EIO, "wds loader: cancelled (vf_wds_loader_cancel, or close from another thread)");
+    vf_io_cancel *outer = vf_io_cancel_watch(&l->io_cancel);
+    int r = produce(l, out);
+    vf_io_cancel_watch(outer);
+    return r;
+}
+
+static int produce(vf_wds_loader *l, vf_wds_batch **out)
 {
     *out = NULL;
     if (l->failure)

@@ -21,6 +21,7 @@
 
 #include <pthread.h>
 
+#include "io/io.h"
 #include "plan/plan.h"
 #include "wds/wds.h"
 
@@ -69,6 +70,7 @@ typedef struct vf_wds_piece_ref {
 
 struct vf_wds_loader {
     vf_wds_loader_settings s;
+    vf_io_cancel io_cancel;    /* the shard reads (producer or caller thread) watch it; vf_wds_loader_cancel */
     char *fields_copy;
     vf_wds_manifest *manifest;
     vf_plan_task *tasks;       /* one per non-empty shard */

@@ -89,3 +89,36 @@ def test_s3_equals_local(shard_dir, moto_endpoint, monkeypatch):
         np.testing.assert_array_equal(a["top_t0"], b["top_t0"])
     with pytest.raises(FileNotFoundError, match="s3://vf-wds/set/nope/manifest.jsonl"):
         vlafeed.ShardLoader("s3://vf-wds/set/nope/manifest.jsonl")
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_close_from_another_thread_cancels_a_retrying_read(shard_dir, monkeypatch, prefetch):
+    """close() from another thread while the iterating thread waits on shard reads that retry a 503
+    storm (a 60 s budget): close returns at once and the iteration fails within seconds with the
+    loader's 'closed' error, no batch delivered, instead of waiting out the retry budget."""
+    import threading
+    import time
+    for k, v in {"VF_HTTP_BUDGET_S": "60", "VF_HTTP_ATTEMPTS": "10000", "VF_HTTP_BACKOFF_S": "0.05",
+                 "VF_HTTP_BACKOFF_MAX_S": "0.5"}.items():
+        monkeypatch.setenv(k, v)
+    outcome = {"batches": 0}
+    with RemoteServer(shard_dir.parent, Faults(match="shard_0000", always_fail=True)) as srv:
+        loader = vlafeed.ShardLoader(srv.url("shards/manifest.jsonl"), batch_size=4, output="numpy",
+                                     prefetch=prefetch, fields=["observation.state"])
+
+        def iterate():
+            try:
+                for _ in loader:
+                    outcome["batches"] += 1
+            except Exception as e:  # noqa: BLE001 - inspected below
+                outcome["error"] = e
+        worker = threading.Thread(target=iterate, daemon=True)
+        worker.start()
+        time.sleep(0.5)  # the worker waits on the retrying reads
+        t0 = time.monotonic()
+        loader.close()
+        assert time.monotonic() - t0 < 2.0
+        worker.join(timeout=5)
+        assert not worker.is_alive(), "the iterating thread still waits for the retry budget"
+    assert outcome["batches"] == 0
+    assert isinstance(outcome.get("error"), ValueError) and "closed" in str(outcome["error"]), outcome

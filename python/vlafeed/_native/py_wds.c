@@ -362,9 +362,12 @@ static PyObject *WdsLoader_close(WdsLoaderObject *self, PyObject *unused)
     vf_wds_loader *l = self->loader;
     self->loader = NULL;
     if (l) {
-        if (self->in_flight)
-            self->close_pending = l; /* another thread is inside the loader: it closes it on return */
-        else
+        if (self->in_flight) {
+            /* Another thread is inside the loader: it closes it on return, which the cancel
+             * makes prompt (a remote shard read riding out an outage fails now). */
+            self->close_pending = l;
+            vf_wds_loader_cancel(l);
+        } else
             close_released(l);
     }
     Py_RETURN_NONE;
