@@ -261,7 +261,10 @@ static int thorough_checks(const vf_dataset *d, json_t *problems, size_t *errors
     size_t ncols = 0;
     for (size_t k = 0; k < d->num_features; k++) {
         const vf_feature *f = &d->features[k];
-        if (f->kind == VF_FEATURE_VECTOR || f->kind == VF_FEATURE_SCALAR || f->kind == VF_FEATURE_STRING)
+        /* A feature whose dtype cannot be read is left out by the loaders (and said so: an
+         * info.json warning with changes_samples), so it is not read here either. */
+        if ((f->kind == VF_FEATURE_VECTOR || f->kind == VF_FEATURE_SCALAR || f->kind == VF_FEATURE_STRING) &&
+            vf_ds_feature_value_type(f) >= 0)
             columns[ncols++] = f->name;
     }
     int r = 0;

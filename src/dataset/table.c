@@ -245,6 +245,13 @@ static int copy_rows(const read_ctx *x, const vf_pq_array *a, int64_t first, int
     if (!is_numeric_leaf(level->type))
         return vf_error(VF_ECORRUPT, "%s: episode %lld: column '%s': expected numbers, found %s", x->file,
                         (long long)x->episode, x->column, vf_pq_type_name(level->type));
+    if (c->type == VF_DS_I64 &&
+        (level->type == VF_PQ_T_FLOAT || level->type == VF_PQ_T_DOUBLE || level->type == VF_PQ_T_FLOAT16))
+        return vf_error(VF_ECORRUPT,
+                        "%s: episode %lld: column '%s': info.json declares dtype %s, but the file holds %s values "
+                        "(they would be truncated to integers)",
+                        x->file, (long long)x->episode, x->column, c->feature ? c->feature->dtype : "integer",
+                        vf_pq_type_name(level->type));
     if (hi - lo != count * c->width)
         return vf_error(VF_ECORRUPT, "%s: episode %lld: column '%s': %lld values for %lld rows of %lld", x->file,
                         (long long)x->episode, x->column, (long long)(hi - lo), (long long)count, (long long)c->width);

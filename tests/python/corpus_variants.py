@@ -42,6 +42,7 @@ class Ok:
     forbid: str = None  # must NOT appear in `vlafeed info`'s output
     check_rc: int = None  # `decode-check --thorough`'s exit status, when not info_rc: 3 when the
                           # loaders serve something otherwise than the metadata says (and warn)
+    left_out: tuple = ()  # keys the items lack (a feature the loaders leave out, and say so)
 
 
 @dataclass
@@ -233,6 +234,28 @@ simple("info_codec_says_mpeg4", Ok(0, "codec is h264 in the file, info.json says
        _info(lambda i: i["features"][CAM]["info"].__setitem__("video.codec", "mpeg4")))
 simple("info_pix_fmt_says_yuv444p", Ok(0, "pixel format is yuv420p in the file, info.json says yuv444p"),
        _info(lambda i: i["features"][CAM]["info"].__setitem__("video.pix_fmt", "yuv444p")))
+
+
+STATE = "observation.state"
+
+
+def _feature(key, **changes):
+    return _info(lambda i: i["features"][key].update(changes))
+
+
+# info.json's feature types against the data file's: the loaders refuse what would come out wrong
+# (a float column declared integer would be truncated, a shape the rows do not have), serve what
+# converts exactly (float32 values declared float64), and leave out what they cannot read, saying so.
+simple("info_state_shape_wrong", EpisodeError({0, 1, 2, 3}, f"{DATA_FILE}.*episode [0-3].*column '{STATE}'"),
+       _feature(STATE, shape=[3]), needs={"info_blind": True})
+simple("info_state_declared_int64", EpisodeError({0, 1, 2, 3}, f"{DATA_FILE}.*column '{STATE}'.*declares dtype "
+                                                                "int64.*float values"),
+       _feature(STATE, dtype="int64"), needs={"info_blind": True})
+simple("info_state_declared_float64", Ok(0), _feature(STATE, dtype="float64"))
+simple("info_state_dtype_unreadable", Ok(0, "unknown dtype 'complex128'", check_rc=3, left_out=(STATE,)),
+       _feature(STATE, dtype="complex128"))
+simple("info_camera_fps_differs", Ok(0, "camera fps 15 differs from dataset fps", check_rc=3),
+       _info(lambda i: i["features"][CAM]["info"].__setitem__("video.fps", 15)))
 
 
 @variant("info_resolution_wrong", Ok(0, "frames are 64x48 in the file, info.json says 32x24", check_rc=3))
