@@ -153,3 +153,78 @@ def test_variant(cli, base, tmp_path, name):
 
 def test_corpus_is_large_enough():
     assert len(VARIANTS) >= 50
+
+
+# ---- the same variants through the Loader in each mode ------------------------------------------
+
+MODES = ("stream", "map", "pool")
+
+
+def loader_samples(root, mode, on_error):
+    """(error or None, {index: sample}) of one epoch of a Loader (batch 4, no shuffle)."""
+    got = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            loader = vlafeed.Loader(root, mode=mode, batch_size=4, shuffle=False, output="numpy", threads=2,
+                                    on_error=on_error)
+            for batch in loader:
+                for k, index in enumerate(batch["index"].tolist()):
+                    got[int(index)] = {key: value[k] if not isinstance(value, list) else value[k]
+                                       for key, value in batch.items()}
+            skipped = loader.stats()["skipped"]
+            loader.close()
+        except Exception as e:  # noqa: BLE001 - the caller asserts the type and message
+            return e, got, 0
+    return None, got, skipped
+
+
+@pytest.fixture(scope="module")
+def base_loader_samples(base):
+    root, _ = base
+    return {mode: loader_samples(root, mode, "raise")[1] for mode in MODES}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(n for n in VARIANTS if not VARIANTS[n].fifo))
+def test_variant_through_the_loader(base, base_loader_samples, tmp_path, name, mode):
+    """Every variant in stream, map and pool mode: the same outcome as LeRobotDataset. Ok: every
+    sample of the epoch equal to the undamaged one. OpenError: the open or the epoch fails with the
+    message. EpisodeError: on_error="raise" fails naming file and episode; on_error="skip" serves
+    every sample of the other episodes exactly and counts the refused ones as skipped."""
+    base_root, base_items = base
+    want = base_loader_samples[mode]
+    v = VARIANTS[name]
+    root = damage.copy(base_root, tmp_path / "ds")
+    v.mutate(root)
+    expect = v.expect
+    exact = v.needs.get("exact", True)
+
+    def same(got_sample, want_sample, left_out=()):
+        for key, value in want_sample.items():
+            if key in left_out or (key == damage.CAM and not exact):
+                continue
+            if isinstance(value, str):
+                assert got_sample[key] == value, key
+            else:
+                np.testing.assert_array_equal(np.asarray(got_sample[key]), np.asarray(value), err_msg=key)
+        assert not set(left_out) & set(got_sample)
+
+    error, got, _ = loader_samples(root, mode, "raise")
+    if isinstance(expect, Ok):
+        assert error is None, f"{name} ({mode}): {error!r}"
+        assert sorted(got) == sorted(want)
+        for index, sample in want.items():
+            same(got[index], sample, expect.left_out)
+    elif isinstance(expect, OpenError):
+        assert error is not None, f"{name} ({mode}): the epoch was served"
+        assert re.search(expect.pattern, str(error)), f"{name} ({mode}): {error!r}"
+    else:
+        assert error is not None and re.search(expect.pattern, str(error)), f"{name} ({mode}): {error!r}"
+        refused = {i for i, item in enumerate(base_items) if int(item["episode_index"]) in expect.episodes}
+        error, got, skipped = loader_samples(root, mode, "skip")
+        assert error is None, f"{name} ({mode}, skip): {error!r}"
+        assert set(got) == set(want) - refused, f"{name} ({mode}, skip)"
+        assert skipped == len(refused)
+        for index in got:
+            same(got[index], want[index])
