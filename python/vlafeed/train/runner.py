@@ -253,7 +253,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             wait += time.perf_counter() - tw
             if samples_log:  # which samples this rank trained on, for exactly-once checks across restarts
                 samples_log.write(json.dumps({"step": step + 1, "micro": micro, "epoch": batches.epoch,
-                                              "index": batch["index"].tolist(), "time": time.time()}) + "\n")
+                                              "index": batch["index"].tolist(), "time": time.time(),
+                                              "world": world, "pid": os.getpid()}) + "\n")
                 samples_log.flush()
             images, state, samples, layout, target, valid = prep.inputs(batch, cfg.packing.enabled)
             del batch
