@@ -5,6 +5,13 @@ in node 0 (`ray start --head`), a worker node in node 1 (`ray start
 The LeRobot datasource's read tasks (1 CPU each) run on both nodes' CPUs:
 every row of the dataset arrives once, and the processes that ran the read
 tasks (their pids, from source.report()) are found in both namespaces.
+
+Ray Train (examples/ray_finetune.py --data loader, one worker per node):
+node 1 is killed whole mid-epoch once a checkpoint is registered; with a
+replacement node started, FailureConfig restarts the worker group from the
+last checkpoint, and each rank's data continues exactly from its loader
+state (every attempt trains on its uninterrupted order from the step it
+resumed at).
 """
 import json
 import os
@@ -18,6 +25,7 @@ import pytest
 import netns
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.filterwarnings("ignore::vlafeed.loader.LoaderWarning")
 
 DRIVER = r"""
 import json, os, sys, time
@@ -107,3 +115,79 @@ def test_ray_datasource_reads_on_both_nodes(dataset, tmp_path):
     print(f"\nmultinode ray: ray start head {t_head:.1f}s, worker {t_worker:.1f}s; "
           f"{len(out['tasks'])} read tasks, processes per node {({k: len(v) for k, v in on.items()})}; "
           f"first batch {out['first_batch_s']:.1f}s, all {out['total_s']:.1f}s after ray.init")
+
+
+EXAMPLE = netns.ROOT / "examples" / "ray_finetune.py"
+CAM0 = "observation.images.cam0"
+
+
+def rank_logs(log_dir, rank):
+    p = log_dir / f"rank{rank}.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+@pytest.mark.skipif(shutil.which("ray") is None, reason="the ray command is not on PATH")
+def test_ray_train_survives_losing_a_worker_node(dataset, tmp_path):
+    """examples/ray_finetune.py --data loader with one Ray Train worker per node (1 CPU each). Once a
+    checkpoint exists, node 1 is killed whole (raylet and worker); a fresh `ray start --address` on node 1
+    lets FailureConfig restart the worker group, which resumes from the last checkpoint: each rank's
+    samples, attempt by attempt, are exactly its uninterrupted order from the checkpoint it resumed from."""
+    import vlafeed
+    epochs, batch, every = 2, 8, 2
+    log_dir = tmp_path / "logs"
+    with netns.cluster(2, tmp_path) as c:
+        tmps = [f"/tmp/vfr{os.getpid()}t{i}" for i in range(3)]
+        try:
+            token = os.urandom(16).hex()
+            ray_start(c[0], tmps[0], token)
+            ray_start(c[1], tmps[1], token, head_ip=c[0].ip)
+            env = dict(ray_env(token), RAY_ADDRESS=f"{c[0].ip}:6379", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.5")
+            out = open(tmp_path / "driver.out", "w")
+            driver = c[0].popen([sys.executable, str(EXAMPLE), "--dataset", str(dataset), "--data", "loader",
+                                 "--epochs", str(epochs), "--batch-size", str(batch), "--accum", "1",
+                                 "--checkpoint-every", str(every), "--workers", "2", "--cpus-per-worker", "1",
+                                 "--max-failures", "3", "--log-dir", str(log_dir),
+                                 "--storage", str(tmp_path / "storage")], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+            deadline = time.time() + 300
+            # Ray Train counts a checkpoint once its controller has registered it (the snapshot file).
+            snapshot = tmp_path / "storage" / "vlafeed-ray-finetune" / "checkpoint_manager_snapshot.json"
+            while not (snapshot.exists() and any(d["step"] > every for d in rank_logs(log_dir, 1))):
+                assert driver.poll() is None and time.time() < deadline, \
+                    (tmp_path / "driver.out").read_text()[-4000:]
+                time.sleep(0.2)
+            t_kill = time.time()
+            c[1].kill()
+            ray_start(c[1], tmps[2], token, head_ip=c[0].ip)  # the node comes back (a replacement)
+            rc = driver.wait(timeout=400)
+            recovery = time.time() - t_kill
+            text = (tmp_path / "driver.out").read_text()
+            assert rc == 0, text[-5000:]
+        finally:
+            for n in c:
+                n.kill()
+            for t in tmps:
+                shutil.rmtree(t, ignore_errors=True)
+    expected = {}
+    for rank in (0, 1):
+        loader = vlafeed.Loader(str(dataset), mode="stream", batch_size=batch, seed=0, drop_last=True, rank=rank,
+                                world_size=2, threads=1, keys=[CAM0, "observation.state", "action", "index"],
+                                renames={CAM0: "front"}, image_format="float32")
+        seq = []
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            seq += [b["index"].tolist() for b in loader]
+        loader.close()
+        expected[rank] = seq
+    for rank in (0, 1):
+        attempts = {}
+        for d in rank_logs(log_dir, rank):
+            attempts.setdefault(d["pid"], []).append(d)
+        runs = list(attempts.values())
+        assert len(runs) >= 2, f"rank {rank}: no restart seen"
+        for run in runs:
+            start = run[0]["resumed_from"] or 0
+            assert [d["index"] for d in run] == expected[rank][start:start + len(run)], (rank, start)
+        assert runs[-1][0]["resumed_from"] >= every and runs[-1][-1]["step"] == len(expected[rank])
+    print(f"\nmultinode ray train: node 1 killed, run finished {recovery:.1f}s later; attempts per rank "
+          f"{[len({d['pid'] for d in rank_logs(log_dir, r)}) for r in (0, 1)]}")
