@@ -642,8 +642,8 @@ static void node_count(const char *dir, const vf_node_cache_stats *d)
                 n += (size_t)snprintf(out + n, sizeof out - n, "%s %llu\n", node_stat_names[i],
                                       (unsigned long long)*node_stat_field(&st, i));
             }
-            if (pwrite(fd, out, n, 0) == (ssize_t)n && ftruncate(fd, (off_t)n) == 0) {
-            }
+            if (pwrite(fd, out, n, 0) != (ssize_t)n || ftruncate(fd, (off_t)n) < 0)
+                vf_log(VF_LOG_WARN, "node cache: cannot update %s/.stats: %s", dir, strerror(errno));
         }
         flock(fd, LOCK_UN);
     }
@@ -799,8 +799,10 @@ int vf_node_cache_fetch(const char *dir, uint64_t max_bytes, const char *url, ui
         d.bytes_reused = *size;
         goto done;
     }
-    if ((r = vf_mkdirs(dir)) < 0) {
-        r = 1; /* no cache here: read remotely */
+    if (vf_mkdirs(dir) < 0) {
+        vf_log(VF_LOG_WARN, "node cache: cannot create %s; reading remotely", dir);
+        d.bypassed = 1;
+        r = 1;
         goto done;
     }
     lk = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -871,7 +873,7 @@ done:
         flock(lk, LOCK_UN);
         close(lk);
     }
-    if (dir && (d.fetches || d.hits || d.evictions || d.bypassed))
+    if (d.fetches || d.hits || d.evictions || d.bypassed)
         node_count(dir, &d);
     free(data);
     free(lock);

@@ -318,6 +318,8 @@ int vf_file_cache_refs(vf_file_cache *c, const char *url);
  *    than the bound, or one that cannot get room, is read remotely
  *    (counted as bypassed). A reservation left by a killed process is
  *    dropped by the next scan (its lock is free).
+ *  - copies are keyed by URL alone: objects are taken as immutable (a
+ *    dataset's files are); delete the directory after rewriting one;
  *  - node-wide counters live in <dir>/.stats (flock-protected text: one
  *    "name value" per line), this process's in vf_node_cache_process_stats. */
 typedef struct vf_node_cache_stats {
