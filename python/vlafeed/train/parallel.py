@@ -80,13 +80,16 @@ def _generation_store(rank: int, world: int, timeout_s: float = 600.0):
     deadline = time.monotonic() + timeout_s
     if rank == 0:
         token = uuid.uuid4().hex
-        waiting = set(range(1, world))
+        waiting, welcomed = set(range(1, world)), {}
         while waiting:
             for r in sorted(waiting):
-                if base.check([f"vf/hello/{r}"]):
-                    base.set(f"vf/welcome/{r}/{base.get(f'vf/hello/{r}').decode()}", token)
                 if base.check([f"vf/ack/{token}/{r}"]):
                     waiting.discard(r)
+                elif base.check([f"vf/hello/{r}"]):
+                    nonce = base.get(f"vf/hello/{r}").decode()  # may still be an earlier round's: then the
+                    if welcomed.get(r) != nonce:                # rank has not written its own yet
+                        base.set(f"vf/welcome/{r}/{nonce}", token)
+                        welcomed[r] = nonce
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ranks {sorted(waiting)} did not join this round's process group")
             time.sleep(0.02)
