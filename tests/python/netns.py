@@ -105,6 +105,10 @@ def available():
             r = _ip("-n", probe, "link", "add", "br0", "type", "bridge", check=False)
             if r.returncode != 0:
                 reason = f"cannot create a bridge in a namespace: {r.stderr.strip()}"
+            else:
+                r = _ip("-n", probe, "link", "add", "va", "type", "veth", "peer", "name", "vb", check=False)
+                if r.returncode != 0:
+                    reason = f"cannot create a veth pair in a namespace: {r.stderr.strip()}"
             _remove(probe)
     _REASON.append(reason)
     return reason
