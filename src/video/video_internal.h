@@ -79,4 +79,18 @@ int vf_vid_convert(vf_vid_converter *c, const AVFrame *frame, const vf_video_for
                    const char *name);
 int vf_vid_sws_flags(vf_video_scaler scaler);
 
+/* ---- hwdecode.c ---- */
+
+/* Tries to open d's stream on NVDEC (device dev; settings s for limits):
+ * the decoder, then a trial decode of the first frame from start_pts (a
+ * keyframe's pts) into host memory. 0: *out is the opened decoder (owned by
+ * the caller), the demuxer at an unknown position. 1: not possible, why
+ * says so in one line without the file's name. VF_ENOMEM. */
+int vf_vid_hw_open(AVCodecContext **out, vf_vid_demux *d, const vf_video_hwdevice *dev, const vf_video_settings *s,
+                   int64_t start_pts, char *why, size_t why_size);
+/* Copies an NVDEC surface (AV_PIX_FMT_CUDA) into host, as NV12 / P010 /
+ * YUV444 with the surface's properties (pts, colour). host is unreferenced
+ * first. The message names name. */
+int vf_vid_hw_download(const AVFrame *surface, AVFrame *host, const char *name);
+
 #endif
