@@ -6,8 +6,13 @@
  * (vf_video_hwdevice, one av_hwdevice_ctx_create per loader, not per file:
  * a CUDA context costs hundreds of MB of GPU memory), an attempt to open a
  * stream's decoder on it (vf_vid_hw_open) and the download of a decoded
- * surface into host memory (vf_vid_hw_download), after which the reader's
- * usual swscale path converts it (NV12 / P010 -> RGB).
+ * surface into host memory (vf_vid_hw_download), repacked from NV12 / P010
+ * to the planar layout the CPU decoders output (yuv420p / yuv420p10le),
+ * after which the reader's usual swscale path converts it. The repack is
+ * not cosmetic: at the source size swscale converts yuv420p with its
+ * unscaled converter but NV12 through its scaler, whose chroma
+ * interpolation differs (up to ~100 levels at sharp colour edges,
+ * test_video_hw), so without it NVDEC frames would not match CPU frames.
  *
  * Invariants:
  *  - An attempt either hands back an opened decoder that has decoded the
@@ -171,17 +176,68 @@ static enum AVPixelFormat only_cuda(AVCodecContext *ctx, const enum AVPixelForma
     return AV_PIX_FMT_NONE;
 }
 
-int vf_vid_hw_download(const AVFrame *surface, AVFrame *host, const char *name)
+int vf_vid_hw_planar(const AVFrame *semi, AVFrame *planar)
 {
-    av_frame_unref(host);
-    int ar = av_hwframe_transfer_data(host, surface, 0);
+    int ten_bit = semi->format == AV_PIX_FMT_P010LE;
+    if (semi->format != AV_PIX_FMT_NV12 && !ten_bit)
+        return 1;
+    av_frame_unref(planar);
+    planar->format = ten_bit ? AV_PIX_FMT_YUV420P10LE : AV_PIX_FMT_YUV420P;
+    planar->width = semi->width;
+    planar->height = semi->height;
+    int ar = av_frame_get_buffer(planar, 64);
     if (ar >= 0)
-        ar = av_frame_copy_props(host, surface);
+        ar = av_frame_copy_props(planar, semi);
     if (ar < 0) {
-        av_frame_unref(host);
-        return vf_vid_av_error_named(name, ar, "cannot copy an NVDEC frame to host memory");
+        av_frame_unref(planar);
+        return VF_ENOMEM;
+    }
+    int cw = (semi->width + 1) / 2, ch = (semi->height + 1) / 2;
+    for (int y = 0; y < semi->height; y++) {
+        const uint8_t *from = semi->data[0] + (size_t)y * semi->linesize[0];
+        uint8_t *to = planar->data[0] + (size_t)y * planar->linesize[0];
+        if (!ten_bit) {
+            memcpy(to, from, (size_t)semi->width);
+            continue;
+        }
+        for (int x = 0; x < semi->width; x++) /* P010: the 10 bits are the high ones */
+            ((uint16_t *)to)[x] = (uint16_t)(((const uint16_t *)from)[x] >> 6);
+    }
+    for (int y = 0; y < ch; y++) {
+        const uint8_t *from = semi->data[1] + (size_t)y * semi->linesize[1];
+        uint8_t *u = planar->data[1] + (size_t)y * planar->linesize[1];
+        uint8_t *v = planar->data[2] + (size_t)y * planar->linesize[2];
+        for (int x = 0; x < cw; x++) {
+            if (ten_bit) {
+                ((uint16_t *)u)[x] = (uint16_t)(((const uint16_t *)from)[2 * x] >> 6);
+                ((uint16_t *)v)[x] = (uint16_t)(((const uint16_t *)from)[2 * x + 1] >> 6);
+            } else {
+                u[x] = from[2 * x];
+                v[x] = from[2 * x + 1];
+            }
+        }
     }
     return 0;
+}
+
+int vf_vid_hw_download(const AVFrame *surface, AVFrame *host, AVFrame *staging, const char *name)
+{
+    av_frame_unref(staging);
+    int ar = av_hwframe_transfer_data(staging, surface, 0);
+    if (ar >= 0)
+        ar = av_frame_copy_props(staging, surface);
+    if (ar < 0) {
+        av_frame_unref(staging);
+        return vf_vid_av_error_named(name, ar, "cannot copy an NVDEC frame to host memory");
+    }
+    int rc = vf_vid_hw_planar(staging, host);
+    if (rc == 1) { /* another layout (4:4:4): swscale takes it as it is */
+        av_frame_unref(host);
+        av_frame_move_ref(host, staging);
+        rc = 0;
+    }
+    av_frame_unref(staging);
+    return rc;
 }
 
 /* Decodes packets from start_pts until one frame comes out, and copies it

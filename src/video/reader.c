@@ -55,6 +55,7 @@ struct vf_video_reader {
     char device_reason[320];    /* why the CPU although AUTO asked for NVDEC, or "" */
     vf_video_hwdevice *own_hwdevice; /* the device opened for this reader (none was given), or NULL */
     AVFrame *host;              /* NVDEC: `frame` copied to host memory */
+    AVFrame *staging;           /* NVDEC: the transfer before the planar repack */
     int64_t host_ordinal;       /* the ordinal host holds, -1 when none */
 };
 
@@ -98,6 +99,7 @@ void vf_video_close(vf_video_reader *r)
     av_frame_free(&r->frame);
     av_frame_free(&r->tmp);
     av_frame_free(&r->host);
+    av_frame_free(&r->staging);
     vf_video_hwdevice_close(r->own_hwdevice);
     vf_vid_converter_free(&r->conv);
     vf_video_index_free(r->index);
@@ -131,7 +133,9 @@ static int try_nvdec(vf_video_reader *r)
     if (rc == 0) {
         r->device = VF_DECODE_DEVICE_CUDA;
         r->host_ordinal = -1;
-        return (r->host = av_frame_alloc()) ? 0 : VF_ENOMEM;
+        r->host = av_frame_alloc();
+        r->staging = av_frame_alloc();
+        return r->host && r->staging ? 0 : VF_ENOMEM;
     }
     if (wanted == VF_DECODE_DEVICE_CUDA)
         return vf_error(VF_EUNSUPPORTED, "%s%s%s: decode_device cuda: cannot decode %s on NVDEC: %s", d->name,
@@ -499,7 +503,7 @@ static int deliver(vf_video_reader *r, const vf_video_format *format, void *dest
     if (r->frame->format == AV_PIX_FMT_CUDA) {
         if (r->host_ordinal != r->frame_ordinal) {
             r->host_ordinal = -1;
-            rc = vf_vid_hw_download(r->frame, r->host, r->index->name);
+            rc = vf_vid_hw_download(r->frame, r->host, r->staging, r->index->name);
             if (rc == 0)
                 r->host_ordinal = r->frame_ordinal;
         }

@@ -14,10 +14,16 @@
  *    why;
  *  - "device present but the NVDEC open fails" (VF_TEST_NVDEC=open-fails):
  *    AUTO falls back to the CPU decoder (libdav1d for AV1), CUDA fails;
- *  - the cache's hooks: the device chosen per key, every open reported.
+ *  - the cache's hooks: the device chosen per key, every open reported;
+ *  - the colour path of the NVDEC frames: software-decoded H.264 pictures
+ *    repacked as NV12 (what av_hwframe_transfer_data hands over, NVDEC
+ *    being bit-exact), then back to planar by vf_vid_hw_planar as the
+ *    download does, convert to exactly the same RGB as the originals; NV12
+ *    given to swscale directly would not (measured and printed).
  */
 #define _GNU_SOURCE
 #include "test_video_helpers.h"
+#include "video/video_internal.h"
 
 #define W 96
 #define H 64
@@ -243,6 +249,126 @@ static void test_cache_hooks(const char *h264, const char *av1)
     unsetenv("VF_TEST_NVDEC");
 }
 
+/* Colourful, smooth content (chroma that matters, unlike the stamps). */
+static int colour_fill(void *ctx, int64_t frame, uint8_t *pixels, size_t stride)
+{
+    const int *size = ctx;
+    for (int y = 0; y < size[1]; y++)
+        for (int x = 0; x < size[0]; x++) {
+            uint8_t *p = pixels + (size_t)y * stride + (size_t)x * 3;
+            p[0] = (uint8_t)(x * 255 / size[0]);
+            p[1] = (uint8_t)(y * 255 / size[1]);
+            p[2] = (uint8_t)((x * 3 + y * 5 + frame * 17) & 255);
+        }
+    return 0;
+}
+
+/* The same picture with chroma interleaved (NV12), as a download gives it. */
+static int to_nv12(const AVFrame *yuv, AVFrame *nv12)
+{
+    nv12->format = AV_PIX_FMT_NV12;
+    nv12->width = yuv->width;
+    nv12->height = yuv->height;
+    if (av_frame_get_buffer(nv12, 0) < 0 || av_frame_copy_props(nv12, yuv) < 0)
+        return -1;
+    for (int y = 0; y < yuv->height; y++)
+        memcpy(nv12->data[0] + (size_t)y * nv12->linesize[0], yuv->data[0] + (size_t)y * yuv->linesize[0],
+               (size_t)yuv->width);
+    for (int y = 0; y < (yuv->height + 1) / 2; y++)
+        for (int x = 0; x < (yuv->width + 1) / 2; x++) {
+            nv12->data[1][(size_t)y * nv12->linesize[1] + 2 * x] = yuv->data[1][(size_t)y * yuv->linesize[1] + x];
+            nv12->data[1][(size_t)y * nv12->linesize[1] + 2 * x + 1] =
+                yuv->data[2][(size_t)y * yuv->linesize[2] + x];
+        }
+    return 0;
+}
+
+/* Largest |RGB(x) - RGB(yuv420p)| over every frame of path, through
+ * vf_vid_convert at the source size (scaled: to half size), x being the
+ * NV12 repack (repacked: then back to planar by vf_vid_hw_planar). */
+static int nv12_difference(const char *path, int scaled, int repacked)
+{
+    AVFormatContext *fmt = NULL;
+    int worst = -1;
+    if (avformat_open_input(&fmt, path, NULL, NULL) < 0 || avformat_find_stream_info(fmt, NULL) < 0)
+        return -1;
+    int si = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    const AVCodec *codec = avcodec_find_decoder(fmt->streams[si]->codecpar->codec_id);
+    AVCodecContext *dec = avcodec_alloc_context3(codec);
+    avcodec_parameters_to_context(dec, fmt->streams[si]->codecpar);
+    avcodec_open2(dec, codec, NULL);
+    AVPacket *pkt = av_packet_alloc();
+    AVFrame *yuv = av_frame_alloc();
+    vf_vid_converter a, b;
+    vf_vid_converter_init(&a);
+    vf_vid_converter_init(&b);
+    int w = dec->width, h = dec->height;
+    vf_video_format f = {VF_VIDEO_RGB_HWC_U8, scaled ? w / 2 : 0, scaled ? h / 2 : 0, VF_VIDEO_SCALE_BILINEAR};
+    size_t bytes = vf_video_format_bytes(&f, w, h);
+    uint8_t *ra = malloc(bytes), *rb = malloc(bytes);
+    int eof = 0;
+    while (!eof) {
+        if (av_read_frame(fmt, pkt) < 0) {
+            avcodec_send_packet(dec, NULL);
+            eof = 1;
+        } else {
+            if (pkt->stream_index == si)
+                avcodec_send_packet(dec, pkt);
+            av_packet_unref(pkt);
+        }
+        while (avcodec_receive_frame(dec, yuv) == 0) {
+            AVFrame *nv12 = av_frame_alloc(), *planar = av_frame_alloc();
+            int ok = yuv->format == AV_PIX_FMT_YUV420P && to_nv12(yuv, nv12) == 0;
+            if (ok && repacked)
+                ok = vf_vid_hw_planar(nv12, planar) == 0 && planar->format == AV_PIX_FMT_YUV420P;
+            if (ok && vf_vid_convert(&a, yuv, &f, ra, path) == 0 &&
+                vf_vid_convert(&b, repacked ? planar : nv12, &f, rb, path) == 0) {
+                worst = worst < 0 ? 0 : worst;
+                for (size_t i = 0; i < bytes; i++) {
+                    int d = abs((int)ra[i] - (int)rb[i]);
+                    worst = d > worst ? d : worst;
+                }
+            }
+            av_frame_free(&nv12);
+            av_frame_free(&planar);
+            av_frame_unref(yuv);
+        }
+    }
+    free(ra);
+    free(rb);
+    vf_vid_converter_free(&a);
+    vf_vid_converter_free(&b);
+    av_frame_free(&yuv);
+    av_packet_free(&pkt);
+    avcodec_free_context(&dec);
+    avformat_close_input(&fmt);
+    return worst;
+}
+
+/* Also the converter's padded-row path with an av_frame_get_buffer frame:
+ * swscale stored past its scratch there before the padding was widened
+ * (found by valgrind on this test). */
+static void test_nv12_tolerance(const char *dir)
+{
+    static const int sizes[][2] = {{128, 96}, {100, 76}}; /* swscale's direct and padded-row paths */
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/colour%zu.mp4", dir, i);
+        vf_video_encode_settings es;
+        vf_video_encode_defaults(&es);
+        es.codec = VF_VIDEO_CODEC_H264;
+        es.width = sizes[i][0];
+        es.height = sizes[i][1];
+        es.fps = 30;
+        CHECK_OK(vf_video_write_episode(path, &es, 8, colour_fill, (void *)sizes[i]));
+        for (int scaled = 0; scaled < 2; scaled++) {
+            CHECK_EQ_INT(nv12_difference(path, scaled, 1), 0);
+            fprintf(stderr, "note: NV12 given to swscale as it is, %dx%d%s: max abs diff %d from yuv420p\n",
+                    sizes[i][0], sizes[i][1], scaled ? " scaled to half" : "", nv12_difference(path, scaled, 0));
+        }
+    }
+}
+
 int main(void)
 {
     vf_video_set_ffmpeg_log_level(vf_log_level() >= VF_LOG_DEBUG ? VF_LOG_INFO : -1);
@@ -258,6 +384,7 @@ int main(void)
     test_no_device(h264, av1, real_device);
     test_open_fails(h264, av1);
     test_cache_hooks(h264, av1);
+    test_nv12_tolerance(dir);
     vf_test_rmtree(dir);
     free(dir);
     return vf_test_finish("test_video_hw");
