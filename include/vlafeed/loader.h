@@ -258,6 +258,31 @@ typedef struct vf_loader_state {
  * on such a sample: its positions are asked for explicitly. */
 typedef enum vf_on_error { VF_ON_ERROR_RAISE = 0, VF_ON_ERROR_SKIP = 1 } vf_on_error;
 
+/* Where video frames are decoded (decode_device; Python decode_device=,
+ * environment VF_DECODE_DEVICE). CPU: libdav1d / FFmpeg's software
+ * decoders, as always. CUDA: NVDEC through FFmpeg's CUDA hwaccel, required:
+ * a camera whose files cannot be decoded there fails, the message naming
+ * camera, file, codec and why (no CUDA device, an FFmpeg without CUDA
+ * hwaccel, a codec this GPU's NVDEC lacks, such as AV1 on A100/H100/H200).
+ * AUTO: NVDEC where that works, else the CPU, with the reason recorded
+ * (vf_loader_decode_device) and a one-line notice per reason and process.
+ * DEFAULT: the environment variable VF_DECODE_DEVICE ("auto", "cpu",
+ * "cuda"; unset or empty: cpu; any other value: cpu with a warning). The
+ * frame mapping (which frame a sample gets) is the same on every device;
+ * pixel values may differ slightly (docs/gpus.md). */
+typedef enum vf_decode_device {
+    VF_DECODE_DEVICE_DEFAULT = 0,
+    VF_DECODE_DEVICE_AUTO = 1,
+    VF_DECODE_DEVICE_CPU = 2,
+    VF_DECODE_DEVICE_CUDA = 3,
+} vf_decode_device;
+
+/* One camera's own decode device (vf_loader_settings.decode_device_cameras). */
+typedef struct vf_decode_device_camera {
+    const char *camera;        /* the camera's feature key, e.g. "observation.images.top" */
+    vf_decode_device device;
+} vf_decode_device_camera;
+
 typedef struct vf_loader_settings {
     vf_mode mode;
     size_t batch_size;         /* default 32 */
@@ -269,7 +294,12 @@ typedef struct vf_loader_settings {
     int num_consumers;         /* consumers (engine workers) per rank, default 1 */
     int consumer;              /* when a DataLoader worker process is one consumer: its id, else -1 */
     int threads;               /* engine threads; 0 = number of cores */
-    int decode_threads;        /* threads per decoder, default 1 */
+    int decode_threads;        /* threads per decoder, default 1 (NVDEC decoders: always 1) */
+    vf_decode_device decode_device; /* every camera's decode device (see vf_decode_device);
+                                     * default VF_DECODE_DEVICE_DEFAULT: the environment's */
+    const vf_decode_device_camera *decode_device_cameras; /* per-camera overrides (copied; an
+                                     * unknown camera is refused), or NULL */
+    size_t num_decode_device_cameras;
     size_t prefetch_batches;   /* bounded output queue depth, default 4 */
     size_t prefetch_bytes;     /* ...and at most this many bytes of queued batches: fewer
                                 * (at least 1) are queued when batches are big; default
@@ -461,6 +491,25 @@ typedef struct vf_loader_stats {
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);
+
+/* Where one camera's frames are decoded (counted over the readers the
+ * loader opened so far). */
+typedef struct vf_decode_device_report {
+    const char *camera;        /* the camera's key (owned by the dataset) */
+    vf_decode_device requested;/* after the environment: AUTO, CPU or CUDA */
+    uint64_t files_cpu;        /* decoders opened on the CPU */
+    uint64_t files_cuda;       /* decoders opened on NVDEC */
+    char reason[320];          /* why (some of) the camera's files decode on the CPU although
+                                * AUTO asked for NVDEC (the latest reason); "" when none */
+} vf_decode_device_report;
+
+/* The report of camera i (0..vf_dataset_num_cameras - 1); VF_ERANGE
+ * otherwise. */
+int vf_loader_decode_device(const vf_loader *l, size_t camera, vf_decode_device_report *report);
+/* "default", "auto", "cpu", "cuda" (NULL for another value); and back
+ * (VF_EINVAL for an unknown name). */
+const char *vf_decode_device_name(vf_decode_device device);
+int vf_decode_device_parse(const char *name, vf_decode_device *out);
 
 /* A sample left out under VF_ON_ERROR_SKIP, recorded when the batch it was
  * cut from is delivered (so the list depends only on what the caller

@@ -266,6 +266,7 @@ void vf_loader_close(vf_loader *l)
     free(l->wanted);
     if (l->cache)
         vf_video_cache_close(l->cache);
+    vf_engine_devices_close(l->devices); /* after the readers that decode on its device */
     if (l->file_cache) /* after the readers that may read its files, and after every evict */
         vf_file_cache_close(l->file_cache);
     if (l->core)
@@ -309,6 +310,10 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     s->sample.renames = NULL;
     s->sample.normalize = NULL;
     s->sample.num_delta_timestamps = s->sample.num_keys = s->sample.num_renames = s->sample.num_normalize = 0;
+    if (r == 0)
+        r = vf_engine_devices_open(&l->devices, dataset, s);
+    s->decode_device_cameras = NULL; /* resolved per camera in l->devices */
+    s->num_decode_device_cameras = 0;
     if (r == 0) {
         if (!(l->wanted = vf_calloc(l->spec->num_episodes ? l->spec->num_episodes : 1, 1)))
             r = VF_ENOMEM;
@@ -331,6 +336,7 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         l->cache_capacity = vf_engine_cache_entries(s, vf_dataset_num_cameras(dataset), files, l->nthreads);
         cs.max_entries = l->cache_capacity;
         cs.video.decode_threads = s->decode_threads;
+        vf_engine_devices_configure(l->devices, &cs);
         l->opener.dataset = dataset;
         if (s->prefetch_cache_dir && s->prefetch_cache_bytes > 0 && s->mode == VF_MODE_POOL) {
             r = vf_file_cache_open(&l->file_cache, s->prefetch_cache_dir, s->prefetch_cache_bytes);

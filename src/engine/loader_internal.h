@@ -40,6 +40,8 @@ typedef struct vf_engine_job {
 
 #define VF_ENGINE_MAX_SKIP_RECORDS 65536
 
+typedef struct vf_engine_devices vf_engine_devices;
+
 struct vf_loader {
     vf_dataset *dataset;
     pid_t pid;                 /* the process that opened it */
@@ -47,6 +49,7 @@ struct vf_loader {
     vf_engine_core *core;
     vf_sample_spec *spec;      /* owned by core */
     vf_video_cache *cache;
+    vf_engine_devices *devices; /* decode device per camera, the shared CUDA device (loader_devices.c) */
     vf_ds_opener opener;       /* the cache's open hook: local files, or URLs through the dataset's fs */
     vf_file_cache *file_cache; /* prefetch-on-admit downloads (pool mode over URLs), or NULL */
     vf_pool_hooks user_hooks;  /* the caller's hooks, run after/before the prefetch ones */
@@ -99,6 +102,17 @@ struct vf_loader {
     double wait_seconds;
     uint64_t samples, batches;
 };
+
+/* ---- loader_devices.c ------------------------------------------------------ */
+
+/* Resolves each camera's decode device (settings and environment; an
+ * unknown camera in decode_device_cameras is refused) and opens the shared
+ * CUDA device when one asks for NVDEC (a camera requiring it without a
+ * device fails here). Keeps no pointer into s. */
+int vf_engine_devices_open(vf_engine_devices **out, const vf_dataset *d, const vf_loader_settings *s);
+void vf_engine_devices_close(vf_engine_devices *v);
+/* Sets the cache's device hooks and shared device (v outlives the cache). */
+void vf_engine_devices_configure(vf_engine_devices *v, vf_video_cache_settings *cs);
 
 /* ---- loader.c ------------------------------------------------------------ */
 
