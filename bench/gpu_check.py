@@ -252,7 +252,8 @@ def step_loader_cuda(ctx):
             with vlafeed.Loader(root, **kw) as loader:
                 fig = timed_training(loader, policy_step, device, steps)
                 st = loader.stats()
-            fig.update(loader_data_wait_fraction=st["data_wait_fraction"], loader_data_wait_s=round(st["data_wait_s"], 3),
+            fig.update(loader_data_wait_fraction=st["data_wait_fraction"],
+                       loader_data_wait_s=round(st["data_wait_s"], 3),
                        affinity=st["affinity"], decode_threads=st["decode_threads"])
             figures[f"example_policy/{codec}/bs{bs}"] = fig
     act = act_figures(ctx, device, has_device_kw, steps)
@@ -323,16 +324,13 @@ def step_nvdec(ctx):
         frames = {}
         for where in ("cpu", "cuda"):
             kw = dict(mode="stream", batch_size=16, shuffle=False, image_format="uint8",
-                      decode_device="cpu" if ctx.get("rehearsal") else where,
-                      output="numpy", keys=None)
+                      decode_device="cpu" if ctx.get("rehearsal") else where)
             t0 = time.perf_counter()
             with vlafeed.Loader(root, **kw) as loader:
-                cams = list(loader.dataset.meta.camera_keys) if hasattr(loader.dataset, "meta") else None
                 got, count = [], 0
                 for batch in loader:
-                    keys = cams or [k for k in batch if k.startswith("observation.images.")]
-                    for k in keys:
-                        arr = np.asarray(batch[k].cpu() if hasattr(batch[k], "cpu") else batch[k])
+                    for k in [k for k in batch if k.startswith("observation.images.")]:
+                        arr = batch[k].cpu().numpy() if hasattr(batch[k], "cpu") else np.asarray(batch[k])
                         got.append(arr.copy())
                         count += arr.shape[0]
             secs = time.perf_counter() - t0
@@ -405,7 +403,8 @@ def step_train(ctx):
             fig = {"wall_s": round(time.perf_counter() - t0, 1)}
             if ok:
                 s = json.loads((ck / "summary.json").read_text())
-                fig.update({k: s.get(k) for k in ("parallel", "world_size", "tokens_per_s", "data_wait_fraction", "padding_fraction",
+                fig.update({k: s.get(k) for k in ("parallel", "world_size", "tokens_per_s", "data_wait_fraction",
+                                                  "padding_fraction",
                                                   "first_loss", "last_loss", "step_seconds")})
             else:
                 failures.append(f"{name}: {why}")
@@ -568,7 +567,8 @@ def main(argv=None):
     print(f"gpu-check: {'GPU ' + device['name'] if cuda else 'CPU dry run'}; datasets in {work}; summary in {out}",
           flush=True)
     summary = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "dry_run": not cuda, "cpu_rehearsal": args.cpu_rehearsal and not cuda, "device": device, "commit": git_commit(), "batch_sizes": args.batch_sizes,
+               "dry_run": not cuda, "cpu_rehearsal": args.cpu_rehearsal and not cuda, "device": device,
+               "commit": git_commit(), "batch_sizes": args.batch_sizes,
                "datasets_size": f"{size}: {SIZES[size]}", "steps": {}}
     try:
         datasets = prepare_datasets(work, size)

@@ -53,7 +53,7 @@ def test_explicit_list_pins_the_engine_threads(sample_root):
         assert len(new) >= 2, new  # the two engine threads (decoders may add theirs)
         assert all(cpus == str(cpu) for cpus in new.values()), new
         # the caller's thread is left alone
-        assert cpu_lists_of_threads()[subprocess.os.getpid()] == _affinity.format_cpulist(allowed)
+        assert cpu_lists_of_threads()[os.getpid()] == _affinity.format_cpulist(allowed)
         assert sum(len(next(iter(b.values()))) for b in loader) == loader.num_samples
     finally:
         loader.close()
@@ -70,7 +70,8 @@ def test_cpulist_string_and_threads_zero(sample_root):
         assert st["decode_threads"] == 1  # every core already has an engine thread
 
 
-@pytest.mark.parametrize("bad, named", [([60000], "60000"), ([0, 60000, 60001], "60000-60001"), ("5000-5001", "5000-5001")])
+@pytest.mark.parametrize("bad, named", [([60000], "60000"), ([0, 60000, 60001], "60000-60001"),
+                                        ("5000-5001", "5000-5001")])
 def test_bad_lists_are_refused(sample_root, bad, named):
     with pytest.raises(ValueError, match=f"CPU\\(s\\) {named} do not exist or are not allowed"):
         vlafeed.Loader(sample_root, mode="stream", affinity=bad)
