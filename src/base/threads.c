@@ -227,7 +227,10 @@ int vf_cpu_list_check(const int *cpus, size_t num_cpus)
     return r;
 }
 
-int vf_thread_pool_create(vf_thread_pool **out, int threads) { return vf_thread_pool_create_pinned(out, threads, NULL, 0); }
+int vf_thread_pool_create(vf_thread_pool **out, int threads)
+{
+    return vf_thread_pool_create_pinned(out, threads, NULL, 0);
+}
 
 int vf_thread_pool_create_pinned(vf_thread_pool **out, int threads, const int *cpus, size_t num_cpus)
 {

@@ -349,7 +349,10 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     }
     if (r == 0 && s->num_cpus > 0)
         r = pin_to(l, s);
-    l->nthreads = s->threads > 0 ? s->threads : l->num_cpus > 0 ? (int)VF_MIN(l->num_cpus, (size_t)1024) : vf_cpu_count();
+    if (s->threads > 0)
+        l->nthreads = s->threads;
+    else /* one per pinned CPU, else one per online core */
+        l->nthreads = l->num_cpus > 0 ? (int)VF_MIN(l->num_cpus, (size_t)1024) : vf_cpu_count();
     if (l->nthreads < 1)
         l->nthreads = 1;
     l->decode_threads = s->decode_threads > 0 ? s->decode_threads
