@@ -113,6 +113,23 @@
  * workers, taking one batch from each worker in turn starting at worker 0,
  * then yields exactly what the uninterrupted run would have yielded next.
  *
+ * Placement: with cpus set, the engine threads start pinned to that CPU
+ * set (a CPU this process may not run on is refused at open, VF_EINVAL
+ * naming it) and the decoder threads they start inherit it. threads = 0
+ * then means one engine thread per CPU of the set. decode_threads = 0
+ * sizes the decoders from the cores of the rank: cores / engine threads,
+ * at least 1 and at most 8, where cores is num_cpus when pinned, else the
+ * CPUs this process may run on (sched_getaffinity). vf_loader_stats
+ * reports both as resolved.
+ *
+ * Data wait: vf_loader_next measures the time it blocks waiting for the
+ * next batch (wait_seconds), the part of it after the first batch was
+ * handed out (wait_after_first_seconds) and the wall time from the first
+ * batch handed out to the last (handout_seconds); their ratio is the
+ * fraction of the caller's loop spent waiting for data once the pipeline
+ * is running (the first batch's latency is first_batch_seconds).
+ * vf_loader_get_items is synchronous and not counted.
+ *
  * Threads: one caller thread drives a loader at a time; batches may be
  * released from any thread; vf_loader_cancel may be called from any thread.
  */
@@ -293,8 +310,9 @@ typedef struct vf_loader_settings {
     int rank, world_size;      /* default 0 / 1; -1 = read RANK / WORLD_SIZE from the environment */
     int num_consumers;         /* consumers (engine workers) per rank, default 1 */
     int consumer;              /* when a DataLoader worker process is one consumer: its id, else -1 */
-    int threads;               /* engine threads; 0 = number of cores */
-    int decode_threads;        /* threads per decoder, default 1 (NVDEC decoders: always 1) */
+    int threads;               /* engine threads; 0 = number of cores (of cpus when pinned) */
+    int decode_threads;        /* threads per decoder, default 1; 0 = from the cores (see Placement);
+                                * NVDEC decoders: always 1 */
     vf_decode_device decode_device; /* every camera's decode device (see vf_decode_device);
                                      * default VF_DECODE_DEVICE_DEFAULT: the environment's */
     const vf_decode_device_camera *decode_device_cameras; /* per-camera overrides (copied; an
@@ -322,6 +340,9 @@ typedef struct vf_loader_settings {
     uint64_t prefetch_cache_bytes;    /* byte bound of that cache */
     size_t table_cache_bytes;  /* bound of the table rows kept in memory (episodes are read lazily,
                                 * when a batch needs them); 0 (default) = 256 MiB */
+    const int *cpus;           /* engine threads pinned to these CPUs (see Placement; copied at open);
+                                * NULL / 0 (default): not pinned */
+    size_t num_cpus;
     const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
                                     * vf_loader_set_state; overrides epoch) */
     vf_on_error on_error;      /* VF_ON_ERROR_RAISE (default) or VF_ON_ERROR_SKIP (see below) */
@@ -488,6 +509,12 @@ typedef struct vf_loader_stats {
     uint64_t table_pages_decoded; /* data pages of those row groups decoded */
     uint64_t table_pages_skipped; /* ... and skipped unread (before the rows needed; pages after them are not
                                      even counted) */
+    /* Placement and data wait (see "Placement" and "Data wait" above). */
+    size_t pinned_cpus;        /* CPUs the engine threads are pinned to; 0: not pinned */
+    int engine_threads;        /* engine threads running */
+    int decode_threads;        /* threads per decoder, decode_threads = 0 resolved */
+    double handout_seconds;    /* wall time from the first batch vf_loader_next handed out to the last */
+    double wait_after_first_seconds; /* of wait_seconds, the part spent after the first batch */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);

@@ -55,6 +55,9 @@ struct vf_loader {
     vf_pool_hooks user_hooks;  /* the caller's hooks, run after/before the prefetch ones */
     vf_thread_pool *threads;
     int nthreads;
+    int *cpus;                 /* the CPU set the engine threads are pinned to (copy), or NULL */
+    size_t num_cpus;
+    int decode_threads;        /* settings' decode_threads, 0 resolved */
     vf_sample_counters counters;
     vf_plan_task *tasks;       /* stream mode: partitions; pool mode: one per episode */
     size_t num_tasks;
@@ -100,6 +103,8 @@ struct vf_loader {
     double first_batch_seconds;
     int have_first;
     double wait_seconds;
+    double first_handout_at, last_handout_at; /* vf_now_seconds of the first / latest batch handed out */
+    double wait_after_first;   /* wait_seconds after the first batch was handed out */
     uint64_t samples, batches;
 };
 
@@ -119,6 +124,8 @@ void vf_engine_devices_configure(vf_engine_devices *v, vf_video_cache_settings *
 /* Checks settings (already copied from the caller's) and fills RANK /
  * WORLD_SIZE from the environment where they are -1. */
 int vf_engine_check_settings(vf_loader_settings *s);
+/* decode_threads = 0 resolved for a rank's cores (see loader.c). */
+int vf_engine_decode_threads(size_t pinned_cpus, int engine_threads);
 /* The decoder cache bound for settings s (see loader.c). */
 size_t vf_engine_cache_entries(const vf_loader_settings *s, size_t cameras, size_t files, int threads);
 

@@ -162,3 +162,19 @@ def test_decode_check_reports_the_device(cli, h264):
     assert "decode_device cuda" in report["error"] and "no CUDA device" in report["error"]
     out = run_check(cli, h264, "--decode-device", "gpu")
     assert out.returncode == 2 and "auto, cpu or cuda" in out.stderr
+
+
+def test_public_loader_passes_decode_device(h264, hook):
+    """vlafeed.Loader(decode_device=..., decode_device_cameras=...) reaches the engine: the per-camera
+    report says what was asked, and "cuda" without a device is the named error."""
+    hook("absent")
+    loader = vlafeed.Loader(h264, batch_size=4, output="numpy", decode_device="auto",
+                            decode_device_cameras={CAM1: "cpu"})
+    next(iter(loader))
+    report = loader.stats()["decode_device"]
+    assert report[CAM0]["requested"] == "auto" and report[CAM0]["device"] == "cpu"
+    assert "no CUDA device" in report[CAM0]["reason"]
+    assert report[CAM1]["requested"] == "cpu"
+    assert loader.stats()["node_cache"] is None or "dir" in loader.stats()["node_cache"]
+    with pytest.raises(vlafeed.VlafeedError, match="decode_device cuda"):
+        next(iter(vlafeed.Loader(h264, batch_size=4, output="numpy", decode_device="cuda")))

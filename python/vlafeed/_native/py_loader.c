@@ -234,6 +234,16 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         (unsigned long long)st.table_pages_decoded, "table_pages_skipped", (unsigned long long)st.table_pages_skipped);
     if (!more)
         return NULL;
+    PyObject *placement = Py_BuildValue(
+        "{s:n,s:i,s:i,s:d,s:d}", "pinned_cpus", (Py_ssize_t)st.pinned_cpus, "engine_threads", st.engine_threads,
+        "decode_threads", st.decode_threads, "handout_seconds", st.handout_seconds, "wait_after_first_seconds",
+        st.wait_after_first_seconds);
+    if (!placement || PyDict_Update(more, placement) < 0) {
+        Py_XDECREF(placement);
+        Py_DECREF(more);
+        return NULL;
+    }
+    Py_DECREF(placement);
     PyObject *out = Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:d,s:d,s:d,s:d,s:d,s:K,s:n,s:n,s:K}", "samples",
         (unsigned long long)st.samples, "batches", (unsigned long long)st.batches, "frames_delivered",

@@ -26,6 +26,8 @@ void vf_py_loader_args_free(vf_py_loader_args *a)
     PyMem_Free((void *)a->s.decode_device_cameras);
     Py_CLEAR(a->keys_hold);
     Py_CLEAR(a->cache_dir);
+    PyMem_Free((void *)a->s.cpus);
+    a->s.cpus = NULL;
     vf_py_state_clear(&a->resume);
 }
 
@@ -187,6 +189,41 @@ static int device_entry(void *entry, PyObject *key, PyObject *value)
     return 0;
 }
 
+/* cpus: a sequence of CPU ids the engine threads are pinned to (the engine checks each; the
+ * Python Loader resolves affinity="auto" | "none" | a list into this). */
+static int parse_cpus(PyObject *obj, void *options)
+{
+    vf_py_loader_args *a = options;
+    PyObject *seq = PySequence_Fast(obj, "cpus must be a sequence of CPU ids");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *cpus = PyMem_Calloc((size_t)(n ? n : 1), sizeof *cpus);
+    if (!cpus) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->s.cpus = cpus; /* freed by vf_py_loader_args_free, also after an error */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow = 0;
+        long cpu = PyLong_AsLongAndOverflow(PySequence_Fast_GET_ITEM(seq, i), &overflow);
+        if (cpu == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (overflow || cpu < 0 || cpu > 65535) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "cpus: CPU id out of range (0..65535)");
+            return -1;
+        }
+        cpus[i] = (int)cpu;
+    }
+    a->s.num_cpus = (size_t)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
 /* ---- the tables ---------------------------------------------------------------------- */
 
 static const vf_py_choice image_formats[] = {
@@ -265,6 +302,7 @@ static const vf_py_setting loader_list[] = {
     CHOICE("decode_device", s.decode_device, decode_devices),
     ENTRIES("decode_device_cameras", s.decode_device_cameras, device_entry,
             "decode_device_cameras must be a dict {camera: 'auto' | 'cpu' | 'cuda'}"),
+    PARSED("cpus", parse_cpus),
 };
 
 /* loader_state(dataset, *, ...) and resolve_state(): the settings a state depends on, and where in the epoch. */
