@@ -74,6 +74,17 @@ def test_config_checked():
         RLConfig(global_batch=10, micro_batch=4).check()
     with pytest.raises(ValueError, match="num_workers must be >= 1"):
         RLConfig(num_workers=0).check()
+    with pytest.raises(ValueError, match="server_device must be 'cpu' or 'cuda'"):
+        RLConfig(server_device="gpu").check()
+
+
+def test_server_device_cuda_without_a_gpu_fails_at_start():
+    """server_device="cuda" asks Ray for a GPU for the policy server: on a cluster without one the
+    run stops at once with RLError naming it (instead of waiting for an actor that cannot be placed)."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(RLError, match="server_device 'cuda': the Ray cluster has no GPU"):
+        rl.train(RLConfig(server_device="cuda", **FAST))
 
 
 def test_cli(cli):

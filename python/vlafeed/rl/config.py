@@ -34,6 +34,7 @@ class RLConfig:
     max_restarts: int = 1
     max_env_errors: int = 20
     stall_timeout_s: float = 60.0
+    server_device: str = "cpu"         # policy server's device: "cpu" or "cuda" (Ray gives the server 1 GPU)
 
     def check(self):
         if self.global_batch % self.micro_batch:
@@ -44,3 +45,5 @@ class RLConfig:
                 raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
         if self.max_wait_ms < 0 or self.max_lag < 0:
             raise ValueError("max_wait_ms and max_lag must be >= 0")
+        if self.server_device not in ("cpu", "cuda"):
+            raise ValueError(f"server_device must be 'cpu' or 'cuda' (Ray assigns the GPU), got {self.server_device!r}")

@@ -17,9 +17,12 @@ class PolicyNet(nn.Module):
 
 
 def act_batch(model: nn.Module, obs: np.ndarray, rng: np.random.Generator):
+    """Samples one action per row of obs; the forward runs on the model's device, the sampling on
+    the CPU (the same numbers whatever the device, up to the device's float arithmetic)."""
+    device = next(model.parameters()).device
     with torch.no_grad():
-        logits = model(torch.as_tensor(np.asarray(obs, dtype=np.float32)))
-        logp_all = torch.log_softmax(logits, -1).numpy()
+        logits = model(torch.as_tensor(np.asarray(obs, dtype=np.float32)).to(device, non_blocking=True))
+        logp_all = torch.log_softmax(logits, -1).cpu().numpy()
     p = np.exp(logp_all)
     p /= p.sum(-1, keepdims=True)
     actions = np.array([rng.choice(p.shape[1], p=row) for row in p])

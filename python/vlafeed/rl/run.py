@@ -115,8 +115,11 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     obs_dim, n_act = env_dims(cfg)
     learner = Learner(cfg, obs_dim, n_act)
     queue = Queue(maxsize=cfg.queue_size, actor_options={"num_cpus": 0})
-    server = control = PolicyServer.options(num_cpus=0, max_concurrency=1000).remote(cfg, obs_dim, n_act,
-                                                                                 learner.state())
+    gpus = 1 if cfg.server_device == "cuda" else 0  # Ray places the server on a GPU (CUDA_VISIBLE_DEVICES)
+    if gpus and ray.cluster_resources().get("GPU", 0) < 1:
+        raise RLError(f"server_device 'cuda': the Ray cluster has no GPU (resources: {ray.cluster_resources()})")
+    server = control = PolicyServer.options(num_cpus=0, num_gpus=gpus, max_concurrency=1000).remote(
+        cfg, obs_dim, n_act, learner.state())
     # max_concurrency=2: pid() answers while run() is going (run is the one long call a worker has)
     workers = [RolloutWorker.options(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0,
                                           max_concurrency=2)
@@ -308,6 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--colocated", action="store_true", help="sync colocated baseline (one process, no Ray)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--server-device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the policy server runs its forward passes (cuda: Ray gives it 1 GPU)")
     p.add_argument("--num-cpus", type=int, default=None, help="ray.init(num_cpus=...) (default: Ray's)")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     a = p.parse_args(argv)
@@ -315,7 +320,8 @@ def main(argv=None) -> int:
                    global_batch=a.global_batch, micro_batch=a.micro_batch, max_batch_size=a.max_batch_size,
                    max_wait_ms=a.max_wait_ms, max_lag=a.max_lag, queue_size=a.queue_size,
                    train_async=not a.no_train_async, rollout_async=not a.no_rollout_async,
-                   streamer=not a.no_streamer, colocated=a.colocated, lr=a.lr, seed=a.seed)
+                   streamer=not a.no_streamer, colocated=a.colocated, lr=a.lr, seed=a.seed,
+                   server_device=a.server_device)
     try:
         cfg.check()
     except ValueError as e:

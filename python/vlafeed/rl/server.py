@@ -29,7 +29,12 @@ def policy_server_class():
 
         def __init__(self, cfg: RLConfig, obs_dim: int, n_actions: int, state: dict):
             self.cfg = cfg
-            self.model = PolicyNet(obs_dim, n_actions, cfg.hidden)
+            self.device = torch.device(cfg.server_device)
+            if self.device.type == "cuda" and not torch.cuda.is_available():
+                raise RuntimeError(f"policy server: server_device {cfg.server_device!r}, but torch sees no CUDA "
+                                   f"device in this actor (torch {torch.__version__}, CUDA build "
+                                   f"{torch.version.cuda})")
+            self.model = PolicyNet(obs_dim, n_actions, cfg.hidden).to(self.device)
             self.model.load_state_dict(state)
             self.version = 0
             self.rng = np.random.default_rng(cfg.seed + 999)
@@ -93,7 +98,7 @@ def policy_server_class():
         def stats(self):
             b = self.batch_sizes
             return {"batches": len(b), "mean_batch": float(np.mean(b)) if b else 0.0, "max_batch": max(b, default=0),
-                    "version": self.version}
+                    "version": self.version, "device": str(self.device)}
 
     _CLASS.append(PolicyServer)
     return PolicyServer
