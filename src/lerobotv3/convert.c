@@ -530,7 +530,11 @@ static int encode_settings(conv *c, size_t cam, vf_video_encode_settings *enc)
     if (enc->fps <= 0)
         enc->fps = 30;
     enc->crf = re->crf;
-    enc->threads = 1; /* the cameras already run in parallel */
+    /* the cameras run in parallel: the threads are shared among them */
+    int threads = c->s->threads > 0 ? c->s->threads : vf_cpu_count();
+    enc->threads = c->ncams > 1 ? threads / (int)c->ncams : threads;
+    if (enc->threads < 1)
+        enc->threads = 1;
     if (re->codec == VF_VIDEO_CODEC_AV1) {
         enc->preset = re->preset ? atoi(re->preset) : -1;
     } else {
