@@ -92,6 +92,7 @@ typedef struct conv {
     const vf_lr3_reencode *re; /* NULL: videos copied as they are */
     vf_lr3_reencode_report *rr; /* the job's own figures when re-encoding */
     int v3_source;             /* re-encode only: files copied, videos re-encoded in place */
+    const char *frame_what;    /* v3 source: progress is counted per frame, under this name */
 } conv;
 
 static void step(conv *c, const char *what)
@@ -551,13 +552,24 @@ static int encode_settings(conv *c, size_t cam, vf_video_encode_settings *enc)
     return 0;
 }
 
+/* Per re-encoded frame: a progress step for a v3.0 source (its files are
+ * large), and a stop when another job failed. */
+static int on_frame(void *ctx, int64_t frames_done)
+{
+    (void)frames_done;
+    conv *c = ctx;
+    if (c->frame_what)
+        step(c, c->frame_what);
+    return stopped(c);
+}
+
 /* Re-encodes one whole MP4 into path and counts it. */
 static int reencode_file(conv *c, vf_source *src, const char *path, int64_t expected_frames,
                          const vf_video_encode_settings *enc)
 {
     vf_video_transcode_report tr;
     double started = vf_now_seconds();
-    int r = vf_video_transcode(src, path, enc, expected_frames, &tr);
+    int r = vf_video_transcode(src, path, enc, expected_frames, on_frame, c, &tr);
     c->rr->encode_seconds += vf_now_seconds() - started;
     if (r < 0)
         return r;
@@ -881,6 +893,7 @@ static int reencode_camera_v3(conv *c, size_t cam)
     const char *key = vf_dataset_camera(c->d, cam)->key;
     vf_video_encode_settings enc;
     int r = encode_settings(c, cam, &enc);
+    c->frame_what = key;
     size_t files = vf_dataset_num_video_files(c->d, cam);
     for (size_t i = 0; i < files && r == 0; i++) {
         const char *path = vf_dataset_video_file(c->d, cam, i);
@@ -902,7 +915,6 @@ static int reencode_camera_v3(conv *c, size_t cam)
                 c->rep->video_files++;
                 c->rep->bytes_read += (int64_t)vf_source_size(src);
                 c->rep->bytes_written += c->rr->bytes_after - before;
-                step(c, key);
             }
         }
         if (src)
@@ -1732,9 +1744,7 @@ int vf_lr3_convert(const char *src, const char *out, const vf_convert_v3_setting
     }
     shared.total_steps = (int64_t)(c.n * (1 + c.ncams));
     if (c.v3_source) {
-        shared.total_steps = 1; /* the copy, then one step per video file */
-        for (size_t cam = 0; cam < c.ncams; cam++)
-            shared.total_steps += (int64_t)vf_dataset_num_video_files(c.d, cam);
+        shared.total_steps = 1 + (int64_t)c.ncams * c.total_frames; /* the copy, then per frame */
     }
     report->episodes = (int64_t)c.n;
     report->frames = c.total_frames;

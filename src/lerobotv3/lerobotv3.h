@@ -86,6 +86,10 @@ const char *vf_video_encoder_name(vf_video_codec codec);
  * naming the encoder and the codec otherwise. */
 int vf_video_encoder_check(vf_video_codec codec);
 
+/* Called after each frame is handed to the encoder (frames_done from 1); a
+ * negative return stops the re-encode with that code. */
+typedef int (*vf_video_transcode_frame_fn)(void *ctx, int64_t frames_done);
+
 /* Decodes every frame of the first video stream of src and encodes it with
  * settings (codec, gop, crf, preset, threads, b_frames; size, pixel format
  * and frame rate come from the source: settings->fps is the nominal rate
@@ -97,9 +101,10 @@ int vf_video_encoder_check(vf_video_codec codec);
  * colour conversion); gray12le (depth) needs HEVC and is encoded
  * losslessly; any other format is converted to yuv420p. expected_frames > 0
  * is checked against the frames decoded (VF_ECORRUPT naming the source).
- * The caller keeps src. rep is filled (zeroed first). */
+ * The caller keeps src. rep is filled (zeroed first). on_frame may be NULL. */
 int vf_video_transcode(vf_source *src, const char *path, const vf_video_encode_settings *settings,
-                       int64_t expected_frames, vf_video_transcode_report *rep);
+                       int64_t expected_frames, vf_video_transcode_frame_fn on_frame, void *ctx,
+                       vf_video_transcode_report *rep);
 
 /* PSNR in dB of a summed report (INFINITY when identical, NAN if nothing
  * was measured). */

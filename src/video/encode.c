@@ -938,7 +938,8 @@ static int transcode_frame(transcoder *t, AVFrame *frame)
 }
 
 int vf_video_transcode(vf_source *src, const char *path, const vf_video_encode_settings *settings,
-                       int64_t expected_frames, vf_video_transcode_report *rep)
+                       int64_t expected_frames, vf_video_transcode_frame_fn on_frame, void *ctx,
+                       vf_video_transcode_report *rep)
 {
     memset(rep, 0, sizeof *rep);
     rep->min_frame_psnr = INFINITY;
@@ -1051,6 +1052,8 @@ int vf_video_transcode(vf_source *src, const char *path, const vf_video_encode_s
             rc = transcode_frame(&t, send);
             av_frame_unref(frame);
             frames++;
+            if (rc == 0 && on_frame)
+                rc = on_frame(ctx, frames);
             if (rc < 0)
                 break;
         }

@@ -33,7 +33,7 @@ static int transcode_file(const char *in, const char *out, vf_video_codec codec,
     int r = vf_source_open_file(&src, in);
     if (r < 0)
         return r;
-    r = vf_video_transcode(src, out, &s, expected, rep);
+    r = vf_video_transcode(src, out, &s, expected, NULL, NULL, rep);
     vf_source_close(src);
     return r;
 }
