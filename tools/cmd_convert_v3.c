@@ -54,6 +54,7 @@ static void usage(FILE *f)
             "                     video.pix_fmt updated. Every frame is decoded again and\n"
             "                     compared with the source (PSNR and max/mean abs difference\n"
             "                     in the summary). The encoder is checked before anything runs.\n"
+            "                     Depth cameras (gray12le, lossless HEVC) are copied as they are.\n"
             "  --crf N            quality, lower is better and larger: default 18 for h264, 20 for\n"
             "                     hevc, 24 for av1; range 0-51 (h264, hevc) or 0-63 (av1)\n"
             "  --preset P         h264/hevc: ultrafast .. veryslow (default medium); av1: -2 .. 13\n"

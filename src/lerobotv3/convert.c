@@ -93,6 +93,7 @@ typedef struct conv {
     vf_lr3_reencode_report *rr; /* the job's own figures when re-encoding */
     int v3_source;             /* re-encode only: files copied, videos re-encoded in place */
     const char *frame_what;    /* v3 source: progress is counted per frame, under this name */
+    int reencoding;            /* the camera job re-encodes (not a depth camera, which is copied) */
 } conv;
 
 static void step(conv *c, const char *what)
@@ -552,6 +553,14 @@ static int encode_settings(conv *c, size_t cam, vf_video_encode_settings *enc)
     return 0;
 }
 
+/* Depth maps (gray12le, lossless HEVC) are not re-encoded: no NVDEC decodes
+ * them, and a lossy codec would change the depth codes. They are copied. */
+static int camera_is_depth(const conv *c, size_t cam)
+{
+    const vf_camera *camera = vf_dataset_camera(c->d, cam);
+    return camera->is_depth || (camera->pix_fmt && !strcmp(camera->pix_fmt, "gray12le"));
+}
+
 /* Per re-encoded frame: a progress step for a v3.0 source (its files are
  * large), and a stop when another job failed. */
 static int on_frame(void *ctx, int64_t frames_done)
@@ -603,7 +612,7 @@ static int close_join(conv *c, vf_lr3_join *j, const char *key, int64_t chunk, i
                              (long long)file);
     if (r == 0 && path) {
         c->rep->bytes_written += file_bytes(path);
-        if (c->re)
+        if (c->reencoding)
             c->rr->bytes_after += file_bytes(path);
     }
     free(path);
@@ -620,7 +629,8 @@ static int write_camera(conv *c, size_t cam)
     int r = 0;
     vf_video_encode_settings enc;
     char *scratch = NULL; /* the re-encoded episode, joined then deleted */
-    if (c->re && (!(scratch = vf_asprintf("%s/.vlafeed-reencode-%zu.mp4", c->root, cam)) ||
+    c->reencoding = c->re && !camera_is_depth(c, cam);
+    if (c->reencoding && (!(scratch = vf_asprintf("%s/.vlafeed-reencode-%zu.mp4", c->root, cam)) ||
                   (r = encode_settings(c, cam, &enc)) < 0))
         r = r < 0 ? r : VF_ENOMEM;
     for (size_t pos = 0; pos < c->n && r == 0; pos++) {
@@ -630,7 +640,7 @@ static int write_camera(conv *c, size_t cam)
         if ((r = stopped(c)) < 0 || (r = vf_dataset_episode_video(d, pos, cam, &span)) < 0 || (r = vf_ds_open_path(d, span.path, &src)) < 0)
             goto episode_done;
         int64_t source_bytes = 0;
-        if (c->re) {
+        if (c->reencoding) {
             /* re-encode the episode (frames keep their times), then join the result */
             if ((r = reencode_file(c, src, scratch, e->length, &enc)) < 0)
                 goto episode_done;
@@ -666,7 +676,7 @@ static int write_camera(conv *c, size_t cam)
         }
         if (r < 0)
             goto episode_done;
-        c->rep->bytes_read += c->re ? source_bytes : res.bytes_read;
+        c->rep->bytes_read += c->reencoding ? source_bytes : res.bytes_read;
         e->video_chunk[cam] = chunk;
         e->video_file[cam] = file;
         e->from_ts[cam] = res.from_timestamp;
@@ -892,7 +902,8 @@ static int reencode_camera_v3(conv *c, size_t cam)
 {
     const char *key = vf_dataset_camera(c->d, cam)->key;
     vf_video_encode_settings enc;
-    int r = encode_settings(c, cam, &enc);
+    c->reencoding = !camera_is_depth(c, cam);
+    int r = c->reencoding ? encode_settings(c, cam, &enc) : 0;
     c->frame_what = key;
     size_t files = vf_dataset_num_video_files(c->d, cam);
     for (size_t i = 0; i < files && r == 0; i++) {
@@ -906,7 +917,13 @@ static int reencode_camera_v3(conv *c, size_t cam)
         char *to = out_path(c, "%s", rel);
         if (!to)
             r = VF_ENOMEM;
-        if (r == 0 && (r = stopped(c)) == 0 && (r = vf_ds_open_path(c->d, path, &src)) == 0) {
+        if (r == 0 && !c->reencoding) {
+            if ((r = stopped(c)) == 0 && (r = copy_file(path, to, &c->rep->bytes_written)) == 0) {
+                c->rep->video_files++;
+                c->rep->bytes_read += file_bytes(path);
+                step(c, key);
+            }
+        } else if (r == 0 && (r = stopped(c)) == 0 && (r = vf_ds_open_path(c->d, path, &src)) == 0) {
             int64_t before = c->rr->bytes_after;
             r = reencode_file(c, src, to, 0, &enc);
             if (r == 0 && c->s->verify)
@@ -1325,11 +1342,10 @@ static void set_video_info(conv *c, json_t *info)
     for (size_t cam = 0; cam < c->ncams; cam++) {
         const vf_camera *camera = vf_dataset_camera(c->d, cam);
         json_t *vinfo = json_object_get(json_object_get(features, camera->key), "info");
-        if (!json_is_object(vinfo))
-            continue;
-        int gray = camera->pix_fmt && !strcmp(camera->pix_fmt, "gray12le");
+        if (!json_is_object(vinfo) || camera_is_depth(c, cam))
+            continue; /* depth videos are copied as they are */
         json_object_set_new(vinfo, "video.codec", json_string(codec_name(c->re->codec)));
-        json_object_set_new(vinfo, "video.pix_fmt", json_string(gray ? "gray12le" : "yuv420p"));
+        json_object_set_new(vinfo, "video.pix_fmt", json_string("yuv420p"));
         if (json_object_get(vinfo, "video.g"))
             json_object_set_new(vinfo, "video.g", json_integer(c->rr->gop));
         if (json_object_get(vinfo, "video.crf"))
@@ -1744,7 +1760,10 @@ int vf_lr3_convert(const char *src, const char *out, const vf_convert_v3_setting
     }
     shared.total_steps = (int64_t)(c.n * (1 + c.ncams));
     if (c.v3_source) {
-        shared.total_steps = 1 + (int64_t)c.ncams * c.total_frames; /* the copy, then per frame */
+        shared.total_steps = 1; /* the copy, then per re-encoded frame, per copied depth file */
+        for (size_t cam = 0; cam < c.ncams; cam++)
+            shared.total_steps += camera_is_depth(&c, cam) ? (int64_t)vf_dataset_num_video_files(c.d, cam)
+                                                            : c.total_frames;
     }
     report->episodes = (int64_t)c.n;
     report->frames = c.total_frames;

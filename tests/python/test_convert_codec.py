@@ -17,7 +17,8 @@ episodes in v2.1 layout (v21_sample.py). What is proven on the output:
     diff <= 1.5/255) with the identity stamp (episode, frame, camera) intact;
   * a v2.1 source is converted and re-encoded in one run, with the same
     guarantees against the v2.1 source;
-  * hevc and av1 targets pass decode-check too;
+  * hevc and av1 targets pass decode-check too; --gop / --crf / --preset
+    take effect; a depth camera (gray12le) is copied, not re-encoded;
   * errors: unknown codec, an encoder missing (VF_ENCODERS_HIDE), bad
     --crf / --preset, options without --codec, an existing OUT (--force
     replaces it; runs are never resumed), --episodes with a v3.0 source.
@@ -27,6 +28,7 @@ converter's own summary.
 import filecmp
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -213,6 +215,38 @@ def test_gop_and_preset_options(cli, v3src, tmp_path):
     rc, rep, err = decode_check(cli, out)
     assert rc == 0, err
     assert max(f["max_keyframe_interval"] for cam in rep["cameras"] for f in cam["files"]) == 10
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg command not installed")
+def test_depth_camera_is_copied(cli, v3src, tmp_path):
+    """A depth camera (gray12le, lossless HEVC) is not re-encoded: no NVDEC
+    decodes it and a lossy codec would change the depth codes."""
+    src = tmp_path / "depth-src"
+    shutil.copytree(v3src, src)
+    key = CAMS[1]
+    for mp4 in sorted((src / "videos" / key).rglob("*.mp4")):
+        tmp = mp4.with_suffix(".gray.mp4")
+        subprocess.run(["ffmpeg", "-v", "error", "-i", mp4, "-map", "0:v:0", "-fps_mode", "passthrough", "-copyts",
+                        "-c:v", "libx265", "-pix_fmt", "gray12le", "-x265-params", "lossless=1:log-level=error",
+                        "-video_track_timescale", "15360", "-y", tmp], check=True, timeout=120)
+        tmp.replace(mp4)
+    info = json.loads((src / "meta/info.json").read_text())
+    feat = info["features"][key]
+    feat["shape"] = [feat["shape"][0], feat["shape"][1], 1]
+    feat["info"].update({"video.codec": "hevc", "video.pix_fmt": "gray12le", "video.channels": 1,
+                         "is_depth_map": True})
+    (src / "meta/info.json").write_text(json.dumps(info, indent=4))
+    out = tmp_path / "depth-out"
+    r = reencode(cli, src, out, "--codec", "h264", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    n_rgb = len(list((src / "videos" / CAMS[0]).rglob("*.mp4")))
+    assert s["encoded_files"] == n_rgb and s["encoded_frames"] == s["frames"]
+    for mp4 in sorted((src / "videos" / key).rglob("*.mp4")):
+        assert filecmp.cmp(mp4, out / mp4.relative_to(src), shallow=False)
+    got = json.loads((out / "meta/info.json").read_text())
+    assert got["features"][key] == info["features"][key]
+    assert got["features"][CAMS[0]]["info"]["video.codec"] == "h264"
 
 
 # ---- v2.1 source: convert + re-encode -----------------------------------------------------------------
