@@ -76,6 +76,15 @@ static void print_json_string(const char *s)
     json_decref(j);
 }
 
+/* "name": value, for a PSNR in dB ("inf" when the frames were identical). */
+static void print_db(const char *name, double db)
+{
+    if (isfinite(db))
+        printf("\"%s\": %.4f, ", name, db);
+    else
+        printf("\"%s\": \"inf\", ", name);
+}
+
 int vf_cmd_convert_v3(int argc, char **argv)
 {
     vf_convert_v3_settings s;
@@ -216,12 +225,14 @@ int vf_cmd_convert_v3(int argc, char **argv)
                (long long)rr.files, (long long)rr.frames, (long long)rr.bytes_before, (long long)rr.bytes_after,
                (long long)rep.bytes_read, (long long)rep.bytes_written, rep.seconds, rr.encode_seconds,
                (double)rr.frames / secs, rr.quality.measured ? "true" : "false");
-        if (rr.quality.measured)
-            printf("\"psnr_db\": %.4f, \"min_frame_psnr_db\": %.4f, \"max_abs_diff\": %d, \"mean_abs_diff\": %.6f, ",
-                   isfinite(psnr) ? psnr : 999.0, isfinite(rr.quality.min_frame_psnr) ? rr.quality.min_frame_psnr : 999.0,
-                   rr.quality.max_abs_diff, mean_abs);
-        else
+        if (rr.quality.measured) {
+            /* identical frames have an infinite PSNR, which JSON cannot hold: "inf" as a string */
+            print_db("psnr_db", psnr);
+            print_db("min_frame_psnr_db", rr.quality.min_frame_psnr);
+            printf("\"max_abs_diff\": %d, \"mean_abs_diff\": %.6f, ", rr.quality.max_abs_diff, mean_abs);
+        } else {
             printf("\"psnr_db\": null, \"min_frame_psnr_db\": null, \"max_abs_diff\": null, \"mean_abs_diff\": null, ");
+        }
         printf("\"max_abs_drift_ms\": %.6f, \"verified\": %s}\n", rep.max_abs_drift_ms, s.verify ? "true" : "false");
     } else if (json) {
         printf("{\"source\": ");

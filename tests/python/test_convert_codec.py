@@ -19,7 +19,9 @@ episodes in v2.1 layout (v21_sample.py). What is proven on the output:
     guarantees against the v2.1 source;
   * hevc and av1 targets pass decode-check too; --gop / --crf / --preset
     take effect; a depth camera (gray12le) is copied, not re-encoded;
-  * errors: unknown codec, an encoder missing (VF_ENCODERS_HIDE), bad
+  * errors: a source video that cannot be read (named with its file and
+    camera, or episode and camera), unknown codec, an encoder missing
+    (VF_ENCODERS_HIDE), bad
     --crf / --preset, options without --codec, an existing OUT (--force
     replaces it; runs are never resumed), --episodes with a v3.0 source.
 The quality figures measured here are printed (pytest -s) next to the
@@ -252,9 +254,13 @@ def test_depth_camera_is_copied(cli, v3src, tmp_path):
 # ---- v2.1 source: convert + re-encode -----------------------------------------------------------------
 
 
-def test_v21_source_converted_and_reencoded(cli, tmp_path):
-    v21 = make_v21(cli, tmp_path / "v21", episodes=3, cameras=2, size="128x96", min_length=20, max_length=30,
-                   seed=4)
+@pytest.fixture(scope="module")
+def v21(cli, tmp_path_factory):
+    return make_v21(cli, tmp_path_factory.mktemp("codec21") / "v21", episodes=3, cameras=2, size="128x96",
+                    min_length=20, max_length=30, seed=4)
+
+
+def test_v21_source_converted_and_reencoded(cli, v21, tmp_path):
     out = tmp_path / "v30"
     r = reencode(cli, v21, out, "--codec", "h264", "--json")
     assert r.returncode == 0, r.stderr
@@ -336,3 +342,26 @@ def test_existing_output_is_refused_then_replaced_with_force(cli, v3src, tmp_pat
     assert r.returncode == 0, r.stderr
     assert not (out / "keep").exists() and not (out / "stale").exists() and not partial.exists()
     assert json.loads((out / "meta/info.json").read_text())["features"][CAMS[0]]["info"]["video.codec"] == "h264"
+
+
+def test_corrupt_video_is_named(cli, v3src, v21, tmp_path):
+    """A source video that cannot be decoded: the error names the file and
+    camera (v3.0) or the episode and camera (v2.1); nothing is left."""
+    src = tmp_path / "bad-v3"
+    shutil.copytree(v3src, src)
+    victim = sorted((src / "videos" / CAMS[1]).rglob("*.mp4"))[-1]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])  # the moov box is at the end: now unreadable
+    out = tmp_path / "out"
+    r = reencode(cli, src, out, "--codec", "h264", "--gop", 2)
+    assert r.returncode == 1
+    assert f"camera {CAMS[1]}" in r.stderr and victim.name in r.stderr, r.stderr
+    assert no_output(out)
+    src2 = tmp_path / "bad-v21"
+    shutil.copytree(v21, src2)
+    victim = src2 / f"videos/chunk-000/{CAMS[0]}/episode_000001.mp4"
+    victim.write_bytes(victim.read_bytes()[:3000])
+    r = reencode(cli, src2, out, "--codec", "h264", "--gop", 2)
+    assert r.returncode == 1
+    assert f"episode 1, camera {CAMS[0]}" in r.stderr and "episode_000001.mp4" in r.stderr, r.stderr
+    assert no_output(out)
