@@ -991,21 +991,35 @@ int vf_video_transcode(vf_source *src, const char *path, const vf_video_encode_s
     if ((rc = temp_name(path, &tmp)) < 0)
         goto done;
     wrote_file = 1;
-    int draining = 0;
+    int draining = 0, have_packet = 0;
     while (rc == 0) {
-        if (!draining) {
+        if (!draining && !have_packet) {
             ar = av_read_frame(dm.fmt, pkt);
             if (ar == AVERROR_EOF) {
                 draining = 1;
                 ar = avcodec_send_packet(dec, NULL);
+                if (ar < 0 && ar != AVERROR_EOF) {
+                    rc = vf_vid_av_error(&dm, ar, "decoder flush failed");
+                    break;
+                }
             } else if (ar < 0) {
                 rc = vf_vid_av_error(&dm, ar, "reading a packet failed");
                 break;
-            } else {
-                ar = pkt->stream_index == dm.stream_index ? avcodec_send_packet(dec, pkt) : 0;
+            } else if (pkt->stream_index != dm.stream_index) {
                 av_packet_unref(pkt);
+                continue;
+            } else {
+                have_packet = 1;
             }
-            if (ar < 0 && ar != AVERROR_EOF) {
+        }
+        if (have_packet) {
+            /* EAGAIN: the decoder wants its frames taken first; the same
+             * packet is sent again on the next turn (none is dropped) */
+            ar = avcodec_send_packet(dec, pkt);
+            if (ar == 0) {
+                av_packet_unref(pkt);
+                have_packet = 0;
+            } else if (ar != AVERROR(EAGAIN)) {
                 rc = vf_vid_av_error(&dm, ar, "decoding failed");
                 break;
             }
