@@ -3,12 +3,16 @@
  *
  * Order of work, all under OUT.partial (a marker file says it is ours):
  *  1. open the source through the dataset layer (v2.1 backend; local or
- *     URL); refuse v3.0 sources and sources with error problems;
+ *     URL); refuse v3.0 sources (unless re-encoding) and sources with
+ *     error problems;
  *  2. data: each episode's Parquet file read whole (every field, as typed)
  *     and written as one row group of the current output file; `index` and
  *     `episode_index` renumbered to the output positions (identity for a
  *     whole contiguous source);
  *  3. videos, per camera: episode MP4s joined by stream copy (join.c);
+ *     with re-encoding (--codec), each episode MP4 is first re-encoded
+ *     into a scratch file under OUT.partial, frames at their own times,
+ *     and that file is joined;
  *  4. verification of every written MP4 against the video layer's frame
  *     index and episode mapping (each episode at from_timestamp, frames on
  *     the 1/fps grid, counts equal to the lengths);
@@ -19,6 +23,15 @@
  *  6. rename OUT.partial -> OUT (with force, the old OUT is moved aside
  *     first and deleted after).
  * On failure OUT.partial is deleted and OUT is untouched.
+ *
+ * Re-encoding a v3.0 source (vf_lr3_convert, local folder only): the data
+ * job copies every file but videos/ and meta/info.json; each camera job
+ * re-encodes every MP4 the episodes use to the same relative path. The
+ * invariant that keeps meta/episodes valid unchanged: every frame of the
+ * output has exactly the source frame's presentation time (same time base,
+ * pts passed through; checked per file against the source's frame index).
+ * Depth cameras (gray12le) are copied, never re-encoded. Then info.json
+ * (new codec and pixel format) and the rename as above.
  *
  * Depends on: base, io, json (jansson), parquet (reader and writer),
  * dataset (the v2.1 backend and its file access), video (frame index,
