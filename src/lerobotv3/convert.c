@@ -3,12 +3,16 @@
  *
  * Order of work, all under OUT.partial (a marker file says it is ours):
  *  1. open the source through the dataset layer (v2.1 backend; local or
- *     URL); refuse v3.0 sources and sources with error problems;
+ *     URL); refuse v3.0 sources (unless re-encoding) and sources with
+ *     error problems;
  *  2. data: each episode's Parquet file read whole (every field, as typed)
  *     and written as one row group of the current output file; `index` and
  *     `episode_index` renumbered to the output positions (identity for a
  *     whole contiguous source);
  *  3. videos, per camera: episode MP4s joined by stream copy (join.c);
+ *     with re-encoding (--codec), each episode MP4 is first re-encoded
+ *     into a scratch file under OUT.partial, frames at their own times,
+ *     and that file is joined;
  *  4. verification of every written MP4 against the video layer's frame
  *     index and episode mapping (each episode at from_timestamp, frames on
  *     the 1/fps grid, counts equal to the lengths);
@@ -20,6 +24,15 @@
  *     first and deleted after).
  * On failure OUT.partial is deleted and OUT is untouched.
  *
+ * Re-encoding a v3.0 source (vf_lr3_convert, local folder only): the data
+ * job copies every file but videos/ and meta/info.json; each camera job
+ * re-encodes every MP4 the episodes use to the same relative path. The
+ * invariant that keeps meta/episodes valid unchanged: every frame of the
+ * output has exactly the source frame's presentation time (same time base,
+ * pts passed through; checked per file against the source's frame index).
+ * Depth cameras (gray12le) are copied, never re-encoded. Then info.json
+ * (new codec and pixel format) and the rename as above.
+ *
  * Depends on: base, io, json (jansson), parquet (reader and writer),
  * dataset (the v2.1 backend and its file access), video (frame index,
  * episode mapping), lerobotv3 (join.c).
@@ -27,6 +40,7 @@
 #define _GNU_SOURCE
 #include "vlafeed/convert_v3.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -88,6 +102,11 @@ typedef struct conv {
     int have_stats;            /* per-episode stats loaded (v2.1) */
     conv_shared *shared;
     vf_convert_v3_report *rep;
+    const vf_lr3_reencode *re; /* NULL: videos copied as they are */
+    vf_lr3_reencode_report *rr; /* the job's own figures when re-encoding */
+    int v3_source;             /* re-encode only: files copied, videos re-encoded in place */
+    const char *frame_what;    /* v3 source: progress is counted per frame, under this name */
+    int reencoding;            /* the camera job re-encodes (not a depth camera, which is copied) */
 } conv;
 
 static void step(conv *c, const char *what)
@@ -474,6 +493,118 @@ static int write_data(conv *c)
     return r;
 }
 
+/* ---- 3b. re-encoding (--codec) ------------------------------------------------- */
+
+/* Folds one file's (or one job's) quality figures into a sum. */
+static void merge_quality(vf_video_transcode_report *sum, int64_t files_before, const vf_video_transcode_report *q)
+{
+    sum->measured = files_before == 0 ? q->measured : sum->measured && q->measured;
+    sum->sum_sq_err += q->sum_sq_err;
+    sum->sum_abs_err += q->sum_abs_err;
+    sum->samples += q->samples;
+    if (q->max_abs_diff > sum->max_abs_diff)
+        sum->max_abs_diff = q->max_abs_diff;
+    if (files_before == 0 || q->min_frame_psnr < sum->min_frame_psnr)
+        sum->min_frame_psnr = q->min_frame_psnr;
+}
+
+/* The longest keyframe distance (in frames) of the camera's first source
+ * file, at most 2 * fps: random access into the output costs no more than
+ * it did into the source. */
+static int source_gop(conv *c, size_t cam, int fps, int *gop)
+{
+    vf_source *src = NULL;
+    vf_video_index *index = NULL;
+    const char *path = vf_dataset_video_file(c->d, cam, 0);
+    int r = path ? vf_ds_open_path(c->d, path, &src) : vf_error(VF_ENOENT, "camera %zu has no video file", cam);
+    if (r == 0)
+        r = vf_video_index_build(&index, src);
+    if (src)
+        vf_source_close(src);
+    if (r < 0)
+        return r;
+    int64_t longest = 1, last_key = 0;
+    for (int64_t k = 1; k <= index->frame_count; k++) {
+        if (k == index->frame_count || index->keyframe[k]) {
+            if (k - last_key > longest)
+                longest = k - last_key;
+            last_key = k;
+        }
+    }
+    vf_video_index_free(index);
+    *gop = (int)(longest < 2 * (int64_t)fps ? longest : 2 * (int64_t)fps);
+    return 0;
+}
+
+static int encode_settings(conv *c, size_t cam, vf_video_encode_settings *enc)
+{
+    const vf_lr3_reencode *re = c->re;
+    vf_video_encode_defaults(enc);
+    enc->codec = re->codec;
+    enc->fps = (int)lround(vf_dataset_fps(c->d));
+    if (enc->fps <= 0)
+        enc->fps = 30;
+    enc->crf = re->crf;
+    /* the cameras run in parallel: the threads are shared among them */
+    int threads = c->s->threads > 0 ? c->s->threads : vf_cpu_count();
+    enc->threads = c->ncams > 1 ? threads / (int)c->ncams : threads;
+    if (enc->threads < 1)
+        enc->threads = 1;
+    if (re->codec == VF_VIDEO_CODEC_AV1) {
+        enc->preset = re->preset ? atoi(re->preset) : -1;
+    } else {
+        enc->x26x_preset = re->preset;
+        enc->b_frames = 0; /* decode order = display order: no reordering delay, simpler random access */
+    }
+    enc->gop = re->gop;
+    int r = 0;
+    if (enc->gop <= 0 && (r = source_gop(c, cam, enc->fps, &enc->gop)) < 0)
+        return vf_error_context(r, "camera %s: measuring the source's keyframe interval",
+                                vf_dataset_camera(c->d, cam)->key);
+    if (enc->gop > c->rr->gop)
+        c->rr->gop = enc->gop;
+    return 0;
+}
+
+/* Depth maps (gray12le, lossless HEVC) are not re-encoded: no NVDEC decodes
+ * them, and a lossy codec would change the depth codes. They are copied. */
+static int camera_is_depth(const conv *c, size_t cam)
+{
+    const vf_camera *camera = vf_dataset_camera(c->d, cam);
+    return camera->is_depth || (camera->pix_fmt && !strcmp(camera->pix_fmt, "gray12le"));
+}
+
+/* Per re-encoded frame: a progress step for a v3.0 source (its files are
+ * large), and a stop when another job failed. */
+static int on_frame(void *ctx, int64_t frames_done)
+{
+    (void)frames_done;
+    conv *c = ctx;
+    if (c->frame_what)
+        step(c, c->frame_what);
+    return stopped(c);
+}
+
+/* Re-encodes one whole MP4 into path and counts it. */
+static int reencode_file(conv *c, vf_source *src, const char *path, int64_t expected_frames,
+                         const vf_video_encode_settings *enc)
+{
+    vf_video_transcode_report tr;
+    double started = vf_now_seconds();
+    int r = vf_video_transcode(src, path, enc, expected_frames, on_frame, c, &tr);
+    c->rr->encode_seconds += vf_now_seconds() - started;
+    if (r < 0)
+        return r;
+    vf_lr3_reencode_report *rr = c->rr;
+    merge_quality(&rr->quality, rr->files, &tr);
+    rr->files++;
+    rr->frames += tr.frames;
+    rr->bytes_before += tr.bytes_read;
+    if (c->v3_source)
+        rr->bytes_after += tr.bytes_written; /* v2.x: counted when the joined file closes */
+    return 0;
+}
+
 /* ---- 3. videos ----------------------------------------------------------------- */
 
 static int open_join(conv *c, const char *key, int64_t chunk, int64_t file, vf_lr3_join **j)
@@ -492,8 +623,11 @@ static int close_join(conv *c, vf_lr3_join *j, const char *key, int64_t chunk, i
     int r = vf_lr3_join_close(j);
     char *path = vf_asprintf("%s/videos/%s/chunk-%03lld/file-%03lld.mp4", c->root, key, (long long)chunk,
                              (long long)file);
-    if (r == 0 && path)
+    if (r == 0 && path) {
         c->rep->bytes_written += file_bytes(path);
+        if (c->reencoding)
+            c->rr->bytes_after += file_bytes(path);
+    }
     free(path);
     return r;
 }
@@ -506,12 +640,30 @@ static int write_camera(conv *c, size_t cam)
     vf_lr3_join *j = NULL;
     int64_t chunk = 0, file = 0;
     int r = 0;
+    vf_video_encode_settings enc;
+    char *scratch = NULL; /* the re-encoded episode, joined then deleted */
+    c->reencoding = c->re && !camera_is_depth(c, cam);
+    if (c->reencoding && (!(scratch = vf_asprintf("%s/.vlafeed-reencode-%zu.mp4", c->root, cam)) ||
+                  (r = encode_settings(c, cam, &enc)) < 0))
+        r = r < 0 ? r : VF_ENOMEM;
     for (size_t pos = 0; pos < c->n && r == 0; pos++) {
         ep_out *e = &c->eps[pos];
         vf_video_span span;
         vf_source *src = NULL;
         if ((r = stopped(c)) < 0 || (r = vf_dataset_episode_video(d, pos, cam, &span)) < 0 || (r = vf_ds_open_path(d, span.path, &src)) < 0)
             goto episode_done;
+        int64_t source_bytes = 0;
+        if (c->reencoding) {
+            /* re-encode the episode (frames keep their times), then join the result */
+            if ((r = reencode_file(c, src, scratch, e->length, &enc)) < 0)
+                goto episode_done;
+            source_bytes = (int64_t)vf_source_size(src);
+            vf_source_close(src);
+            src = NULL;
+            if ((r = vf_source_open_file(&src, scratch)) < 0)
+                goto episode_done;
+            unlink(scratch); /* the open source keeps it readable */
+        }
         int64_t size = (int64_t)vf_source_size(src);
         if (j && vf_lr3_join_episodes(j) > 0 && (double)(vf_lr3_join_bytes(j) + size) >= limit) {
             r = close_join(c, j, key, chunk, file);
@@ -537,7 +689,7 @@ static int write_camera(conv *c, size_t cam)
         }
         if (r < 0)
             goto episode_done;
-        c->rep->bytes_read += res.bytes_read;
+        c->rep->bytes_read += c->reencoding ? source_bytes : res.bytes_read;
         e->video_chunk[cam] = chunk;
         e->video_file[cam] = file;
         e->from_ts[cam] = res.from_timestamp;
@@ -555,6 +707,9 @@ static int write_camera(conv *c, size_t cam)
         else
             vf_lr3_join_abort(j);
     }
+    if (scratch)
+        unlink(scratch);
+    free(scratch);
     return r;
 }
 
@@ -622,6 +777,182 @@ static int verify_camera(conv *c, size_t cam)
         first = last;
     }
     free(eps);
+    return r;
+}
+
+/* ---- 4b. a v3.0 source: copied, its videos re-encoded in place --------------------- */
+
+/* The path of an absolute source file relative to the source root. */
+static const char *relative_to_root(const conv *c, const char *path)
+{
+    const char *root = vf_dataset_root(c->d);
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/')
+        n--;
+    if (strncmp(path, root, n) || path[n] != '/')
+        return NULL;
+    return path + n + 1;
+}
+
+static int copy_file(const char *from, const char *to, int64_t *bytes)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return vf_error(VF_EIO, "%s: cannot open: %s", from, strerror(errno));
+    FILE *out = fopen(to, "wb");
+    if (!out) {
+        int r = vf_error(VF_EIO, "%s: cannot create: %s", to, strerror(errno));
+        fclose(in);
+        return r;
+    }
+    char buf[1 << 16];
+    size_t n;
+    int r = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+        if (fwrite(buf, 1, n, out) != n) {
+            r = vf_error(VF_EIO, "%s: cannot write: %s", to, strerror(errno));
+            break;
+        }
+        *bytes += (int64_t)n;
+    }
+    if (r == 0 && ferror(in))
+        r = vf_error(VF_EIO, "%s: cannot read: %s", from, strerror(errno));
+    fclose(in);
+    if (fclose(out) != 0 && r == 0)
+        r = vf_error(VF_EIO, "%s: cannot write: %s", to, strerror(errno));
+    return r;
+}
+
+/* Copies the source tree under rel ("" for the root) into OUT.partial,
+ * except videos/ (re-encoded by the camera jobs), meta/info.json (rewritten)
+ * and OUT.partial itself should it lie inside the source. */
+static int copy_tree(conv *c, const char *rel, const struct stat *partial_st)
+{
+    const char *root = vf_dataset_root(c->d);
+    char *dir = *rel ? vf_path_join(root, rel) : vf_strdup(root);
+    DIR *dh = dir ? opendir(dir) : NULL;
+    int r = 0;
+    if (!dh) {
+        r = dir ? vf_error(VF_EIO, "%s: cannot list: %s", dir, strerror(errno)) : VF_ENOMEM;
+        free(dir);
+        return r;
+    }
+    struct dirent *ent;
+    while (r == 0 && (ent = readdir(dh))) {
+        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
+            continue;
+        char *sub = *rel ? vf_asprintf("%s/%s", rel, ent->d_name) : vf_strdup(ent->d_name);
+        char *from = sub ? vf_path_join(root, sub) : NULL;
+        struct stat st;
+        if (!from) {
+            r = VF_ENOMEM;
+        } else if (stat(from, &st) < 0) {
+            r = vf_error(VF_EIO, "%s: %s", from, strerror(errno));
+        } else if (!strcmp(sub, "videos") || !strcmp(sub, "meta/info.json") ||
+                   (st.st_dev == partial_st->st_dev && st.st_ino == partial_st->st_ino)) {
+            /* written by the camera jobs / write_info, or our own output */
+        } else if (S_ISDIR(st.st_mode)) {
+            char *to = vf_path_join(c->root, sub);
+            r = to ? vf_mkdirs(to) : VF_ENOMEM;
+            free(to);
+            if (r == 0)
+                r = copy_tree(c, sub, partial_st);
+        } else if (S_ISREG(st.st_mode)) {
+            char *to = out_path(c, "%s", sub);
+            r = to ? copy_file(from, to, &c->rep->bytes_written) : VF_ENOMEM;
+            c->rep->bytes_read += (int64_t)st.st_size;
+            if (r == 0 && !strncmp(sub, "data/", 5) && strstr(sub, ".parquet"))
+                c->rep->data_files++;
+            free(to);
+        }
+        free(from);
+        free(sub);
+    }
+    closedir(dh);
+    free(dir);
+    return r;
+}
+
+static int copy_source(conv *c)
+{
+    struct stat partial_st;
+    if (stat(c->root, &partial_st) < 0)
+        return vf_error(VF_EIO, "%s: %s", c->root, strerror(errno));
+    int r = copy_tree(c, "", &partial_st);
+    if (r == 0)
+        step(c, "copy");
+    return r;
+}
+
+/* The re-encoded file holds the source's frames at the source's times:
+ * same count, same presentation times to the tick (both in seconds). */
+static int verify_same_times(conv *c, vf_source *src, const char *out_path_abs, const char *key)
+{
+    vf_video_index *a = NULL, *b = NULL;
+    int r = vf_video_index_build(&a, src);
+    if (r == 0)
+        r = vf_video_index_build_file(&b, out_path_abs);
+    if (r == 0 && a->frame_count != b->frame_count)
+        r = vf_error(VF_ECORRUPT, "%s: camera %s: %lld frames after re-encoding, the source has %lld", out_path_abs,
+                     key, (long long)b->frame_count, (long long)a->frame_count);
+    for (int64_t k = 0; r == 0 && k < a->frame_count; k++) {
+        /* exact rational comparison: pts_a * num_a / den_a == pts_b * num_b / den_b */
+        __int128 lhs = (__int128)a->pts[k] * a->time_base_num * b->time_base_den;
+        __int128 rhs = (__int128)b->pts[k] * b->time_base_num * a->time_base_den;
+        if (lhs != rhs)
+            r = vf_error(VF_ECORRUPT, "%s: camera %s: frame %lld is at %.9f s after re-encoding, %.9f s in the source",
+                         out_path_abs, key, (long long)k,
+                         (double)b->pts[k] * b->time_base_num / b->time_base_den,
+                         (double)a->pts[k] * a->time_base_num / a->time_base_den);
+    }
+    vf_video_index_free(a);
+    vf_video_index_free(b);
+    return r;
+}
+
+/* Every video file of camera cam re-encoded to the same relative path. */
+static int reencode_camera_v3(conv *c, size_t cam)
+{
+    const char *key = vf_dataset_camera(c->d, cam)->key;
+    vf_video_encode_settings enc;
+    c->reencoding = !camera_is_depth(c, cam);
+    int r = c->reencoding ? encode_settings(c, cam, &enc) : 0;
+    c->frame_what = key;
+    size_t files = vf_dataset_num_video_files(c->d, cam);
+    for (size_t i = 0; i < files && r == 0; i++) {
+        const char *path = vf_dataset_video_file(c->d, cam, i);
+        const char *rel = relative_to_root(c, path);
+        if (!rel) {
+            r = vf_error(VF_EINVAL, "%s: camera %s: the video file is outside the dataset folder", path, key);
+            break;
+        }
+        vf_source *src = NULL;
+        char *to = out_path(c, "%s", rel);
+        if (!to)
+            r = VF_ENOMEM;
+        if (r == 0 && !c->reencoding) {
+            if ((r = stopped(c)) == 0 && (r = copy_file(path, to, &c->rep->bytes_written)) == 0) {
+                c->rep->video_files++;
+                c->rep->bytes_read += file_bytes(path);
+                step(c, key);
+            }
+        } else if (r == 0 && (r = stopped(c)) == 0 && (r = vf_ds_open_path(c->d, path, &src)) == 0) {
+            int64_t before = c->rr->bytes_after;
+            r = reencode_file(c, src, to, 0, &enc);
+            if (r == 0 && c->s->verify)
+                r = verify_same_times(c, src, to, key);
+            if (r == 0) {
+                c->rep->video_files++;
+                c->rep->bytes_read += (int64_t)vf_source_size(src);
+                c->rep->bytes_written += c->rr->bytes_after - before;
+            }
+        }
+        if (src)
+            vf_source_close(src);
+        if (r < 0 && r != VF_ENOMEM && r != VF_EAGAIN)
+            vf_error_context(r, "camera %s, file %s", key, rel);
+        free(to);
+    }
     return r;
 }
 
@@ -1010,6 +1341,61 @@ static int write_stats(conv *c, const stat_column *cols, size_t ncols)
     return r;
 }
 
+static const char *codec_name(vf_video_codec codec)
+{
+    return codec == VF_VIDEO_CODEC_AV1 ? "av1" : codec == VF_VIDEO_CODEC_H264 ? "h264" : "hevc";
+}
+
+/* After a re-encode, each camera's "info" describes the new stream: codec
+ * and pixel format always, the encoder settings where the source recorded
+ * them (LeRobot's video.g / video.crf / video.preset). */
+static void set_video_info(conv *c, json_t *info)
+{
+    json_t *features = json_object_get(info, "features");
+    for (size_t cam = 0; cam < c->ncams; cam++) {
+        const vf_camera *camera = vf_dataset_camera(c->d, cam);
+        json_t *vinfo = json_object_get(json_object_get(features, camera->key), "info");
+        if (!json_is_object(vinfo) || camera_is_depth(c, cam))
+            continue; /* depth videos are copied as they are */
+        json_object_set_new(vinfo, "video.codec", json_string(codec_name(c->re->codec)));
+        json_object_set_new(vinfo, "video.pix_fmt", json_string("yuv420p"));
+        if (json_object_get(vinfo, "video.g"))
+            json_object_set_new(vinfo, "video.g", json_integer(c->rr->gop));
+        if (json_object_get(vinfo, "video.crf"))
+            json_object_set_new(vinfo, "video.crf", json_integer(c->re->crf));
+        if (json_object_get(vinfo, "video.preset"))
+            json_object_set_new(vinfo, "video.preset", c->re->codec == VF_VIDEO_CODEC_AV1
+                                                           ? json_integer(atoi(c->re->preset))
+                                                           : json_string(c->re->preset));
+    }
+}
+
+/* meta/info.json of a v3.0 source, re-encoded: the source's with the new
+ * video info. */
+static int write_info_v3(conv *c)
+{
+    vf_dataset *d = c->d;
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int r = d->fs.read_all(d->fs.ctx, "meta/info.json", &text, &len);
+    if (r < 0)
+        return r;
+    json_error_t err;
+    json_t *info = json_loadb((const char *)text, len, 0, &err);
+    free(text);
+    if (!json_is_object(info)) {
+        json_decref(info);
+        return vf_error(VF_ECORRUPT, "%s/meta/info.json: not a JSON object", d->root);
+    }
+    set_video_info(c, info);
+    char *path = out_path(c, "meta/info.json");
+    if (!path || json_dump_file(info, path, JSON_INDENT(4)) != 0)
+        r = vf_error(VF_EIO, "%s: cannot write", path ? path : "meta/info.json");
+    free(path);
+    json_decref(info);
+    return r;
+}
+
 /* meta/info.json: the source's, edited as LeRobot's converter edits it. */
 static int write_info(conv *c)
 {
@@ -1054,6 +1440,8 @@ static int write_info(conv *c)
         if (json_is_object(feat) && !(json_is_string(dtype) && !strcmp(json_string_value(dtype), "video")))
             json_object_set_new(feat, "fps", json_integer(fps));
     }
+    if (c->re)
+        set_video_info(c, info);
     char *path = out_path(c, "meta/info.json");
     if (!path || json_dump_file(info, path, JSON_INDENT(4)) != 0)
         r = vf_error(VF_EIO, "%s: cannot write", path ? path : "meta/info.json");
@@ -1067,6 +1455,7 @@ static int write_info(conv *c)
 typedef struct conv_job {
     conv c;                    /* a copy with its own report */
     vf_convert_v3_report rep;
+    vf_lr3_reencode_report rr;
     long camera;               /* -1: the data job */
     int result;
     char message[2048];
@@ -1077,9 +1466,12 @@ static void run_job(void *arg)
     conv_job *job = arg;
     conv *c = &job->c;
     c->rep = &job->rep;
+    c->rr = &job->rr;
     int r;
     if (job->camera < 0) {
-        r = write_data(c);
+        r = c->v3_source ? copy_source(c) : write_data(c);
+    } else if (c->v3_source) {
+        r = reencode_camera_v3(c, (size_t)job->camera);
     } else {
         r = write_camera(c, (size_t)job->camera);
         if (r == 0 && c->s->verify)
@@ -1129,6 +1521,18 @@ static int run_jobs(conv *c, int threads)
         c->rep->video_packets += j->video_packets;
         if (j->max_abs_drift_ms > c->rep->max_abs_drift_ms)
             c->rep->max_abs_drift_ms = j->max_abs_drift_ms;
+        const vf_lr3_reencode_report *jr = &jobs[i].rr;
+        if (c->rr && jr->files > 0) {
+            merge_quality(&c->rr->quality, c->rr->files, &jr->quality);
+            c->rr->files += jr->files;
+            c->rr->frames += jr->frames;
+            c->rr->bytes_before += jr->bytes_before;
+            c->rr->encode_seconds += jr->encode_seconds;
+            if (jr->gop > c->rr->gop)
+                c->rr->gop = jr->gop;
+        }
+        if (c->rr)
+            c->rr->bytes_after += jr->bytes_after;
         if (jobs[i].result < 0 && (!failed || (failed->result == VF_EAGAIN && jobs[i].result != VF_EAGAIN)))
             failed = &jobs[i];
     }
@@ -1212,6 +1616,45 @@ static int finish(const char *out, const char *partial, int force)
 int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings *settings,
                   vf_convert_v3_report *report)
 {
+    return vf_lr3_convert(src, out, settings, NULL, report, NULL);
+}
+
+int vf_lr3_reencode_resolve(vf_lr3_reencode *re)
+{
+    static const char *const x26x_presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+                                               "medium",    "slow",      "slower",   "veryslow", "placebo"};
+    int av1 = re->codec == VF_VIDEO_CODEC_AV1;
+    if (!av1 && re->codec != VF_VIDEO_CODEC_H264 && re->codec != VF_VIDEO_CODEC_HEVC)
+        return vf_error(VF_EINVAL, "--codec: expected h264, hevc or av1");
+    if (re->crf < 0)
+        re->crf = av1 ? 24 : re->codec == VF_VIDEO_CODEC_H264 ? 18 : 20;
+    if (re->crf > (av1 ? 63 : 51))
+        return vf_error(VF_EINVAL, "--crf %d: out of range for %s (0..%d)", re->crf, codec_name(re->codec),
+                        av1 ? 63 : 51);
+    if (!re->preset)
+        re->preset = av1 ? "8" : "medium";
+    if (av1) {
+        char *end;
+        long p = strtol(re->preset, &end, 10);
+        if (!*re->preset || *end || p < -2 || p > 13)
+            return vf_error(VF_EINVAL, "--preset %s: libsvtav1 takes a number from -2 (slowest) to 13 (fastest)",
+                            re->preset);
+    } else {
+        size_t k = 0, n = sizeof x26x_presets / sizeof *x26x_presets;
+        while (k < n && strcmp(re->preset, x26x_presets[k]))
+            k++;
+        if (k == n)
+            return vf_error(VF_EINVAL, "--preset %s: %s takes ultrafast, superfast, veryfast, faster, fast, medium, "
+                            "slow, slower, veryslow or placebo", re->preset, vf_video_encoder_name(re->codec));
+    }
+    if (re->gop < 0)
+        return vf_error(VF_EINVAL, "--gop %d: must be >= 1", re->gop);
+    return 0;
+}
+
+int vf_lr3_convert(const char *src, const char *out, const vf_convert_v3_settings *settings,
+                   const vf_lr3_reencode *reencode, vf_convert_v3_report *report, vf_lr3_reencode_report *rrep)
+{
     vf_convert_v3_settings defaults;
     if (!settings) {
         vf_convert_v3_defaults(&defaults);
@@ -1229,6 +1672,19 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
         return r;
     if (vf_is_url(out))
         return vf_error(VF_EINVAL, "%s: the output must be a local folder", out);
+    vf_lr3_reencode re;
+    vf_lr3_reencode_report local_rrep;
+    if (!rrep)
+        rrep = &local_rrep;
+    memset(rrep, 0, sizeof *rrep);
+    if (reencode) {
+        /* the options and the encoder first, before anything is read */
+        re = *reencode;
+        if ((r = vf_lr3_reencode_resolve(&re)) < 0 || (r = vf_video_encoder_check(re.codec)) < 0)
+            return vf_error_context(r, "convert %s -> %s", src, out);
+        rrep->crf = re.crf;
+        snprintf(rrep->preset, sizeof rrep->preset, "%s", re.preset);
+    }
     if (!vf_is_url(src)) {
         /* OUT == SRC with --force would delete the source once converted */
         char *a = realpath(src, NULL), *b = realpath(out, NULL);
@@ -1243,6 +1699,8 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
     memset(&c, 0, sizeof c);
     c.s = settings;
     c.rep = report;
+    c.re = reencode ? &re : NULL;
+    c.rr = rrep;
     conv_shared shared;
     memset(&shared, 0, sizeof shared);
     pthread_mutex_init(&shared.lock, NULL);
@@ -1260,9 +1718,25 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
     ds.check_videos = 0; /* every video is read whole below */
     if ((r = vf_dataset_open(&c.d, src, &ds)) < 0)
         goto done;
-    if (c.d->major != 2) {
-        r = vf_error(VF_EINVAL, "%s: is a LeRobot %s dataset; --to lerobot-v3 converts v2.1 (or v2.0) datasets", src,
-                     vf_dataset_format_version(c.d));
+    if (c.d->major == 3 && c.re) {
+        c.v3_source = 1; /* re-encode only */
+        if (vf_is_url(src)) {
+            r = vf_error(VF_EINVAL, "%s: re-encoding a v3.0 dataset needs it in a local folder (download it first)",
+                         src);
+            goto done;
+        }
+        if (settings->episodes) {
+            r = vf_error(VF_EINVAL, "%s: --episodes is for v2.x sources; a v3.0 dataset is re-encoded whole", src);
+            goto done;
+        }
+    } else if (c.d->major != 2) {
+        r = vf_error(VF_EINVAL, "%s: is a LeRobot %s dataset; --to lerobot-v3 converts v2.1 (or v2.0) datasets%s", src,
+                     vf_dataset_format_version(c.d),
+                     c.d->major == 3 ? " (or re-encodes a v3.0 dataset's videos with --codec)" : "");
+        goto done;
+    }
+    if (c.re && vf_dataset_num_cameras(c.d) == 0) {
+        r = vf_error(VF_EINVAL, "%s: has no video features to re-encode", src);
         goto done;
     }
     if ((r = first_error(c.d, src)) < 0)
@@ -1298,6 +1772,12 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
         }
     }
     shared.total_steps = (int64_t)(c.n * (1 + c.ncams));
+    if (c.v3_source) {
+        shared.total_steps = 1; /* the copy, then per re-encoded frame, per copied depth file */
+        for (size_t cam = 0; cam < c.ncams; cam++)
+            shared.total_steps += camera_is_depth(&c, cam) ? (int64_t)vf_dataset_num_video_files(c.d, cam)
+                                                            : c.total_frames;
+    }
     report->episodes = (int64_t)c.n;
     report->frames = c.total_frames;
     report->cameras = (int64_t)c.ncams;
@@ -1312,6 +1792,13 @@ int vf_convert_v3(const char *src, const char *out, const vf_convert_v3_settings
     c.root = partial;
 
     int threads = settings->threads > 0 ? settings->threads : vf_cpu_count();
+    if (c.v3_source) {
+        if ((r = run_jobs(&c, threads)) < 0 || (r = write_info_v3(&c)) < 0 ||
+            (r = finish(out, partial, settings->force)) < 0)
+            goto done;
+        partial_made = 0;
+        goto done;
+    }
     if ((r = load_episode_stats(&c)) < 0 || (r = run_jobs(&c, threads)) < 0 || (r = renumber_stats(&c)) < 0)
         goto done;
     r = gather_stats(&c, &stats, &num_stats);
