@@ -25,7 +25,7 @@ static const command commands[] = {
     {"bench", vf_cmd_bench, "measure data-loading throughput against the decode limit"},
     {"parquet", vf_cmd_parquet, "inspect a Parquet file: schema, row groups, values (--json)"},
     {"quantize", vf_cmd_quantize, "block-wise FP8 post-training quantization of a checkpoint (python3)"},
-    {"convert", vf_cmd_convert, "convert a LeRobot dataset to WebDataset shards (--to wds) or v2.1 to v3.0 (--to lerobot-v3)"},
+    {"convert", vf_cmd_convert, "convert a LeRobot dataset to WebDataset shards (--to wds), or v2.x to v3.0 and/or re-encode its videos (--to lerobot-v3 [--codec h264|hevc|av1])"},
     {"rl", vf_cmd_rl, "asynchronous RL on Ray actors: rollout workers, policy server, learner (python3)"},
 };
 
