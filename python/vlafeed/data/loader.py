@@ -232,6 +232,20 @@ class EnginePasses:
         normalization), for batches moved outside the loader (vlafeed.torch.device.to_device)."""
         return self._device_conversions
 
+    def __iter__(self):
+        with self._one_thread.iterating():
+            self._begin_pass()
+            batches = self._engine_batches()
+            yield from (batches if self._device is None else self._on_device(batches))
+
+    def host_batches(self):
+        """One pass, as iterating the loader, but without the device step: host memory, image
+        columns uint8 where the device step would convert them (``device_conversions()``). For a
+        consumer that moves the batches itself (a Mix given the device, DataLoader workers)."""
+        with self._one_thread.iterating():
+            self._begin_pass()
+            yield from self._engine_batches()
+
     def _on_device(self, host_batches):
         """The pass's batches moved to the device by a DeviceFeeder. The feeder pulls batches from
         the engine ahead of the caller, so the resume state and the batch count are those of the
@@ -425,12 +439,6 @@ class Loader(EnginePasses):
 
     def _epoch_started(self):
         self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
-
-    def __iter__(self):
-        with self._one_thread.iterating():
-            self._begin_pass()
-            batches = self._engine_batches()
-            yield from (batches if self._device is None else self._on_device(batches))
 
     def _engine_batches(self):
         skipping = self.on_error == "skip"

@@ -215,12 +215,6 @@ class ShardLoader(EnginePasses):
         """[(name as in the manifest, path or URL, num_sequences)]."""
         return self._native.shards
 
-    def __iter__(self):
-        with self._one_thread.iterating():  # one thread at a time (see OneThreadAtATime)
-            self._begin_pass()
-            batches = self._engine_batches()
-            yield from (batches if self._device is None else self._on_device(batches))
-
     def _engine_batches(self):
         while True:
             raw = self._native.next_batch()

@@ -194,7 +194,7 @@ class ImageConversion:
             raise ValueError(f"device conversion of {name!r}: {channels} channels, but the statistics hold "
                              f"{self.table.shape[0]} values")
 
-    def apply_into(self, raw, out):
+    def apply_into(self, raw, out, columns=None):
         """out[...] = table[channel, raw[...]] (raw and out on the same device)."""
         src = raw.movedim(-1, -3) if self.hwc else raw
         idx = torch.empty(src.shape, dtype=torch.int32, device=src.device)
@@ -212,6 +212,75 @@ class ImageConversion:
         out = torch.empty(conv.out_shape(raw.shape), dtype=torch.float32, device=raw.device)
         conv.apply_into(raw, out)
         return out
+
+
+class MixConversion:
+    """A column of a Mix whose sources convert it with their own tables (e.g. each dataset's
+    image statistics): each row is looked up in the table of its source (``dataset_index``).
+    The sources' tables are read when a batch is converted (a shard reader names its image
+    columns when it reads its first batch)."""
+
+    def __init__(self, name, sources, place=None):
+        self.name = name
+        self.sources = sources          # objects with device_conversions(), or None
+        self.place = place or (lambda t: t)
+        self._tables = {}               # source index -> (host table, device table)
+        self.hwc = None
+
+    def on(self, place):
+        return MixConversion(self.name, self.sources, place)
+
+    def _source_tables(self):
+        got = []
+        for i, src in enumerate(self.sources):
+            conv = src.device_conversions().get(self.name) if src is not None else None
+            if conv is None:
+                got.append(None)
+                continue
+            if self.hwc is None:
+                self.hwc = conv.hwc
+            elif conv.hwc != self.hwc:
+                raise ValueError(f"Mix: column {self.name!r}: sources give it in different layouts (HWC and CHW)")
+            if i not in self._tables or self._tables[i][0] is not conv.table:
+                self._tables[i] = (conv.table, self.place(conv.table))
+            got.append(self._tables[i])
+        return got
+
+    def out_shape(self, shape):
+        self._source_tables()
+        return ImageConversion.out_shape(self, shape)
+
+    def check(self, name, dtype, shape):
+        tables = [t for t in self._source_tables() if t is not None]
+        for host, _ in tables:
+            probe = ImageConversion.__new__(ImageConversion)
+            probe.table, probe.hwc = host, self.hwc
+            probe.check(name, dtype, shape)
+
+    def apply_into(self, raw, out, columns=None):
+        tables = self._source_tables()
+        present = [t for t in tables if t is not None]
+        first = present[0][0]
+        if all(t[0] is first or torch.equal(t[0], first) for t in present):
+            single = ImageConversion.__new__(ImageConversion)
+            single.table, single.hwc = present[0][1], self.hwc
+            single.apply_into(raw, out)
+            return
+        src = raw.movedim(-1, -3) if self.hwc else raw
+        channels = src.shape[-3]
+        rows = []
+        for t in tables:   # every source's table as [channels, 256] (NaN where a source has none)
+            if t is None:
+                rows.append(torch.full((channels, 256), float("nan"), device=src.device))
+            else:
+                rows.append(t[1].expand(channels, 256) if t[1].shape[0] == 1 else t[1])
+        table = torch.cat(rows).reshape(-1)
+        which = columns["dataset_index"].to(torch.int32) * (channels * 256)
+        idx = torch.empty(src.shape, dtype=torch.int32, device=src.device)
+        idx.copy_(src)
+        idx += torch.arange(0, 256 * channels, 256, dtype=torch.int32, device=src.device).view(channels, 1, 1)
+        idx += which.view((-1,) + (1,) * (src.dim() - 1))
+        torch.index_select(table, 0, idx.view(-1), out=out.view(-1))
 
 
 def lerobot_device_plan(dataset, image_format, normalize, renames, keys, warn=None):
@@ -375,18 +444,21 @@ class DeviceFeeder:
                 layout[i] = (name, value.dtype, tuple(value.shape), offset, nbytes)
         # Nothing here refers to the engine's batch memory any more: it can go back to its pool.
         del batch, value
+        device_columns = {}
         with self.backend.side():
             if layout:
                 flat = self.backend.copy_async(host[:total])
                 slot.copied = self.backend.record()
                 handed.append(flat)
             for name, dtype, shape, offset, nbytes in layout:
-                column = flat[offset:offset + nbytes].view(dtype).view(shape)
+                device_columns[name] = flat[offset:offset + nbytes].view(dtype).view(shape)
+            for name, dtype, shape, offset, nbytes in layout:
+                column = device_columns[name]
                 conv = self._conversion(name)
                 if conv is not None:
                     conv.check(name, dtype, shape)
                     converted = self.backend.empty(conv.out_shape(shape), torch.float32)
-                    self.backend.launch(conv.apply_into, column, converted)
+                    self.backend.launch(conv.apply_into, column, converted, device_columns)
                     handed.append(converted)
                     column = converted
                 out[name] = column
