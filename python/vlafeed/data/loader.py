@@ -378,6 +378,14 @@ class Loader(EnginePasses):
     has errors (``vlafeed info`` lists them); "warn" opens it anyway with a
     UserWarning per error, as ``LeRobotDataset(..., on_metadata_error=)``.
     video_mismatch: None, "refuse" or "timestamp" (see open_native_dataset).
+
+    device: None or "cpu" (default): batches view the engine's memory, as
+    above. "cuda" / "cuda:N": every tensor is delivered on that GPU, copied
+    ahead of the caller from pinned host buffers on a side stream; float32
+    images are assembled as uint8 and converted (and normalized, for the
+    cameras in ``normalize``) on the GPU, equal bit for bit to the engine's
+    float output. The resume state is that of the last batch handed out.
+    See vlafeed.torch.device and docs/gpus.md.
     """
 
     def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,

@@ -91,6 +91,32 @@ def resolve_device(device, what="Loader"):
     return torch.device("cuda", index)
 
 
+DEVICE_KEY = "__vlafeed_device__"   # a host batch's {column: conversion}, from a DataLoader worker
+
+
+def wants_device(device):
+    """Whether device= asks for a device (without touching CUDA: safe in a DataLoader worker)."""
+    if device is None:
+        return False
+    if hasattr(device, "copy_async"):
+        return True
+    try:
+        return torch.device(device).type != "cpu"
+    except (RuntimeError, TypeError):
+        return True   # resolve_device names what is wrong with it
+
+
+class HostOnly:
+    """The device of a loader in a DataLoader worker: the loader assembles its batches as for the
+    device (uint8 images) and hands them over with host_batches(); the main process moves them."""
+
+    def copy_async(self, host):
+        raise RuntimeError("this loader runs in a DataLoader worker: its batches are moved to the device in the "
+                           "main process (vlafeed.torch.DataLoader or vlafeed.torch.device.to_device)")
+
+    host_buffer = side = empty = record = copy_async
+
+
 class CudaCopies:
     """The CUDA backend: pinned host buffers, a side stream for the copies and conversions,
     events that order slot reuse and hand-over."""
@@ -173,6 +199,12 @@ class ImageConversion:
     def __init__(self, table, hwc=False):
         self.table = torch.as_tensor(np.ascontiguousarray(table, dtype=np.float32))
         self.hwc = hwc
+
+    def __reduce__(self):   # pickled inline (a DataLoader worker's batch), not through shared memory
+        return ImageConversion, (self.table.cpu().numpy(), self.hwc)
+
+    def key(self):
+        return (self.hwc, self.table.cpu().numpy().tobytes())
 
     def on(self, place):
         """This conversion with its table on a backend's device (once per feeder)."""
@@ -360,6 +392,7 @@ class DeviceFeeder:
         self.depth = depth
         self._conversions = conversions if conversions is not None else {}   # may grow while iterating
         self._on_device = {}
+        self._carried_keys = {}
         self._source = iter(batches)
         self._tagged = tagged
         self._slots = [_Slot() for _ in range(depth + 1)]
@@ -374,8 +407,14 @@ class DeviceFeeder:
         put = getattr(self.backend, "to_device", None)
         return put(table) if put is not None else table
 
-    def _conversion(self, name):
+    def _conversion(self, name, carried=None):
         conv = self._on_device.get(name)
+        if carried is not None and name in carried:   # a worker's batch names its own conversions
+            key = carried[name].key()
+            if conv is None or self._carried_keys.get(name) != key:
+                conv = self._on_device[name] = carried[name].on(self._upload)
+                self._carried_keys[name] = key
+            return conv
         if conv is None:
             conv = self._conversions.get(name)
             if conv is not None:
@@ -429,7 +468,10 @@ class DeviceFeeder:
         """Stages `batch` into a slot and issues its copy and conversions; (device batch, ready
         event, tensors for hand_over)."""
         out, layout, total, value = {}, [], 0, None
+        carried = batch.get(DEVICE_KEY)
         for name, value in batch.items():
+            if name == DEVICE_KEY:
+                continue
             if isinstance(value, torch.Tensor) and value.device.type == "cpu":
                 nbytes = value.numel() * value.element_size()
                 layout.append((name, value, total, nbytes))
@@ -454,7 +496,7 @@ class DeviceFeeder:
                 device_columns[name] = flat[offset:offset + nbytes].view(dtype).view(shape)
             for name, dtype, shape, offset, nbytes in layout:
                 column = device_columns[name]
-                conv = self._conversion(name)
+                conv = self._conversion(name, carried)
                 if conv is not None:
                     conv.check(name, dtype, shape)
                     converted = self.backend.empty(conv.out_shape(shape), torch.float32)
@@ -466,9 +508,31 @@ class DeviceFeeder:
         return out, ready, handed
 
 
-def to_device(batches, device, conversions=None, depth=DEFAULT_DEPTH):
-    """Batches of any iterable of dicts (e.g. a torch DataLoader's, in the main process) on
-    `device`, copied ahead on a side stream; ``conversions`` as in DeviceFeeder (a vlafeed
-    dataset's ``device_conversions()``)."""
+def with_conversions(loader):
+    """A worker loader's host batches, each carrying the conversions the main process applies."""
+    for batch in loader.host_batches():
+        conversions = loader.device_conversions()
+        if conversions:
+            batch[DEVICE_KEY] = dict(conversions)
+        yield batch
+
+
+def to_device(batches, device=None, conversions=None, depth=DEFAULT_DEPTH):
+    """The batches of any iterable of dicts on `device`, copied ahead on a side stream (as
+    DeviceFeeder). For a ``torch.utils.data.DataLoader`` with workers over a vlafeed dataset
+    given ``device=``: its workers assemble host batches (uint8 images, with the conversions they
+    need) and this moves and converts them in the main process; device defaults to the
+    dataset's. Call it once per pass: ``for batch in to_device(dl): ...``."""
+    dataset = getattr(batches, "dataset", None)
+    if hasattr(dataset, "_move_in_main"):
+        if device is None:
+            device = dataset.device
+        dataset._move_in_main = True      # read by the workers when they start (in iter() below)
+        try:
+            return DeviceFeeder(batches, device, conversions, depth)
+        finally:
+            dataset._move_in_main = False
+    if device is None:
+        raise ValueError("to_device: give the device")
     return DeviceFeeder(batches, device, conversions, depth)
 
