@@ -399,3 +399,20 @@ def test_real_cuda(root, manifest):
     got = list(vlafeed.ShardLoader(manifest, batch_size=4, image_format="float_chw", device="cuda"))
     torch.cuda.synchronize()
     same_batches(sref, got)
+
+
+def test_an_error_comes_after_the_batches_before_it():
+    """The feeder reads ahead, but a source's error reaches the caller where it would without a device."""
+    def source():
+        for k in range(4):
+            yield {"i": torch.full((2,), k)}
+        raise ValueError("bad batch 4")
+    backend = LateCopies()
+    feeder = vdevice.DeviceFeeder(source(), backend, depth=3)
+    got = [next(feeder) for _ in range(4)]
+    backend.complete_all()
+    assert [int(b["i"][0]) for b in got] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="bad batch 4"):
+        next(feeder)
+    with pytest.raises(StopIteration):
+        next(feeder)

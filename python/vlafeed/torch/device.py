@@ -399,6 +399,9 @@ class DeviceFeeder:
         self._next_slot = 0
         self._pending = []      # (batch dict on device, ready event, tensors to hand over, tag), oldest first
         self._exhausted = False
+        self._error = None
+        # len() on demand (a DataLoader's may cost a probe); a list's now (the feeder lets go of its batches)
+        self._sized = len(batches) if isinstance(batches, (list, tuple)) else batches
         self.tag = None
         self.host_waits = 0     # times a slot's copy had not completed when it was needed again
         self.batches = 0
@@ -424,11 +427,22 @@ class DeviceFeeder:
     def __iter__(self):
         return self
 
+    def __len__(self):
+        if isinstance(self._sized, int):
+            return self._sized
+        if not hasattr(self._sized, "__len__"):
+            raise TypeError("DeviceFeeder: its batches have no len()")
+        return len(self._sized)
+
     def __next__(self):
         while not self._exhausted and len(self._pending) <= self.depth:
             try:
                 item = next(self._source)
             except StopIteration:
+                self._exhausted = True
+                break
+            except Exception as e:   # raised after the batches before it are handed out, as without a device
+                self._error = e
                 self._exhausted = True
                 break
             batch, tag = item if self._tagged else (item, None)
@@ -437,6 +451,9 @@ class DeviceFeeder:
             del batch  # the engine's batch is released here (its bytes are in a slot now)
         if not self._pending:
             self._source = iter(())   # let go of the source's generator
+            error, self._error = self._error, None
+            if error is not None:
+                raise error
             raise StopIteration
         out, ready, handed, tag = self._pending.pop(0)
         self.backend.hand_over(ready, handed)
@@ -445,7 +462,9 @@ class DeviceFeeder:
         return out
 
     def close(self):
-        """Drops the batches issued ahead (their copies complete on the GPU regardless)."""
+        """Drops the batches issued ahead (their copies complete on the GPU regardless: torch's
+        pinned-memory allocator does not reuse a slot freed while a copy reads it, and device
+        memory freed on the side stream is reused in that stream's order)."""
         self._pending.clear()
         self._exhausted = True
         close = getattr(self._source, "close", None)
