@@ -30,6 +30,13 @@ supported (workers would keep their first epoch and state).
 
 Tensors view engine memory in the process that made them; with workers,
 torch moves them to shared memory (a copy) as it does for any batch.
+
+``device="cuda:N"`` (a Loader keyword): with ``num_workers=0`` the loader
+delivers CUDA tensors itself. With workers, a worker never touches CUDA: it
+assembles host batches (uint8 images), each carrying the conversions it
+needs, and the main process moves them (``vlafeed.torch.DataLoader`` does;
+around torch's DataLoader use ``vlafeed.torch.to_device(dl)``; a worker
+started otherwise raises).
 """
 import os
 import warnings

@@ -18,6 +18,11 @@ each worker skips what was delivered without decoding it; a state from
 another worker count, world size or batch size resumes elastically.
 ``persistent_workers`` is not supported (a worker would keep its first
 epoch and state).
+
+``device="cuda:N"``: with ``num_workers=0`` the ShardLoader delivers CUDA
+tensors itself; with workers, iterate ``vlafeed.torch.to_device(dl)``: the
+workers assemble host batches (uint8 images) and the main process moves and
+converts them.
 """
 import torch.utils.data
 
