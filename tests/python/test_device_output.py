@@ -416,3 +416,28 @@ def test_an_error_comes_after_the_batches_before_it():
         next(feeder)
     with pytest.raises(StopIteration):
         next(feeder)
+
+
+def test_ray_train_worker_loader_takes_device(root, monkeypatch):
+    """vlafeed.ray.loader_for_train_worker passes device= on; "auto" is the worker's device from Ray Train
+    (host memory when Ray gave it no GPU)."""
+    pytest.importorskip("ray.train")
+    import ray.train
+    import ray.train.torch
+    import vlafeed.ray
+
+    class Context:
+        def get_world_rank(self):
+            return 0
+
+        def get_world_size(self):
+            return 1
+    monkeypatch.setattr(ray.train, "get_context", lambda: Context())
+    monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
+    assert vlafeed.ray.loader_for_train_worker(root, device="auto", batch_size=5).device is None
+    backend = LateCopies()
+    loader = vlafeed.ray.loader_for_train_worker(root, device=backend, **OPTS)
+    assert loader.device is backend
+    got = list(loader)
+    backend.complete_all()
+    same_batches(list(vlafeed.Loader(root, rank=0, world_size=1, **OPTS)), got)

@@ -441,7 +441,7 @@ class DeviceFeeder:
             except StopIteration:
                 self._exhausted = True
                 break
-            except Exception as e:   # raised after the batches before it are handed out, as without a device
+            except Exception as e:  # noqa: BLE001 - raised after the batches before it, as without a device
                 self._error = e
                 self._exhausted = True
                 break
