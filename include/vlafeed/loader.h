@@ -113,6 +113,23 @@
  * workers, taking one batch from each worker in turn starting at worker 0,
  * then yields exactly what the uninterrupted run would have yielded next.
  *
+ * Placement: with cpus set, the engine threads start pinned to that CPU
+ * set (a CPU this process may not run on is refused at open, VF_EINVAL
+ * naming it) and the decoder threads they start inherit it. threads = 0
+ * then means one engine thread per CPU of the set. decode_threads = 0
+ * sizes the decoders from the cores of the rank: cores / engine threads,
+ * at least 1 and at most 8, where cores is num_cpus when pinned, else the
+ * CPUs this process may run on (sched_getaffinity). vf_loader_stats
+ * reports both as resolved.
+ *
+ * Data wait: vf_loader_next measures the time it blocks waiting for the
+ * next batch (wait_seconds), the part of it after the first batch was
+ * handed out (wait_after_first_seconds) and the wall time from the first
+ * batch handed out to the last (handout_seconds); their ratio is the
+ * fraction of the caller's loop spent waiting for data once the pipeline
+ * is running (the first batch's latency is first_batch_seconds).
+ * vf_loader_get_items is synchronous and not counted.
+ *
  * Threads: one caller thread drives a loader at a time; batches may be
  * released from any thread; vf_loader_cancel may be called from any thread.
  */
@@ -258,6 +275,31 @@ typedef struct vf_loader_state {
  * on such a sample: its positions are asked for explicitly. */
 typedef enum vf_on_error { VF_ON_ERROR_RAISE = 0, VF_ON_ERROR_SKIP = 1 } vf_on_error;
 
+/* Where video frames are decoded (decode_device; Python decode_device=,
+ * environment VF_DECODE_DEVICE). CPU: libdav1d / FFmpeg's software
+ * decoders, as always. CUDA: NVDEC through FFmpeg's CUDA hwaccel, required:
+ * a camera whose files cannot be decoded there fails, the message naming
+ * camera, file, codec and why (no CUDA device, an FFmpeg without CUDA
+ * hwaccel, a codec this GPU's NVDEC lacks, such as AV1 on A100/H100/H200).
+ * AUTO: NVDEC where that works, else the CPU, with the reason recorded
+ * (vf_loader_decode_device) and a one-line notice per reason and process.
+ * DEFAULT: the environment variable VF_DECODE_DEVICE ("auto", "cpu",
+ * "cuda"; unset or empty: cpu; any other value: cpu with a warning). The
+ * frame mapping (which frame a sample gets) is the same on every device;
+ * pixel values may differ slightly (docs/gpus.md). */
+typedef enum vf_decode_device {
+    VF_DECODE_DEVICE_DEFAULT = 0,
+    VF_DECODE_DEVICE_AUTO = 1,
+    VF_DECODE_DEVICE_CPU = 2,
+    VF_DECODE_DEVICE_CUDA = 3,
+} vf_decode_device;
+
+/* One camera's own decode device (vf_loader_settings.decode_device_cameras). */
+typedef struct vf_decode_device_camera {
+    const char *camera;        /* the camera's feature key, e.g. "observation.images.top" */
+    vf_decode_device device;
+} vf_decode_device_camera;
+
 typedef struct vf_loader_settings {
     vf_mode mode;
     size_t batch_size;         /* default 32 */
@@ -268,8 +310,14 @@ typedef struct vf_loader_settings {
     int rank, world_size;      /* default 0 / 1; -1 = read RANK / WORLD_SIZE from the environment */
     int num_consumers;         /* consumers (engine workers) per rank, default 1 */
     int consumer;              /* when a DataLoader worker process is one consumer: its id, else -1 */
-    int threads;               /* engine threads; 0 = number of cores */
-    int decode_threads;        /* threads per decoder, default 1 */
+    int threads;               /* engine threads; 0 = number of cores (of cpus when pinned) */
+    int decode_threads;        /* threads per decoder, default 1; 0 = from the cores (see Placement);
+                                * NVDEC decoders: always 1 */
+    vf_decode_device decode_device; /* every camera's decode device (see vf_decode_device);
+                                     * default VF_DECODE_DEVICE_DEFAULT: the environment's */
+    const vf_decode_device_camera *decode_device_cameras; /* per-camera overrides (copied; an
+                                     * unknown camera is refused), or NULL */
+    size_t num_decode_device_cameras;
     size_t prefetch_batches;   /* bounded output queue depth, default 4 */
     size_t prefetch_bytes;     /* ...and at most this many bytes of queued batches: fewer
                                 * (at least 1) are queued when batches are big; default
@@ -292,6 +340,9 @@ typedef struct vf_loader_settings {
     uint64_t prefetch_cache_bytes;    /* byte bound of that cache */
     size_t table_cache_bytes;  /* bound of the table rows kept in memory (episodes are read lazily,
                                 * when a batch needs them); 0 (default) = 256 MiB */
+    const int *cpus;           /* engine threads pinned to these CPUs (see Placement; copied at open);
+                                * NULL / 0 (default): not pinned */
+    size_t num_cpus;
     const vf_loader_state *resume; /* NULL, or a state to start from (copied; checked like
                                     * vf_loader_set_state; overrides epoch) */
     vf_on_error on_error;      /* VF_ON_ERROR_RAISE (default) or VF_ON_ERROR_SKIP (see below) */
@@ -458,9 +509,34 @@ typedef struct vf_loader_stats {
     uint64_t table_pages_decoded; /* data pages of those row groups decoded */
     uint64_t table_pages_skipped; /* ... and skipped unread (before the rows needed; pages after them are not
                                      even counted) */
+    /* Placement and data wait (see "Placement" and "Data wait" above). */
+    size_t pinned_cpus;        /* CPUs the engine threads are pinned to; 0: not pinned */
+    int engine_threads;        /* engine threads running */
+    int decode_threads;        /* threads per decoder, decode_threads = 0 resolved */
+    double handout_seconds;    /* wall time from the first batch vf_loader_next handed out to the last */
+    double wait_after_first_seconds; /* of wait_seconds, the part spent after the first batch */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);
+
+/* Where one camera's frames are decoded (counted over the readers the
+ * loader opened so far). */
+typedef struct vf_decode_device_report {
+    const char *camera;        /* the camera's key (owned by the dataset) */
+    vf_decode_device requested;/* after the environment: AUTO, CPU or CUDA */
+    uint64_t files_cpu;        /* decoders opened on the CPU */
+    uint64_t files_cuda;       /* decoders opened on NVDEC */
+    char reason[320];          /* why (some of) the camera's files decode on the CPU although
+                                * AUTO asked for NVDEC (the latest reason); "" when none */
+} vf_decode_device_report;
+
+/* The report of camera i (0..vf_dataset_num_cameras - 1); VF_ERANGE
+ * otherwise. */
+int vf_loader_decode_device(const vf_loader *l, size_t camera, vf_decode_device_report *report);
+/* "default", "auto", "cpu", "cuda" (NULL for another value); and back
+ * (VF_EINVAL for an unknown name). */
+const char *vf_decode_device_name(vf_decode_device device);
+int vf_decode_device_parse(const char *name, vf_decode_device *out);
 
 /* A sample left out under VF_ON_ERROR_SKIP, recorded when the batch it was
  * cut from is delivered (so the list depends only on what the caller

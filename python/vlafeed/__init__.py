@@ -22,7 +22,7 @@ environment variable's level (default: warnings and errors, so decoders do
 not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 """
 from vlafeed import _aliases
-from vlafeed._native import __version__, VlafeedError, set_log_level  # noqa: F401
+from vlafeed._native import __version__, VlafeedError, node_cache_stats, set_log_level  # noqa: F401
 from vlafeed.data.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.data.loader import Loader, LoaderWarning
 from vlafeed.data.mix import Mix

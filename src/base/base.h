@@ -167,6 +167,17 @@ typedef struct vf_thread_pool vf_thread_pool;
 typedef void (*vf_job_fn)(void *arg);
 /* threads <= 0 means the number of online cores. */
 int vf_thread_pool_create(vf_thread_pool **out, int threads);
+/* The same, every thread pinned to the num_cpus CPUs of cpus (NULL / 0:
+ * not pinned, as vf_thread_pool_create) from its start; threads <= 0 then
+ * means one per CPU of the list. A CPU outside this process's affinity
+ * (sched_getaffinity: absent, offline or not allowed) is refused
+ * (VF_EINVAL naming it). The list is not kept. */
+int vf_thread_pool_create_pinned(vf_thread_pool **out, int threads, const int *cpus, size_t num_cpus);
+/* 0 when every CPU of the list is one this process may run on, else
+ * VF_EINVAL naming the first that is not. */
+int vf_cpu_list_check(const int *cpus, size_t num_cpus);
+/* CPUs this process may run on (sched_getaffinity; vf_cpu_count if unknown). */
+int vf_cpu_allowed_count(void);
 int vf_thread_pool_submit(vf_thread_pool *p, vf_job_fn fn, void *arg);
 /* Blocks until every submitted job has finished. */
 void vf_thread_pool_wait(vf_thread_pool *p);

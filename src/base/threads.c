@@ -4,12 +4,16 @@
  * Invariants: the queue never holds more than its capacity (producers wait:
  * backpressure, never unbounded growth); a closed queue wakes every waiter.
  * The pool runs jobs FIFO; vf_thread_pool_wait returns once the count of
- * unfinished jobs reaches zero.
+ * unfinished jobs reaches zero. A pinned pool's threads are born with their
+ * CPU set (pthread_attr_setaffinity_np, so no job ever runs unpinned) and
+ * keep it; threads they start (a decoder's) inherit it.
  */
 #define _GNU_SOURCE
 #include "base/base.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -172,30 +176,120 @@ int vf_cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
+/* CPU ids above this are refused (a cpu_set_t of this size is 8 KiB). */
+#define MAX_CPU_ID 65535
+
+/* The CPUs this process may run on (sched_getaffinity), as a newly
+ * allocated set of *size bytes with room for ids up to MAX_CPU_ID. */
+static cpu_set_t *allowed_set(size_t *size)
+{
+    cpu_set_t *set = CPU_ALLOC(MAX_CPU_ID + 1);
+    if (!set)
+        return NULL;
+    *size = CPU_ALLOC_SIZE(MAX_CPU_ID + 1);
+    CPU_ZERO_S(*size, set);
+    if (sched_getaffinity(0, *size, set) != 0) {
+        CPU_FREE(set);
+        return NULL;
+    }
+    return set;
+}
+
+int vf_cpu_allowed_count(void)
+{
+    size_t size;
+    cpu_set_t *set = allowed_set(&size);
+    if (!set)
+        return vf_cpu_count();
+    int n = CPU_COUNT_S(size, set);
+    CPU_FREE(set);
+    return n > 0 ? n : 1;
+}
+
+int vf_cpu_list_check(const int *cpus, size_t num_cpus)
+{
+    if (num_cpus == 0)
+        return 0;
+    if (!cpus)
+        return vf_error(VF_EINVAL, "CPU list: %zu CPUs but no list", num_cpus);
+    size_t size;
+    cpu_set_t *allowed = allowed_set(&size);
+    if (!allowed)
+        return vf_error(VF_EIO, "CPU list: cannot read this process's CPU affinity (errno %d)", errno);
+    int r = 0;
+    for (size_t i = 0; i < num_cpus && r == 0; i++) {
+        if (cpus[i] < 0 || cpus[i] > MAX_CPU_ID)
+            r = vf_error(VF_EINVAL, "CPU list: CPU %d is out of range (0..%d)", cpus[i], MAX_CPU_ID);
+        else if (!CPU_ISSET_S((size_t)cpus[i], size, allowed))
+            r = vf_error(VF_EINVAL, "CPU list: CPU %d does not exist or is not allowed for this process", cpus[i]);
+    }
+    CPU_FREE(allowed);
+    return r;
+}
+
 int vf_thread_pool_create(vf_thread_pool **out, int threads)
 {
+    return vf_thread_pool_create_pinned(out, threads, NULL, 0);
+}
+
+int vf_thread_pool_create_pinned(vf_thread_pool **out, int threads, const int *cpus, size_t num_cpus)
+{
     *out = NULL;
+    int r = vf_cpu_list_check(cpus, num_cpus);
+    if (r < 0)
+        return r;
     if (threads <= 0)
-        threads = vf_cpu_count();
+        threads = num_cpus > 0 ? (int)VF_MIN(num_cpus, (size_t)1024) : vf_cpu_count();
     if (threads > 1024)
         return vf_error(VF_EINVAL, "thread pool: %d threads is too many", threads);
+    pthread_attr_t attr, *attrp = NULL;
+    cpu_set_t *set = NULL;
+    size_t set_size = CPU_ALLOC_SIZE(MAX_CPU_ID + 1);
+    if (num_cpus > 0) {
+        if (!(set = CPU_ALLOC(MAX_CPU_ID + 1)))
+            return VF_ENOMEM;
+        CPU_ZERO_S(set_size, set);
+        for (size_t i = 0; i < num_cpus; i++)
+            CPU_SET_S((size_t)cpus[i], set_size, set);
+        if (pthread_attr_init(&attr) != 0) {
+            CPU_FREE(set);
+            return VF_ENOMEM;
+        }
+        attrp = &attr;
+        if ((r = pthread_attr_setaffinity_np(&attr, set_size, set)) != 0) {
+            pthread_attr_destroy(&attr);
+            CPU_FREE(set);
+            return vf_error(VF_EINVAL, "thread pool: cannot pin threads to the CPU list (error %d)", r);
+        }
+    }
     vf_thread_pool *p = vf_calloc(1, sizeof *p);
-    if (!p)
-        return VF_ENOMEM;
-    p->threads = vf_calloc((size_t)threads, sizeof(pthread_t));
-    if (!p->threads) {
+    if (p && !(p->threads = vf_calloc((size_t)threads, sizeof(pthread_t)))) {
         free(p);
+        p = NULL;
+    }
+    if (!p) {
+        if (attrp)
+            pthread_attr_destroy(attrp);
+        CPU_FREE(set);
         return VF_ENOMEM;
     }
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->has_work, NULL);
     pthread_cond_init(&p->all_done, NULL);
-    for (int i = 0; i < threads; i++) {
-        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
+    r = 0;
+    for (int i = 0; i < threads && r == 0; i++) {
+        int e = pthread_create(&p->threads[i], attrp, worker_main, p);
+        if (e != 0) {
             p->num_threads = i;
-            vf_thread_pool_destroy(p);
-            return vf_error(VF_ENOMEM, "thread pool: cannot start thread %d", i);
+            r = vf_error(e == EINVAL ? VF_EINVAL : VF_ENOMEM, "thread pool: cannot start thread %d (error %d)", i, e);
         }
+    }
+    if (attrp)
+        pthread_attr_destroy(attrp);
+    CPU_FREE(set);
+    if (r < 0) {
+        vf_thread_pool_destroy(p);
+        return r;
     }
     p->num_threads = threads;
     *out = p;

@@ -37,6 +37,7 @@
 #define _POSIX_C_SOURCE 200809L /* getpid */
 #include "engine/loader_internal.h"
 
+#include <stdio.h>
 #include <unistd.h>
 
 #include <stdlib.h>
@@ -143,6 +144,36 @@ static size_t prefetch_count(const vf_loader_settings *s, const vf_sample_spec *
     return fit < (double)s->prefetch_batches ? (size_t)fit : s->prefetch_batches;
 }
 
+/* Placement: copies the settings' CPU set (the caller's array is not kept)
+ * after checking that this process may run on each CPU of it. */
+static int pin_to(vf_loader *l, vf_loader_settings *s)
+{
+    int r = vf_cpu_list_check(s->cpus, s->num_cpus);
+    if (r < 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", vf_last_error());
+        return vf_error(r, "loader: cpus: %s", why);
+    }
+    if (!(l->cpus = vf_malloc_array(s->num_cpus, sizeof *l->cpus)))
+        return VF_ENOMEM;
+    memcpy(l->cpus, s->cpus, s->num_cpus * sizeof *l->cpus);
+    l->num_cpus = s->num_cpus;
+    s->cpus = NULL; /* settings pointers must not be kept */
+    s->num_cpus = 0;
+    return 0;
+}
+
+/* decode_threads = 0: the rank's cores (the pinned set, else the CPUs this
+ * process may run on) shared by its engine threads, at least 1, at most 8
+ * (frame threads beyond ~8 add latency and memory, not throughput, at the
+ * resolutions datasets hold). */
+int vf_engine_decode_threads(size_t pinned_cpus, int engine_threads)
+{
+    int cores = pinned_cpus > 0 ? (int)VF_MIN(pinned_cpus, (size_t)1 << 16) : vf_cpu_allowed_count();
+    int per_thread = cores / (engine_threads > 0 ? engine_threads : 1);
+    return per_thread < 1 ? 1 : per_thread > 8 ? 8 : per_thread;
+}
+
 /* The decoder cache bound: the user's, or 32; in pool mode the pool's
  * working set, at most 128: segments x cameras x consumers of this loader
  * x engine threads (every thread assembles batches drawing from the whole
@@ -244,6 +275,7 @@ void vf_loader_close(vf_loader *l)
     }
     vf_engine_evict_all(l);
     free(l->seg_state);
+    free(l->cpus);
     free(l->evict_order);
     for (size_t i = 0; i < l->num_warnings; i++)
         free(l->warnings[i]);
@@ -266,6 +298,7 @@ void vf_loader_close(vf_loader *l)
     free(l->wanted);
     if (l->cache)
         vf_video_cache_close(l->cache);
+    vf_engine_devices_close(l->devices); /* after the readers that decode on its device */
     if (l->file_cache) /* after the readers that may read its files, and after every evict */
         vf_file_cache_close(l->file_cache);
     if (l->core)
@@ -309,15 +342,26 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     s->sample.renames = NULL;
     s->sample.normalize = NULL;
     s->sample.num_delta_timestamps = s->sample.num_keys = s->sample.num_renames = s->sample.num_normalize = 0;
+    if (r == 0)
+        r = vf_engine_devices_open(&l->devices, dataset, s);
+    s->decode_device_cameras = NULL; /* resolved per camera in l->devices */
+    s->num_decode_device_cameras = 0;
     if (r == 0) {
         if (!(l->wanted = vf_calloc(l->spec->num_episodes ? l->spec->num_episodes : 1, 1)))
             r = VF_ENOMEM;
         else if (s->table_cache_bytes > 0)
             l->spec->rows_max_bytes = s->table_cache_bytes;
     }
-    l->nthreads = s->threads > 0 ? s->threads : vf_cpu_count();
+    if (r == 0 && s->num_cpus > 0)
+        r = pin_to(l, s);
+    if (s->threads > 0)
+        l->nthreads = s->threads;
+    else /* one per pinned CPU, else one per online core */
+        l->nthreads = l->num_cpus > 0 ? (int)VF_MIN(l->num_cpus, (size_t)1024) : vf_cpu_count();
     if (l->nthreads < 1)
         l->nthreads = 1;
+    l->decode_threads = s->decode_threads > 0 ? s->decode_threads
+                                              : vf_engine_decode_threads(l->num_cpus, l->nthreads);
     l->window = prefetch_count(s, r == 0 ? l->spec : NULL) + (size_t)l->nthreads;
     if (r == 0) {
         r = vf_engine_core_create(&l->core, l->spec, s->batch_size, l->window + 2);
@@ -330,7 +374,8 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
             files += vf_dataset_num_video_files(dataset, k);
         l->cache_capacity = vf_engine_cache_entries(s, vf_dataset_num_cameras(dataset), files, l->nthreads);
         cs.max_entries = l->cache_capacity;
-        cs.video.decode_threads = s->decode_threads;
+        cs.video.decode_threads = l->decode_threads;
+        vf_engine_devices_configure(l->devices, &cs);
         l->opener.dataset = dataset;
         if (s->prefetch_cache_dir && s->prefetch_cache_bytes > 0 && s->mode == VF_MODE_POOL) {
             r = vf_file_cache_open(&l->file_cache, s->prefetch_cache_dir, s->prefetch_cache_bytes);
@@ -344,7 +389,7 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         if (r == 0)
             r = vf_video_cache_open(&l->cache, &cs);
     }
-    if (r == 0 && (r = vf_thread_pool_create(&l->threads, l->nthreads)) == 0)
+    if (r == 0 && (r = vf_thread_pool_create_pinned(&l->threads, l->nthreads, l->cpus, l->num_cpus)) == 0)
         watch_on_engine_threads(l);
     if (r == 0)
         r = vf_queue_create(&l->done, l->window + 1);
@@ -552,8 +597,12 @@ static int next_batch(vf_loader *l, vf_batch **out)
     }
     if (l->stash[want % l->window] == j)
         l->stash[want % l->window] = NULL;
-    if (waited_from)
-        l->wait_seconds += vf_now_seconds() - waited_from;
+    double now = vf_now_seconds();
+    if (waited_from) {
+        l->wait_seconds += now - waited_from;
+        if (l->first_handout_at > 0)
+            l->wait_after_first += now - waited_from;
+    }
     l->next_deliver++;
     int rc = j->rc;
     vf_batch *b = j->batch;
@@ -572,6 +621,9 @@ static int next_batch(vf_loader *l, vf_batch **out)
         }
         l->samples += b->size;
         l->batches += b->size > 0; /* a batch whose samples were all skipped is not delivered */
+        if (l->first_handout_at == 0)
+            l->first_handout_at = now;
+        l->last_handout_at = now;
         if (l->seg_state)
             vf_engine_evict_until(l, want);
     }
@@ -677,5 +729,10 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     st->table_evictions = sp->table_evictions;
     st->table_cache_bytes = sp->rows_bytes;
     pthread_mutex_unlock(&sp->rows_lock);
+    st->pinned_cpus = l->num_cpus;
+    st->engine_threads = l->nthreads;
+    st->decode_threads = l->decode_threads;
+    st->handout_seconds = l->first_handout_at > 0 ? l->last_handout_at - l->first_handout_at : 0.0;
+    st->wait_after_first_seconds = l->wait_after_first;
 }
 

@@ -40,6 +40,8 @@ typedef struct vf_engine_job {
 
 #define VF_ENGINE_MAX_SKIP_RECORDS 65536
 
+typedef struct vf_engine_devices vf_engine_devices;
+
 struct vf_loader {
     vf_dataset *dataset;
     pid_t pid;                 /* the process that opened it */
@@ -47,11 +49,15 @@ struct vf_loader {
     vf_engine_core *core;
     vf_sample_spec *spec;      /* owned by core */
     vf_video_cache *cache;
+    vf_engine_devices *devices; /* decode device per camera, the shared CUDA device (loader_devices.c) */
     vf_ds_opener opener;       /* the cache's open hook: local files, or URLs through the dataset's fs */
     vf_file_cache *file_cache; /* prefetch-on-admit downloads (pool mode over URLs), or NULL */
     vf_pool_hooks user_hooks;  /* the caller's hooks, run after/before the prefetch ones */
     vf_thread_pool *threads;
     int nthreads;
+    int *cpus;                 /* the CPU set the engine threads are pinned to (copy), or NULL */
+    size_t num_cpus;
+    int decode_threads;        /* settings' decode_threads, 0 resolved */
     vf_sample_counters counters;
     vf_plan_task *tasks;       /* stream mode: partitions; pool mode: one per episode */
     size_t num_tasks;
@@ -97,14 +103,29 @@ struct vf_loader {
     double first_batch_seconds;
     int have_first;
     double wait_seconds;
+    double first_handout_at, last_handout_at; /* vf_now_seconds of the first / latest batch handed out */
+    double wait_after_first;   /* wait_seconds after the first batch was handed out */
     uint64_t samples, batches;
 };
+
+/* ---- loader_devices.c ------------------------------------------------------ */
+
+/* Resolves each camera's decode device (settings and environment; an
+ * unknown camera in decode_device_cameras is refused) and opens the shared
+ * CUDA device when one asks for NVDEC (a camera requiring it without a
+ * device fails here). Keeps no pointer into s. */
+int vf_engine_devices_open(vf_engine_devices **out, const vf_dataset *d, const vf_loader_settings *s);
+void vf_engine_devices_close(vf_engine_devices *v);
+/* Sets the cache's device hooks and shared device (v outlives the cache). */
+void vf_engine_devices_configure(vf_engine_devices *v, vf_video_cache_settings *cs);
 
 /* ---- loader.c ------------------------------------------------------------ */
 
 /* Checks settings (already copied from the caller's) and fills RANK /
  * WORLD_SIZE from the environment where they are -1. */
 int vf_engine_check_settings(vf_loader_settings *s);
+/* decode_threads = 0 resolved for a rank's cores (see loader.c). */
+int vf_engine_decode_threads(size_t pinned_cpus, int engine_threads);
 /* The decoder cache bound for settings s (see loader.c). */
 size_t vf_engine_cache_entries(const vf_loader_settings *s, size_t cameras, size_t files, int threads);
 

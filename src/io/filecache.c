@@ -26,10 +26,15 @@
  */
 #define _GNU_SOURCE
 #include "io/io.h"
+#include "io/http_internal.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -577,4 +582,416 @@ int vf_file_cache_refs(vf_file_cache *c, const char *url)
     int n = e ? e->refs : 0;
     pthread_mutex_unlock(&c->lock);
     return n;
+}
+
+/* ---- node cache: one download per node, shared by processes (see io.h) ---------- */
+
+static pthread_mutex_t node_stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static vf_node_cache_stats node_process_stats;
+
+#define NODE_STAT_FIELDS 7
+static const char *const node_stat_names[NODE_STAT_FIELDS] = {"fetches", "bytes_fetched", "hits", "bytes_reused",
+                                                              "waits", "evictions", "bypassed"};
+
+static uint64_t *node_stat_field(vf_node_cache_stats *st, int i)
+{
+    uint64_t *f[NODE_STAT_FIELDS] = {&st->fetches, &st->bytes_fetched, &st->hits, &st->bytes_reused,
+                                     &st->waits, &st->evictions, &st->bypassed};
+    return f[i];
+}
+
+const char *vf_node_cache_dir(void)
+{
+    const char *d = getenv("VF_NODE_CACHE_DIR");
+    return d && *d ? d : NULL;
+}
+
+uint64_t vf_node_cache_bound(void)
+{
+    const char *b = getenv("VF_NODE_CACHE_BYTES");
+    if (b && *b) {
+        char *end;
+        unsigned long long v = strtoull(b, &end, 10);
+        if (*end == '\0' && v > 0)
+            return v;
+        vf_log(VF_LOG_WARN, "VF_NODE_CACHE_BYTES=%s is not a positive byte count; using 16 GiB", b);
+    }
+    return (uint64_t)16 << 30;
+}
+
+static int parse_stats(int fd, vf_node_cache_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    char buf[1024];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n < 0)
+        return -1;
+    buf[n] = '\0';
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[32];
+        unsigned long long v;
+        if (sscanf(line, "%31s %llu", name, &v) != 2)
+            continue;
+        for (int i = 0; i < NODE_STAT_FIELDS; i++)
+            if (!strcmp(name, node_stat_names[i]))
+                *node_stat_field(st, i) = v;
+    }
+    return 0;
+}
+
+/* Adds d to this process's counters and to the node's (<dir>/.stats). */
+static void node_count(const char *dir, const vf_node_cache_stats *d)
+{
+    pthread_mutex_lock(&node_stats_lock);
+    for (int i = 0; i < NODE_STAT_FIELDS; i++)
+        *node_stat_field(&node_process_stats, i) += *node_stat_field((vf_node_cache_stats *)d, i);
+    pthread_mutex_unlock(&node_stats_lock);
+    char *path = vf_path_join(dir, ".stats");
+    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+    free(path);
+    if (fd < 0)
+        return;
+    if (flock(fd, LOCK_EX) == 0) {
+        vf_node_cache_stats st;
+        if (parse_stats(fd, &st) == 0) {
+            char out[1024];
+            size_t n = 0;
+            for (int i = 0; i < NODE_STAT_FIELDS; i++) {
+                *node_stat_field(&st, i) += *node_stat_field((vf_node_cache_stats *)d, i);
+                n += (size_t)snprintf(out + n, sizeof out - n, "%s %llu\n", node_stat_names[i],
+                                      (unsigned long long)*node_stat_field(&st, i));
+            }
+            if (pwrite(fd, out, n, 0) != (ssize_t)n || ftruncate(fd, (off_t)n) < 0)
+                vf_log(VF_LOG_WARN, "node cache: cannot update %s/.stats: %s", dir, strerror(errno));
+        }
+        flock(fd, LOCK_UN);
+    }
+    close(fd);
+}
+
+void vf_node_cache_process_stats(vf_node_cache_stats *out)
+{
+    pthread_mutex_lock(&node_stats_lock);
+    *out = node_process_stats;
+    pthread_mutex_unlock(&node_stats_lock);
+}
+
+int vf_node_cache_node_stats(const char *dir, vf_node_cache_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    char *path = vf_path_join(dir, ".stats");
+    if (!path)
+        return VF_ENOMEM;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0)
+        return 0;
+    flock(fd, LOCK_SH);
+    parse_stats(fd, out);
+    close(fd);
+    return 0;
+}
+
+static char *node_file(const char *dir, const char *key, const char *suffix)
+{
+    return vf_asprintf("%s/%s%s", dir, key, suffix);
+}
+
+/* 1 when the lock file of the entry whose file is `path` (any suffix) is held by someone. */
+static int node_entry_busy(const char *path)
+{
+    char *lock = vf_strdup(path);
+    if (!lock)
+        return 1;
+    char *dot = strrchr(lock, '.');
+    if (!dot || strlen(dot) < 5) {
+        free(lock);
+        return 1;
+    }
+    strcpy(dot, ".lock");
+    int fd = open(lock, O_RDONLY | O_CLOEXEC);
+    free(lock);
+    if (fd < 0)
+        return 0;
+    int busy = flock(fd, LOCK_EX | LOCK_NB) < 0;
+    close(fd);
+    return busy;
+}
+
+/* Under .evict.lock: deletes least recently used unlocked copies until need
+ * more bytes fit in max_bytes; drops reservations of dead processes. 0 when
+ * the room is there, 1 when it cannot be made. */
+static int node_make_room(const char *dir, const char *own_key, uint64_t need, uint64_t max_bytes,
+                          vf_node_cache_stats *d)
+{
+    for (;;) {
+        DIR *dh = opendir(dir);
+        if (!dh)
+            return 1;
+        uint64_t used = 0, oldest_time = UINT64_MAX;
+        char *oldest = NULL;
+        uint64_t oldest_size = 0;
+        struct dirent *de;
+        while ((de = readdir(dh))) {
+            const char *name = de->d_name;
+            size_t n = strlen(name);
+            int data = n > 5 && !strcmp(name + n - 5, ".data");
+            int part = n > 5 && !strcmp(name + n - 5, ".part");
+            if (!data && !part)
+                continue;
+            if (own_key && !strncmp(name, own_key, strlen(own_key)))
+                continue;
+            char *full = vf_path_join(dir, name);
+            struct stat st;
+            if (!full || stat(full, &st) < 0) {
+                free(full);
+                continue;
+            }
+            if (part) {
+                if (!node_entry_busy(full)) /* its downloader died: not a reservation any more */
+                    unlink(full);
+                else
+                    used += (uint64_t)st.st_size;
+                free(full);
+                continue;
+            }
+            used += (uint64_t)st.st_size;
+            uint64_t t = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+            if (t < oldest_time && !node_entry_busy(full)) {
+                free(oldest);
+                oldest = full;
+                oldest_time = t;
+                oldest_size = (uint64_t)st.st_size;
+            } else {
+                free(full);
+            }
+        }
+        closedir(dh);
+        if (used + need <= max_bytes) {
+            free(oldest);
+            return 0;
+        }
+        if (!oldest)
+            return 1;
+        if (unlink(oldest) == 0) {
+            d->evictions++;
+            vf_log(VF_LOG_DEBUG, "node cache: evicted %s (%llu bytes)", oldest, (unsigned long long)oldest_size);
+        }
+        free(oldest);
+    }
+}
+
+static int node_open_copy(const char *data, int *fd, uint64_t *size)
+{
+    int f = open(data, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return -1;
+    struct stat st;
+    if (fstat(f, &st) < 0) {
+        close(f);
+        return -1;
+    }
+    futimens(f, NULL); /* least recently used = oldest mtime; best effort */
+    *fd = f;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int vf_node_cache_fetch(const char *dir, uint64_t max_bytes, const char *url, uint64_t known_size,
+                        const vf_file_cache_fetcher *fetcher, int *fd, uint64_t *size)
+{
+    *fd = -1;
+    *size = 0;
+    char key[65];
+    vf_sha256_hex(url, strlen(url), key);
+    char *data = node_file(dir, key, ".data"), *lock = node_file(dir, key, ".lock");
+    char *part = node_file(dir, key, ".part"), *tmp = node_file(dir, key, ".tmp");
+    char *evict = vf_path_join(dir, ".evict.lock");
+    vf_node_cache_stats d = {0};
+    int r = 0, lk = -1;
+    if (!data || !lock || !part || !tmp || !evict) {
+        r = VF_ENOMEM;
+        goto done;
+    }
+    if (node_open_copy(data, fd, size) == 0) { /* a hit: copies only appear complete (rename) */
+        d.hits = 1;
+        d.bytes_reused = *size;
+        goto done;
+    }
+    if (vf_mkdirs(dir) < 0) {
+        vf_log(VF_LOG_WARN, "node cache: cannot create %s; reading remotely", dir);
+        d.bypassed = 1;
+        r = 1;
+        goto done;
+    }
+    lk = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lk < 0 || flock(lk, LOCK_EX) < 0) {
+        vf_log(VF_LOG_WARN, "node cache: cannot lock %s: %s; reading remotely", lock, strerror(errno));
+        r = 1;
+        goto done;
+    }
+    if (node_open_copy(data, fd, size) == 0) { /* another process fetched it while we waited */
+        d.hits = d.waits = 1;
+        d.bytes_reused = *size;
+        goto done;
+    }
+    uint64_t want = known_size;
+    if (want == UINT64_MAX && (r = fetcher->size(fetcher->ctx, url, &want)) < 0)
+        goto done;
+    if (want > max_bytes) {
+        d.bypassed = 1;
+        r = 1;
+        goto done;
+    }
+    int ev = open(evict, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (ev < 0 || flock(ev, LOCK_EX) < 0) {
+        if (ev >= 0)
+            close(ev);
+        d.bypassed = 1;
+        r = 1;
+        goto done;
+    }
+    int room = node_make_room(dir, key, want, max_bytes, &d);
+    int pf = room == 0 ? open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    if (pf >= 0) { /* the reservation: a sparse file of the object's size */
+        if (ftruncate(pf, (off_t)want) < 0)
+            room = 1;
+        close(pf);
+    } else {
+        room = 1;
+    }
+    flock(ev, LOCK_UN);
+    close(ev);
+    if (room != 0) {
+        unlink(part);
+        d.bypassed = 1;
+        r = 1;
+        goto done;
+    }
+    r = fetcher->fetch(fetcher->ctx, url, tmp, want);
+    if (r == 0) {
+        struct stat st;
+        if (stat(tmp, &st) < 0 || (uint64_t)st.st_size != want)
+            r = vf_error(VF_ECORRUPT, "%s: the node cache's download has %lld bytes, expected %llu", url,
+                         (long long)(stat(tmp, &st) < 0 ? -1 : st.st_size), (unsigned long long)want);
+        else if (rename(tmp, data) < 0)
+            r = vf_error(VF_EIO, "%s: cannot move the download into the node cache (%s): %s", url, data,
+                         strerror(errno));
+    }
+    unlink(part);
+    if (r < 0) {
+        unlink(tmp);
+        goto done;
+    }
+    d.fetches = 1;
+    d.bytes_fetched = want;
+    if (node_open_copy(data, fd, size) < 0)
+        r = vf_error(VF_EIO, "%s: the node cache's copy %s vanished: %s", url, data, strerror(errno));
+done:
+    if (lk >= 0) {
+        flock(lk, LOCK_UN);
+        close(lk);
+    }
+    if (d.fetches || d.hits || d.evictions || d.bypassed)
+        node_count(dir, &d);
+    free(data);
+    free(lock);
+    free(part);
+    free(tmp);
+    free(evict);
+    return r;
+}
+
+/* A source over the node cache's copy, named by the URL. */
+typedef struct node_source {
+    int fd;
+} node_source;
+
+static int64_t node_source_read(void *impl, uint64_t offset, void *buf, size_t len)
+{
+    node_source *ns = impl;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(ns->fd, (char *)buf + got, len - got, (off_t)(offset + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return vf_error(VF_EIO, "node cache read: %s", strerror(errno));
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (int64_t)got;
+}
+
+static void node_source_destroy(void *impl)
+{
+    node_source *ns = impl;
+    close(ns->fd);
+    free(ns);
+}
+
+static int node_http_fetch(vf_http_client *c, const char *url, uint64_t known_size, int *fd, uint64_t *size)
+{
+    const char *dir = vf_node_cache_dir();
+    if (!dir)
+        return 1;
+    vf_file_cache_fetcher f = {http_size, http_fetch, c};
+    return vf_node_cache_fetch(dir, vf_node_cache_bound(), url, known_size, &f, fd, size);
+}
+
+int vf_node_cache_open_source(vf_http_client *c, const char *url, uint64_t known_size, vf_source **out)
+{
+    *out = NULL;
+    int fd;
+    uint64_t size;
+    int r = node_http_fetch(c, url, known_size, &fd, &size);
+    if (r != 0)
+        return r;
+    node_source *ns = vf_calloc(1, sizeof *ns);
+    char *name = ns ? vf_http_redact_url(url) : NULL;
+    if (!name) {
+        free(ns);
+        close(fd);
+        return VF_ENOMEM;
+    }
+    ns->fd = fd;
+    static const vf_source_ops ops = {node_source_read, node_source_destroy, NULL, NULL};
+    r = vf_source_create(out, name, size, &ops, ns);
+    free(name);
+    if (r < 0)
+        node_source_destroy(ns);
+    return r;
+}
+
+int vf_node_cache_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    int fd;
+    uint64_t size;
+    int r = node_http_fetch(c, url, UINT64_MAX, &fd, &size);
+    if (r != 0)
+        return r;
+    if (size > max_bytes) {
+        close(fd);
+        return 1; /* the remote path says so, in its own words */
+    }
+    uint8_t *buf = vf_malloc((size_t)size + 1);
+    if (!buf) {
+        close(fd);
+        return VF_ENOMEM;
+    }
+    node_source ns = {fd};
+    int64_t n = node_source_read(&ns, 0, buf, (size_t)size);
+    close(fd);
+    if (n != (int64_t)size) {
+        free(buf);
+        return n < 0 ? (int)n : vf_error(VF_EIO, "%s: short read from the node cache", url);
+    }
+    buf[size] = '\0';
+    *data = buf;
+    *len = (size_t)size;
+    return 0;
 }

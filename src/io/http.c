@@ -526,6 +526,11 @@ static int64_t http_source_read(void *impl, uint64_t offset, void *buf, size_t l
 
 int vf_http_open_source(vf_http_client *c, const char *url, uint64_t known_size, vf_source **out)
 {
+    if (vf_node_cache_dir()) { /* one download per node (filecache.c); 1: not cached, read remotely */
+        int nr = vf_node_cache_open_source(c, url, known_size, out);
+        if (nr <= 0)
+            return nr;
+    }
     *out = NULL;
     uint64_t size = known_size;
     int r = 0;

@@ -915,6 +915,11 @@ int vf_http_head(vf_http_client *c, const char *url, uint64_t *size)
 
 int vf_http_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len)
 {
+    if (vf_node_cache_dir()) { /* one download per node (filecache.c); 1: not cached, read remotely */
+        int nr = vf_node_cache_get(c, url, max_bytes, data, len);
+        if (nr <= 0)
+            return nr;
+    }
     *data = NULL;
     *len = 0;
     vf_buf b = {0};

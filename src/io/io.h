@@ -341,4 +341,57 @@ void vf_file_cache_get_stats(vf_file_cache *c, vf_file_cache_stats *out);
 /* Reference count of url (0 when absent), for tests and diagnostics. */
 int vf_file_cache_refs(vf_file_cache *c, const char *url);
 
+/* ---- node cache (filecache.c): one download per node ------------------- */
+
+/* With VF_NODE_CACHE_DIR set, every process on a node (ranks, DataLoader
+ * workers, Ray tasks) that reads an http(s)/s3 object through
+ * vf_http_open_source or vf_http_get first makes sure a whole copy is in
+ * that directory, and then reads the copy: the object crosses the network
+ * once per node, not once per process.
+ *
+ * Cross-process protocol (flock(2) on per-object lock files):
+ *  - <key>.data is a complete copy (key: SHA-256 of the URL); it only ever
+ *    appears by rename, so opening it needs no lock (a hit);
+ *  - a miss takes <key>.lock exclusively (others wanting the same object
+ *    block on it, then find the copy), reserves the object's size as a
+ *    sparse <key>.part, downloads into <key>.tmp and renames it to .data;
+ *  - the size bound (VF_NODE_CACHE_BYTES, default 16 GiB) counts copies and
+ *    reservations; room is made under .evict.lock by deleting the least
+ *    recently used copies (mtime, refreshed at every hit) whose lock is
+ *    free. Open descriptors keep evicted bytes readable. An object larger
+ *    than the bound, or one that cannot get room, is read remotely
+ *    (counted as bypassed). A reservation left by a killed process is
+ *    dropped by the next scan (its lock is free).
+ *  - copies are keyed by URL alone: objects are taken as immutable (a
+ *    dataset's files are); delete the directory after rewriting one;
+ *  - node-wide counters live in <dir>/.stats (flock-protected text: one
+ *    "name value" per line), this process's in vf_node_cache_process_stats. */
+typedef struct vf_node_cache_stats {
+    uint64_t fetches;       /* objects downloaded into the node cache */
+    uint64_t bytes_fetched; /* their bytes: what crossed the network */
+    uint64_t hits;          /* opens served by a copy already there */
+    uint64_t bytes_reused;  /* bytes of those copies */
+    uint64_t waits;         /* hits that first waited for another process's download */
+    uint64_t evictions;     /* copies deleted to stay within the bound */
+    uint64_t bypassed;      /* reads that went remote: larger than the bound, or no room */
+} vf_node_cache_stats;
+
+/* $VF_NODE_CACHE_DIR, or NULL when unset or empty. */
+const char *vf_node_cache_dir(void);
+/* $VF_NODE_CACHE_BYTES (default 16 GiB). */
+uint64_t vf_node_cache_bound(void);
+/* Makes sure url's whole object is in dir and opens it: 0 with *fd (read
+ * only, the caller closes it) and *size; 1 when the object is not cached
+ * (read it remotely); a negative code on a failed size or fetch. known_size
+ * may be UINT64_MAX. */
+int vf_node_cache_fetch(const char *dir, uint64_t max_bytes, const char *url, uint64_t known_size,
+                        const vf_file_cache_fetcher *fetcher, int *fd, uint64_t *size);
+/* The hooks of vf_http_open_source and vf_http_get: 1 when the node cache
+ * is off or cannot hold the object (go on remotely), else their result. */
+int vf_node_cache_open_source(vf_http_client *c, const char *url, uint64_t known_size, vf_source **out);
+int vf_node_cache_get(vf_http_client *c, const char *url, size_t max_bytes, uint8_t **data, size_t *len);
+void vf_node_cache_process_stats(vf_node_cache_stats *out);
+/* The node-wide counters of the cache in dir (zeros when there are none). */
+int vf_node_cache_node_stats(const char *dir, vf_node_cache_stats *out);
+
 #endif

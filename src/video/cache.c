@@ -166,8 +166,13 @@ int vf_video_cache_checkout(vf_video_cache *c, const char *key, vf_video_reader 
     int r = c->settings.open_source ? c->settings.open_source(c->settings.open_source_ctx, key, &src)
                                     : vf_source_open_file(&src, key);
     if (r == 0) {
-        r = vf_video_open(&e->reader, src, &c->settings.video);
+        vf_video_settings vs = c->settings.video;
+        if (c->settings.device_for)
+            vs.device = c->settings.device_for(c->settings.hooks_ctx, key);
+        r = vf_video_open(&e->reader, src, &vs);
         vf_source_close(src);
+        if (r == 0 && c->settings.opened)
+            c->settings.opened(c->settings.hooks_ctx, key, e->reader);
     } else if (c->camera) {
         vf_error_context(r, "camera %s", c->camera);
     }

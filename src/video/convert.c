@@ -126,10 +126,13 @@ static int to_rgb24(vf_vid_converter *c, const AVFrame *frame, int w, int h, int
         return 0;
     }
     /* swscale's SIMD rows work in blocks of 8-16 pixels: give it padded rows
-     * and copy the exact width out. */
-    size_t padded = (row + 63) & ~(size_t)63;
+     * and copy the exact width out. A row may be stored up to 16 pixels past
+     * its width (valgrind: 8 bytes past a 100-pixel row rounded to 320 bytes,
+     * with yuv420p frames from av_frame_get_buffer, as NVDEC downloads are),
+     * hence 16 pixels of slack per row and 64 bytes after the last. */
+    size_t padded = (row + 16 * 3 + 63) & ~(size_t)63;
     size_t hwc = (size_t)w * h * 3;
-    size_t need = hwc + padded * (size_t)h;
+    size_t need = hwc + padded * (size_t)h + 64;
     /* The padded area lives after the first hwc bytes so a CHW caller's
      * scratch HWC (at offset 0) is not overwritten. */
     if (dst != c->scratch) {

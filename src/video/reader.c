@@ -21,6 +21,13 @@
  *
  * The last decoded frame is kept, so asking again for the same ordinal
  * (delta windows clamp at episode edges) converts it again without decoding.
+ *
+ * Decode device (settings.device, hwdecode.c): on NVDEC the decoder
+ * outputs GPU surfaces; everything above (positioning, pts -> ordinal,
+ * retries) is the same code, and a surface is copied to host memory only
+ * when it is delivered (frames decoded on the way to a target never are).
+ * When NVDEC cannot take the stream, AUTO opens the CPU decoder and keeps
+ * the reason; CUDA fails the open.
  */
 #include "video/video_internal.h"
 
@@ -44,6 +51,12 @@ struct vf_video_reader {
     char *camera;
     vf_video_stats stats;
     int debug;                  /* VF_LOG=debug: trace decoded frames and seeks */
+    vf_decode_device device;    /* where it decodes: _CPU or _CUDA */
+    char device_reason[320];    /* why the CPU although AUTO asked for NVDEC, or "" */
+    vf_video_hwdevice *own_hwdevice; /* the device opened for this reader (none was given), or NULL */
+    AVFrame *host;              /* NVDEC: `frame` copied to host memory */
+    AVFrame *staging;           /* NVDEC: the transfer before the planar repack */
+    int64_t host_ordinal;       /* the ordinal host holds, -1 when none */
 };
 
 void vf_video_defaults(vf_video_settings *s)
@@ -85,11 +98,60 @@ void vf_video_close(vf_video_reader *r)
     av_packet_free(&r->pkt);
     av_frame_free(&r->frame);
     av_frame_free(&r->tmp);
+    av_frame_free(&r->host);
+    av_frame_free(&r->staging);
+    vf_video_hwdevice_close(r->own_hwdevice);
     vf_vid_converter_free(&r->conv);
     vf_video_index_free(r->index);
     vf_vid_demux_close(&r->demux);
     free(r->camera);
     free(r);
+}
+
+/* Opens the decoder on NVDEC when the settings ask for it and it works.
+ * 0: done (on NVDEC); 1: decode on the CPU (device_reason says why when
+ * AUTO asked); < 0: an error (CUDA required and impossible, ENOMEM). */
+static int try_nvdec(vf_video_reader *r)
+{
+    vf_decode_device wanted = vf_video_decode_device_resolve(r->settings.device);
+    r->device = VF_DECODE_DEVICE_CPU;
+    if (wanted == VF_DECODE_DEVICE_CPU)
+        return 1;
+    vf_vid_demux *d = &r->demux;
+    const vf_video_hwdevice *dev = r->settings.hwdevice;
+    if (!dev) {
+        if (vf_video_hwdevice_open(&r->own_hwdevice) < 0)
+            return VF_ENOMEM;
+        dev = r->own_hwdevice;
+    }
+    int64_t first_key = vf_video_index_keyframe_before(r->index, 0);
+    int64_t start_pts = r->index->pts[first_key >= 0 ? first_key : 0];
+    char why[sizeof r->device_reason - 64];
+    int rc = vf_vid_hw_open(&r->dec, d, dev, &r->settings, start_pts, why, sizeof why);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        r->device = VF_DECODE_DEVICE_CUDA;
+        r->host_ordinal = -1;
+        r->host = av_frame_alloc();
+        r->staging = av_frame_alloc();
+        return r->host && r->staging ? 0 : VF_ENOMEM;
+    }
+    if (wanted == VF_DECODE_DEVICE_CUDA)
+        return vf_error(VF_EUNSUPPORTED, "%s%s%s: decode_device cuda: cannot decode %s on NVDEC: %s", d->name,
+                        cam_sep(r), cam_name(r), r->index->codec_name, why);
+    /* The reason carries no file name, so each one is logged once per
+     * process however many files it concerns. */
+    vf_log(VF_LOG_WARN, "decode_device auto: %s; decoding on the CPU instead", why);
+    snprintf(r->device_reason, sizeof r->device_reason, "%s: %s", r->index->codec_name, why);
+    return 1;
+}
+
+vf_decode_device vf_video_reader_device(const vf_video_reader *r, const char **reason)
+{
+    if (reason)
+        *reason = r->device_reason;
+    return r->device;
 }
 
 static int open_decoder(vf_video_reader *r)
@@ -108,6 +170,9 @@ static int open_decoder(vf_video_reader *r)
     if ((int64_t)ix->width * ix->height > r->settings.max_pixels)
         return vf_error(VF_EUNSUPPORTED, "%s: frame size %dx%d exceeds the limit of %lld pixels", d->name, ix->width,
                         ix->height, (long long)r->settings.max_pixels);
+    int rc = try_nvdec(r);
+    if (rc <= 0)
+        return rc;
     const AVCodec *codec = vf_vid_find_decoder(par->codec_id);
     if (!codec)
         return vf_error(VF_EUNSUPPORTED, "%s: no decoder for %s in this FFmpeg build%s", d->name, ix->codec_name,
@@ -271,6 +336,7 @@ static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left
             av_frame_unref(r->frame);
             av_frame_move_ref(r->frame, r->tmp);
             r->frame_ordinal = ordinal;
+            r->host_ordinal = -1;
             r->next_ordinal = ordinal + 1;
             r->stats.frames_decoded++;
             if (VF_UNLIKELY(r->debug))
@@ -432,7 +498,19 @@ static int deliver(vf_video_reader *r, const vf_video_format *format, void *dest
     if (VF_UNLIKELY(r->frame->width != r->index->width || r->frame->height != r->index->height))
         vf_log(VF_LOG_WARN, "%s: decoded frame is %dx%d but the container says %dx%d", r->index->name,
                r->frame->width, r->frame->height, r->index->width, r->index->height);
-    int rc = vf_vid_convert(&r->conv, r->frame, &resolved, dest, r->index->name);
+    const AVFrame *picture = r->frame;
+    int rc = 0;
+    if (r->frame->format == AV_PIX_FMT_CUDA) {
+        if (r->host_ordinal != r->frame_ordinal) {
+            r->host_ordinal = -1;
+            rc = vf_vid_hw_download(r->frame, r->host, r->staging, r->index->name);
+            if (rc == 0)
+                r->host_ordinal = r->frame_ordinal;
+        }
+        picture = r->host;
+    }
+    if (rc == 0)
+        rc = vf_vid_convert(&r->conv, picture, &resolved, dest, r->index->name);
     if (rc < 0) {
         if (r->camera)
             vf_error_context(rc, "camera %s", r->camera);

@@ -36,6 +36,7 @@
 #include "base/base.h"
 #include "io/io.h"
 #include "vlafeed/dataset.h" /* vf_video_mismatch: the public name of the mismatch policy */
+#include "vlafeed/loader.h"  /* vf_decode_device: the public name of the decode device */
 
 /* ======================================================================
  * Codecs, pixel formats
@@ -286,6 +287,7 @@ size_t vf_video_format_bytes(const vf_video_format *format, int src_width, int s
  * ==================================================================== */
 
 typedef struct vf_video_reader vf_video_reader;
+typedef struct vf_video_hwdevice vf_video_hwdevice; /* hwdecode.c */
 
 typedef struct vf_video_settings {
     int decode_threads;        /* threads per decoder; default 1 (parallelism comes from
@@ -300,6 +302,11 @@ typedef struct vf_video_settings {
     int64_t probe_bytes;       /* avformat probesize; default 1 MiB */
     int64_t max_pixels;        /* refuse streams with more pixels per frame; default 8192*8192 */
     const char *camera;        /* optional label for messages ("observation.images.top"); copied */
+    vf_decode_device device;   /* CPU, AUTO or CUDA (NVDEC), see vf_decode_device; default
+                                * DEFAULT: the environment's (vf_video_decode_device_resolve) */
+    vf_video_hwdevice *hwdevice; /* the CUDA device to decode on (not owned; the reader takes its
+                                * own reference, so it may be closed first), or NULL: a reader
+                                * that wants NVDEC opens a device of its own */
 } vf_video_settings;
 
 void vf_video_defaults(vf_video_settings *settings);
@@ -354,6 +361,35 @@ typedef struct vf_video_stats {
 void vf_video_get_stats(const vf_video_reader *reader, vf_video_stats *stats);
 
 /* ======================================================================
+ * Decode device: NVDEC through FFmpeg's CUDA hwaccel (hwdecode.c)
+ * ==================================================================== */
+
+/* The device in effect for `requested`: itself, or for
+ * VF_DECODE_DEVICE_DEFAULT the environment variable VF_DECODE_DEVICE
+ * ("auto", "cpu", "cuda"; unset or empty: cpu; any other value: cpu with a
+ * warning logged once). Never returns _DEFAULT. */
+vf_decode_device vf_video_decode_device_resolve(vf_decode_device requested);
+
+/* A CUDA device created through FFmpeg (av_hwdevice_ctx_create), shared by
+ * the readers that decode on it. Opening never fails for want of a device:
+ * the handle then records why (vf_video_hwdevice_unavailable). *out is
+ * owned by the caller (vf_video_hwdevice_close); 0 or VF_ENOMEM.
+ *
+ * Test hook: the environment variable VF_TEST_NVDEC=absent makes the open
+ * report no device; VF_TEST_NVDEC=open-fails makes it report a device and
+ * every NVDEC decoder open on it fail, so that the fallback and the error
+ * paths run on machines without a GPU. */
+int vf_video_hwdevice_open(vf_video_hwdevice **out);
+void vf_video_hwdevice_close(vf_video_hwdevice *device);
+/* NULL when the device is usable, else why not ("no CUDA device (...)"). */
+const char *vf_video_hwdevice_unavailable(const vf_video_hwdevice *device);
+
+/* Where the reader decodes: VF_DECODE_DEVICE_CUDA (NVDEC) or
+ * VF_DECODE_DEVICE_CPU. *reason (may be NULL) receives why it is on the CPU
+ * although AUTO asked for NVDEC, or "" (owned by the reader). */
+vf_decode_device vf_video_reader_device(const vf_video_reader *reader, const char **reason);
+
+/* ======================================================================
  * Decoder cache
  * ==================================================================== */
 
@@ -362,12 +398,21 @@ typedef struct vf_video_cache vf_video_cache;
 /* Opens the source behind a cache key (a path or URL). Default: local file. */
 typedef int (*vf_video_open_source_fn)(void *ctx, const char *key, vf_source **out);
 
+/* The decode device for the file behind key (e.g. by the key's camera). */
+typedef vf_decode_device (*vf_video_device_for_fn)(void *ctx, const char *key);
+/* Told about every reader the cache opened (e.g. to count where it decodes).
+ * Called outside the cache's lock, from the thread that checked it out. */
+typedef void (*vf_video_opened_fn)(void *ctx, const char *key, const vf_video_reader *reader);
+
 typedef struct vf_video_cache_settings {
     size_t max_entries;        /* open readers kept, busy ones included; default 32 */
     size_t max_bytes;          /* estimated bytes kept (vf_video_reader_memory); default 1 GiB */
     vf_video_settings video;   /* settings for the readers it opens */
     vf_video_open_source_fn open_source; /* NULL: vf_source_open_file */
     void *open_source_ctx;
+    vf_video_device_for_fn device_for;   /* NULL: video.device for every key */
+    vf_video_opened_fn opened;           /* NULL: none */
+    void *hooks_ctx;           /* passed to device_for and opened */
 } vf_video_cache_settings;
 
 typedef struct vf_video_cache_stats {

@@ -79,4 +79,24 @@ int vf_vid_convert(vf_vid_converter *c, const AVFrame *frame, const vf_video_for
                    const char *name);
 int vf_vid_sws_flags(vf_video_scaler scaler);
 
+/* ---- hwdecode.c ---- */
+
+/* Tries to open d's stream on NVDEC (device dev; settings s for limits):
+ * the decoder, then a trial decode of the first frame from start_pts (a
+ * keyframe's pts) into host memory. 0: *out is the opened decoder (owned by
+ * the caller), the demuxer at an unknown position. 1: not possible, why
+ * says so in one line without the file's name. VF_ENOMEM. */
+int vf_vid_hw_open(AVCodecContext **out, vf_vid_demux *d, const vf_video_hwdevice *dev, const vf_video_settings *s,
+                   int64_t start_pts, char *why, size_t why_size);
+/* Copies an NVDEC surface (AV_PIX_FMT_CUDA) into host with the surface's
+ * properties (pts, colour): NV12 / P010 repacked as yuv420p / yuv420p10le
+ * (what the CPU decoders give swscale), another layout as it is. staging
+ * is scratch for the transfer. host and staging are unreferenced first.
+ * The message names name. */
+int vf_vid_hw_download(const AVFrame *surface, AVFrame *host, AVFrame *staging, const char *name);
+/* The planar copy of a semi-planar picture: NV12 -> yuv420p, P010 ->
+ * yuv420p10le, properties kept; 0, 1 when semi is neither (planar
+ * untouched), VF_ENOMEM. */
+int vf_vid_hw_planar(const AVFrame *semi, AVFrame *planar);
+
 #endif

@@ -697,3 +697,40 @@ def test_file_cache_bound_refcounts_and_faults(served, tmp_path):
         finally:
             small.close()
     assert not any(os.scandir(cache_dir))  # close removed its private directory
+
+
+def test_node_cache_counts_reach_python(served, tmp_path):
+    """VF_NODE_CACHE_DIR: vlafeed.node_cache_stats() reports what crossed the network (each
+    object fetched once into the node's cache) and what a second reader reused; None when it is off."""
+    top, root = served
+    child = r'''
+import json, sys, warnings
+import vlafeed
+warnings.simplefilter("ignore")
+url = sys.argv[1]
+def epoch():
+    loader = vlafeed.Loader(url, mode="stream", batch_size=4, shuffle=False, output="numpy", image_format="uint8")
+    n = sum(len(b["index"]) for b in loader)
+    loader.close()
+    return n
+first = epoch()
+after_first = vlafeed.node_cache_stats()
+second = epoch()
+print(json.dumps([first, second, after_first, vlafeed.node_cache_stats()]))
+'''
+    total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    with RemoteServer(top) as srv:
+        env = dict(os.environ, VF_NODE_CACHE_DIR=str(tmp_path / "node"), PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+        r = subprocess.run([sys.executable, "-c", child, srv.url("ds")], capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    first, second, one, two = json.loads(r.stdout.strip().splitlines()[-1])
+    assert first == second > 0
+    assert one["dir"] == str(tmp_path / "node") and one["process"] == one["node"]
+    assert one["process"]["fetches"] > 0 and 0 < one["process"]["bytes_fetched"] <= total
+    # the second reader crossed the network for nothing new: every object came from the node's copy
+    assert two["process"]["fetches"] == one["process"]["fetches"]
+    assert two["process"]["bytes_fetched"] == one["process"]["bytes_fetched"]
+    assert two["process"]["hits"] > one["process"]["hits"]
+    if not os.environ.get("VF_NODE_CACHE_DIR"):
+        assert vlafeed.node_cache_stats() is None  # off in this process

@@ -192,6 +192,29 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* stats()["decode_device"]: {camera: {"requested", "device", "reason",
+ * "files_cpu", "files_cuda"}}. device: "cuda" or "cpu" when every file
+ * opened so far decodes there, "mixed" when both, None before any. */
+static PyObject *decode_devices(const vf_loader *l)
+{
+    PyObject *all = PyDict_New();
+    vf_decode_device_report rep;
+    for (size_t k = 0; all && vf_loader_decode_device(l, k, &rep) == 0; k++) {
+        const char *device = rep.files_cuda && rep.files_cpu ? "mixed"
+                             : rep.files_cuda               ? "cuda"
+                             : rep.files_cpu                ? "cpu"
+                                                            : NULL;
+        PyObject *one = Py_BuildValue("{s:s,s:z,s:z,s:K,s:K}", "requested", vf_decode_device_name(rep.requested),
+                                      "device", device, "reason", rep.reason[0] ? rep.reason : NULL, "files_cpu",
+                                      (unsigned long long)rep.files_cpu, "files_cuda",
+                                      (unsigned long long)rep.files_cuda);
+        if (!one || PyDict_SetItemString(all, rep.camera, one) < 0)
+            Py_CLEAR(all);
+        Py_XDECREF(one);
+    }
+    return all;
+}
+
 static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
 {
     (void)unused;
@@ -211,6 +234,16 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         (unsigned long long)st.table_pages_decoded, "table_pages_skipped", (unsigned long long)st.table_pages_skipped);
     if (!more)
         return NULL;
+    PyObject *placement = Py_BuildValue(
+        "{s:n,s:i,s:i,s:d,s:d}", "pinned_cpus", (Py_ssize_t)st.pinned_cpus, "engine_threads", st.engine_threads,
+        "decode_threads", st.decode_threads, "handout_seconds", st.handout_seconds, "wait_after_first_seconds",
+        st.wait_after_first_seconds);
+    if (!placement || PyDict_Update(more, placement) < 0) {
+        Py_XDECREF(placement);
+        Py_DECREF(more);
+        return NULL;
+    }
+    Py_DECREF(placement);
     PyObject *out = Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:d,s:d,s:d,s:d,s:d,s:K,s:n,s:n,s:K}", "samples",
         (unsigned long long)st.samples, "batches", (unsigned long long)st.batches, "frames_delivered",
@@ -225,6 +258,12 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
     if (out && PyDict_Update(out, more) < 0)
         Py_CLEAR(out);
     Py_DECREF(more);
+    PyObject *devices = out ? decode_devices(self->l) : NULL;
+    if (devices && PyDict_SetItemString(out, "decode_device", devices) < 0)
+        Py_CLEAR(out);
+    if (!devices)
+        Py_CLEAR(out);
+    Py_XDECREF(devices);
     return out;
 }
 

@@ -23,8 +23,11 @@ void vf_py_loader_args_free(vf_py_loader_args *a)
     PyMem_Free((void *)a->s.sample.keys);
     PyMem_Free((void *)a->s.sample.renames);
     PyMem_Free((void *)a->s.sample.normalize);
+    PyMem_Free((void *)a->s.decode_device_cameras);
     Py_CLEAR(a->keys_hold);
     Py_CLEAR(a->cache_dir);
+    PyMem_Free((void *)a->s.cpus);
+    a->s.cpus = NULL;
     vf_py_state_clear(&a->resume);
 }
 
@@ -167,6 +170,60 @@ static int parse_cache_dir(PyObject *obj, void *options)
     return 0;
 }
 
+static const vf_py_choice decode_devices[] = {
+    {"auto", VF_DECODE_DEVICE_AUTO}, {"cpu", VF_DECODE_DEVICE_CPU}, {"cuda", VF_DECODE_DEVICE_CUDA}, {NULL, 0}};
+
+/* One item of decode_device_cameras: {camera: 'auto' | 'cpu' | 'cuda'}. */
+static int device_entry(void *entry, PyObject *key, PyObject *value)
+{
+    vf_decode_device_camera *c = entry;
+    c->camera = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    if (!c->camera) {
+        PyErr_SetString(PyExc_TypeError, "decode_device_cameras keys must be camera names (str)");
+        return -1;
+    }
+    int device = VF_DECODE_DEVICE_DEFAULT;
+    if (vf_py_choose(value, "decode_device_cameras", decode_devices, &device) < 0)
+        return -1;
+    c->device = (vf_decode_device)device;
+    return 0;
+}
+
+/* cpus: a sequence of CPU ids the engine threads are pinned to (the engine checks each; the
+ * Python Loader resolves affinity="auto" | "none" | a list into this). */
+static int parse_cpus(PyObject *obj, void *options)
+{
+    vf_py_loader_args *a = options;
+    PyObject *seq = PySequence_Fast(obj, "cpus must be a sequence of CPU ids");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *cpus = PyMem_Calloc((size_t)(n ? n : 1), sizeof *cpus);
+    if (!cpus) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->s.cpus = cpus; /* freed by vf_py_loader_args_free, also after an error */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow = 0;
+        long cpu = PyLong_AsLongAndOverflow(PySequence_Fast_GET_ITEM(seq, i), &overflow);
+        if (cpu == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (overflow || cpu < 0 || cpu > 65535) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "cpus: CPU id out of range (0..65535)");
+            return -1;
+        }
+        cpus[i] = (int)cpu;
+    }
+    a->s.num_cpus = (size_t)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
 /* ---- the tables ---------------------------------------------------------------------- */
 
 static const vf_py_choice image_formats[] = {
@@ -177,6 +234,9 @@ static const vf_py_choice on_error_policies[] = {
 _Static_assert(offsetof(vf_loader_settings, sample.resize_height) ==
                    offsetof(vf_loader_settings, sample.resize_width) + sizeof(int),
                "resize is stored as two adjacent ints");
+_Static_assert(offsetof(vf_loader_settings, num_decode_device_cameras) ==
+                   offsetof(vf_loader_settings, decode_device_cameras) + sizeof(void *),
+               "decode_device_cameras are stored as (array, count)");
 _Static_assert(offsetof(vf_sample_settings, num_renames) == offsetof(vf_sample_settings, renames) + sizeof(void *),
                "renames are stored as (array, count)");
 _Static_assert(offsetof(vf_sample_settings, num_normalize) == offsetof(vf_sample_settings, normalize) + sizeof(void *),
@@ -239,6 +299,10 @@ static const vf_py_setting loader_list[] = {
     UINT64("table_cache_bytes", s.table_cache_bytes),
     CHOICE("on_error", s.on_error, on_error_policies),
     FLAG("log_warnings", s.log_warnings),
+    CHOICE("decode_device", s.decode_device, decode_devices),
+    ENTRIES("decode_device_cameras", s.decode_device_cameras, device_entry,
+            "decode_device_cameras must be a dict {camera: 'auto' | 'cpu' | 'cuda'}"),
+    PARSED("cpus", parse_cpus),
 };
 
 /* loader_state(dataset, *, ...) and resolve_state(): the settings a state depends on, and where in the epoch. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "base/base.h"
+#include "io/io.h"
 
 static PyObject *loader_state_impl(PyObject *args, PyObject *kwargs, int want_resolve)
 {
@@ -113,7 +114,41 @@ static PyObject *py_set_log_level(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *cache_counts(const vf_node_cache_stats *s)
+{
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "fetches", (unsigned long long)s->fetches,
+                         "bytes_fetched", (unsigned long long)s->bytes_fetched, "hits", (unsigned long long)s->hits,
+                         "bytes_reused", (unsigned long long)s->bytes_reused, "waits", (unsigned long long)s->waits,
+                         "evictions", (unsigned long long)s->evictions, "bypassed",
+                         (unsigned long long)s->bypassed);
+}
+
+/* The node cache's counters: this process's and the whole node's (<dir>/.stats). */
+static PyObject *py_node_cache_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    const char *dir = vf_node_cache_dir();
+    if (!dir)
+        Py_RETURN_NONE;
+    vf_node_cache_stats mine, node;
+    vf_node_cache_process_stats(&mine);
+    if (vf_node_cache_node_stats(dir, &node) < 0)
+        return vf_py_raise(VF_EIO);
+    PyObject *process = cache_counts(&mine), *whole = process ? cache_counts(&node) : NULL;
+    PyObject *out = whole ? Py_BuildValue("{s:s,s:K,s:O,s:O}", "dir", dir, "max_bytes",
+                                          (unsigned long long)vf_node_cache_bound(), "process", process, "node", whole)
+                          : NULL;
+    Py_XDECREF(process);
+    Py_XDECREF(whole);
+    return out;
+}
+
 PyMethodDef vf_py_plan_functions[] = {
+    {"node_cache_stats", (PyCFunction)py_node_cache_stats, METH_NOARGS,
+     "node_cache_stats() -> dict or None: the node cache's counters (VF_NODE_CACHE_DIR; None when it is\n"
+     "off): dir, max_bytes, and for this process and for the whole node (<dir>/.stats) fetches,\n"
+     "bytes_fetched, hits, bytes_reused, waits, evictions, bypassed."},
     VF_PY_KW_FUNCTION("loader_state", py_loader_state,
      "loader_state(dataset, *, epoch, batches, mode, batch_size, seed, shuffle, drop_last, world_size,\n"
      "num_consumers, shuffle_buffer, partition, episode_pool_size, resume=None) -> dict\n\n"

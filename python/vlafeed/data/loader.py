@@ -378,6 +378,10 @@ class Loader(EnginePasses):
     has errors (``vlafeed info`` lists them); "warn" opens it anyway with a
     UserWarning per error, as ``LeRobotDataset(..., on_metadata_error=)``.
     video_mismatch: None, "refuse" or "timestamp" (see open_native_dataset).
+    affinity: "none" (default), "auto" (the CPUs of the NUMA node of this rank's GPU) or a CPU list
+    the engine threads are pinned to (docs/gpus.md, Placement). decode_device: "cpu", "auto" or
+    "cuda" (NVDEC), None for VF_DECODE_DEVICE or "cpu"; decode_device_cameras: {camera: device}
+    overrides (docs/gpus.md, GPU decode).
 
     device: None or "cpu" (default): batches view the engine's memory, as
     above. "cuda" / "cuda:N": every tensor is delivered on that GPU, copied
@@ -395,7 +399,8 @@ class Loader(EnginePasses):
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
                  prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise",
-                 video_mismatch=None, device=None):
+                 video_mismatch=None, affinity="none", decode_device=None, decode_device_cameras=None,
+                 device=None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
         native, defaults = native_dataset(dataset_or_root, episodes, on_metadata_error, video_mismatch)
@@ -422,6 +427,13 @@ class Loader(EnginePasses):
             image_format, normalize, self._device_conversions = lerobot_device_plan(
                 native, image_format, normalize, renames, keys,
                 warn=lambda m: warnings.warn(f"vlafeed: {m}", LoaderWarning, stacklevel=outside_vlafeed()))
+        # Placement (docs/gpus.md): pin the engine threads; decode_threads=0 sized from the rank's cores.
+        from vlafeed import _affinity
+        self._affinity = _affinity.resolve(affinity)
+        cpus = self._affinity["cpus"]
+        if decode_threads == 0 and cpus is None and threads > 0:
+            cores = len(os.sched_getaffinity(0)) // _affinity.local_rank_world()[1]
+            decode_threads = _affinity.decode_threads_for(cores, threads)
         self._native = _native.Loader(
             native, mode=mode, batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last,
             epoch=epoch, rank=rank, world_size=world_size, num_consumers=num_consumers,
@@ -432,7 +444,9 @@ class Loader(EnginePasses):
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
             episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
             prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes, on_error=on_error,
-            log_warnings=False)
+            log_warnings=False, cpus=cpus,
+            **({} if decode_device is None else {"decode_device": decode_device}),
+            **({} if decode_device_cameras is None else {"decode_device_cameras": decode_device_cameras}))
         self.on_error = on_error
         self._skips_seen = 0
         self._skip_warned = set()
@@ -501,8 +515,18 @@ class Loader(EnginePasses):
         """Engine metrics: samples, batches, frames decoded vs delivered, video opens,
         cache counters, wait time, first-batch latency, p50/p95/p99 sample latency;
         skipped (samples left out under on_error="skip") with skipped_by_file,
-        skipped_by_episode and skipped_by_column ({name: count})."""
+        skipped_by_episode and skipped_by_column ({name: count}); placement: affinity
+        ({"cpus": [...] or None, "reason": ...}), pinned_cpus, engine_threads, decode_threads;
+        data wait: data_wait_s (time iteration blocked on the engine, first batch included) and
+        data_wait_fraction (the wait after the first batch over the wall time from the first
+        batch handed out to the last; None before the second batch). See docs/gpus.md."""
         st = self._native.stats()
+        st["affinity"] = dict(self._affinity, cpus=None if self._affinity["cpus"] is None
+                              else list(self._affinity["cpus"]))
+        st["node_cache"] = _native.node_cache_stats()
+        st["data_wait_s"] = st["wait_seconds"]
+        handout = st["handout_seconds"]
+        st["data_wait_fraction"] = st["wait_after_first_seconds"] / handout if handout > 0 else None
         by_file, by_episode, by_column = {}, {}, {}
         for k in self._native.skips:
             by_file[k["file"]] = by_file.get(k["file"], 0) + 1

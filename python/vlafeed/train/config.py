@@ -77,6 +77,7 @@ class TrainConfig:
     stop_at: int = 0               # end this run after this step (with a checkpoint), as if interrupted; 0: off
     log_every: int = 10
     log_file: str = ""             # append {"step", "loss"} per step (rank 0) to this JSON-lines file
+    sample_log: str = ""           # each rank appends {"step", "epoch", "index"} per micro-batch to <this>.rank<r>.jsonl
     deterministic: bool = True     # torch.use_deterministic_algorithms
 
 

@@ -60,6 +60,48 @@ def env_rank_world():
     return 0, 0, 1, None
 
 
+def _generation_store(rank: int, world: int, timeout_s: float = 600.0):
+    """A store private to this generation of workers under an elastic torchrun, or None elsewhere.
+
+    torchrun's agent keeps one store (MASTER_ADDR:MASTER_PORT) for every round of an elastic job
+    (--nnodes 1:2, --max_restarts): workers of a later round would read the addresses the previous
+    round's ranks left there (gloo: "Connection refused" in connectFullMesh). Rank 0 makes a fresh
+    token and hands it to each rank against the nonce that rank has just written; the process
+    group then lives under that token, which no earlier round used.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or world <= 1:
+        return None
+    import time
+    import uuid
+    from datetime import timedelta
+
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                         timeout=timedelta(seconds=timeout_s))
+    deadline = time.monotonic() + timeout_s
+    if rank == 0:
+        token = uuid.uuid4().hex
+        waiting, welcomed = set(range(1, world)), {}
+        while waiting:
+            for r in sorted(waiting):
+                if base.check([f"vf/ack/{token}/{r}"]):
+                    waiting.discard(r)
+                elif base.check([f"vf/hello/{r}"]):
+                    nonce = base.get(f"vf/hello/{r}").decode()  # may still be an earlier round's: then the
+                    if welcomed.get(r) != nonce:                # rank has not written its own yet
+                        base.set(f"vf/welcome/{r}/{nonce}", token)
+                        welcomed[r] = nonce
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ranks {sorted(waiting)} did not join this round's process group")
+            time.sleep(0.02)
+    else:
+        nonce = uuid.uuid4().hex
+        base.set(f"vf/hello/{rank}", nonce)
+        base.wait([f"vf/welcome/{rank}/{nonce}"], timedelta(seconds=timeout_s))
+        token = base.get(f"vf/welcome/{rank}/{nonce}").decode()
+        base.set(f"vf/ack/{token}/{rank}", "1")
+    return dist.PrefixStore(f"vf/pg/{token}", base)
+
+
 def setup_distributed(backend: str = "auto", device: str = "auto") -> DistInfo:
     rank, local_rank, world, launcher = env_rank_world()
     want_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
@@ -77,7 +119,11 @@ def setup_distributed(backend: str = "auto", device: str = "auto") -> DistInfo:
             os.environ.setdefault("WORLD_SIZE", str(world))
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
         be = backend if backend != "auto" else ("nccl" if want_cuda else "gloo")
-        dist.init_process_group(be, rank=rank, world_size=world)
+        store = _generation_store(rank, world) if launcher == "torchrun" else None
+        if store is not None:
+            dist.init_process_group(be, store=store, rank=rank, world_size=world)
+        else:
+            dist.init_process_group(be, rank=rank, world_size=world)
         owns = True
     elif dist.is_initialized():  # e.g. Ray Train or a test harness set it up
         rank, world = dist.get_rank(), dist.get_world_size()

@@ -238,6 +238,7 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
               f"{'packed rows of ' + str(cfg.packing.max_tokens) + ' tokens' if cfg.packing.enabled else 'padded'}"
               f", attention {model.attention}", flush=True)
     log = open(cfg.train.log_file, "a") if (cfg.train.log_file and dinfo.is_main) else None
+    samples_log = open(f"{cfg.train.sample_log}.rank{rank}.jsonl", "a") if cfg.train.sample_log else None
     losses, wait, total, real_tokens, slot_tokens, saves, state_bytes = [], 0.0, 0.0, 0, 0, [], None
     accum = cfg.train.grad_accum
     t_start = time.perf_counter()
@@ -250,6 +251,11 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             tw = time.perf_counter()
             batch = batches.next()
             wait += time.perf_counter() - tw
+            if samples_log:  # which samples this rank trained on, for exactly-once checks across restarts
+                samples_log.write(json.dumps({"step": step + 1, "micro": micro, "epoch": batches.epoch,
+                                              "index": batch["index"].tolist(), "time": time.time(),
+                                              "world": world, "pid": os.getpid()}) + "\n")
+                samples_log.flush()
             images, state, samples, layout, target, valid = prep.inputs(batch, cfg.packing.enabled)
             del batch
             real_tokens += layout.real_tokens
@@ -295,6 +301,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     elapsed = time.perf_counter() - t_start
     if log:
         log.close()
+    if samples_log:
+        samples_log.close()
     summary = {"steps": step, "world_size": world, "parallel": wrapped.kind, "precision": cfg.train.precision,
                "packed": cfg.packing.enabled, "losses_this_run": len(losses),
                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
