@@ -209,6 +209,75 @@ class EnginePasses:
         self._consumed = 0           # batches taken in the current epoch
         self._resume_pending = False
         self._one_thread = OneThreadAtATime(what)
+        self._device = None          # a torch.device (or copy backend) when batches go to a device
+        self._device_conversions = {}
+        self._handed = None          # during a device pass: (engine state, _consumed) of the last batch handed out
+
+    def _init_device(self, device, output):
+        """Resolves device= (None or "cpu": no device); the device needs output="torch"."""
+        if device is None:
+            return
+        from vlafeed.torch.device import resolve_device
+        self._device = resolve_device(device, type(self).__name__)
+        if self._device is not None and output != "torch":
+            raise ValueError(f"{type(self).__name__}: device={device!r} needs output='torch', not {output!r}")
+
+    @property
+    def device(self):
+        """The device batches are delivered on (None: host memory, viewing the engine's batches)."""
+        return self._device
+
+    def device_conversions(self):
+        """{column: conversion} the device step applies to uint8 image columns (uint8 -> float32,
+        normalization), for batches moved outside the loader (vlafeed.torch.device.to_device)."""
+        return self._device_conversions
+
+    def __iter__(self):
+        with self._one_thread.iterating():
+            self._begin_pass()
+            batches = self._engine_batches()
+            yield from (batches if self._device is None else self._on_device(batches))
+
+    def host_batches(self):
+        """One pass, as iterating the loader, but without the device step: host memory, image
+        columns uint8 where the device step would convert them (``device_conversions()``). For a
+        consumer that moves the batches itself (a Mix given the device, DataLoader workers)."""
+        with self._one_thread.iterating():
+            self._begin_pass()
+            yield from self._engine_batches()
+
+    def _on_device(self, host_batches):
+        """The pass's batches moved to the device by a DeviceFeeder. The feeder pulls batches from
+        the engine ahead of the caller, so the resume state and the batch count are those of the
+        last batch handed out; a pass left early puts the engine back there."""
+        from vlafeed.torch.device import DeviceFeeder
+
+        def tagged():
+            for batch in host_batches:
+                yield batch, (self._native.get_state(), self._consumed)
+
+        self._handed = (self._native.get_state(), self._consumed)
+        feeder = DeviceFeeder(tagged(), self._device, self._device_conversions, tagged=True)
+        try:
+            for batch in feeder:
+                self._handed = feeder.tag
+                yield batch
+        finally:
+            feeder.close()
+            handed, self._handed = self._handed, None
+            state, consumed = handed if handed is not None else (None, self._consumed)
+            if self._consumed != consumed:   # batches taken from the engine that the caller never got
+                self._consumed = consumed
+                try:
+                    self._native.set_state(state)
+                except ValueError:           # the loader was closed: nothing to continue
+                    pass
+
+    def _engine_state(self):
+        """The engine's state as of what the caller received."""
+        if self._handed is not None:
+            return dict(self._handed[0])
+        return self._native.get_state()
 
     @property
     def epoch(self):
@@ -226,6 +295,7 @@ class EnginePasses:
             return
         self._one_thread.check()
         self._native.set_epoch(epoch)
+        self._handed = None
         self._epoch = epoch
         self._consumed = 0
         self._resume_pending = False
@@ -255,6 +325,7 @@ class EnginePasses:
         self._resumed(state)
 
     def _resumed(self, state):
+        self._handed = None
         self._epoch = int(state["epoch"])
         self._consumed = self._native.batches_delivered
         self._resume_pending = True
@@ -311,6 +382,14 @@ class Loader(EnginePasses):
     the engine threads are pinned to (docs/gpus.md, Placement). decode_device: "cpu", "auto" or
     "cuda" (NVDEC), None for VF_DECODE_DEVICE or "cpu"; decode_device_cameras: {camera: device}
     overrides (docs/gpus.md, GPU decode).
+
+    device: None or "cpu" (default): batches view the engine's memory, as
+    above. "cuda" / "cuda:N": every tensor is delivered on that GPU, copied
+    ahead of the caller from pinned host buffers on a side stream; float32
+    images are assembled as uint8 and converted (and normalized, for the
+    cameras in ``normalize``) on the GPU, equal bit for bit to the engine's
+    float output. The resume state is that of the last batch handed out.
+    See vlafeed.torch.device and docs/gpus.md.
     """
 
     def __init__(self, dataset_or_root, mode="stream", batch_size=32, seed=0, shuffle=True, drop_last=False,
@@ -320,7 +399,8 @@ class Loader(EnginePasses):
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
                  prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise",
-                 video_mismatch=None, affinity="none", decode_device=None, decode_device_cameras=None):
+                 video_mismatch=None, affinity="none", decode_device=None, decode_device_cameras=None,
+                 device=None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
         native, defaults = native_dataset(dataset_or_root, episodes, on_metadata_error, video_mismatch)
@@ -341,6 +421,12 @@ class Loader(EnginePasses):
         self.output = output
         self.rank, self.world_size = rank, world_size
         self._init_passes("Loader", epoch)
+        self._init_device(device, output)
+        if self._device is not None:
+            from vlafeed.torch.device import lerobot_device_plan
+            image_format, normalize, self._device_conversions = lerobot_device_plan(
+                native, image_format, normalize, renames, keys,
+                warn=lambda m: warnings.warn(f"vlafeed: {m}", LoaderWarning, stacklevel=outside_vlafeed()))
         # Placement (docs/gpus.md): pin the engine threads; decode_threads=0 sized from the rank's cores.
         from vlafeed import _affinity
         self._affinity = _affinity.resolve(affinity)
@@ -376,19 +462,17 @@ class Loader(EnginePasses):
     def _epoch_started(self):
         self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
 
-    def __iter__(self):
-        with self._one_thread.iterating():
-            self._begin_pass()
-            skipping = self.on_error == "skip"
-            for batch in self._native:
-                self._consumed += 1
-                if skipping:
-                    self._warn_skips()
-                if self._native.num_warnings > self._warned:  # what reading said (features, frame sizes)
-                    self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
-                yield batch_to_dict(batch, self.output)
-            if skipping:  # the skips of the epoch's last batches, or of an epoch with nothing left
+    def _engine_batches(self):
+        skipping = self.on_error == "skip"
+        for batch in self._native:
+            self._consumed += 1
+            if skipping:
                 self._warn_skips()
+            if self._native.num_warnings > self._warned:  # what reading said (features, frame sizes)
+                self._warned = emit_warnings(self._native, self._warned, rank=self.rank)
+            yield batch_to_dict(batch, self.output)
+        if skipping:  # the skips of the epoch's last batches, or of an epoch with nothing left
+            self._warn_skips()
 
     def _warn_skips(self):
         skips = self._native.skips
@@ -397,7 +481,7 @@ class Loader(EnginePasses):
             if key not in self._skip_warned:
                 self._skip_warned.add(key)
                 warnings.warn(f"vlafeed: skipping samples of episode {k['episode_index']} (on_error=\"skip\"): "
-                              f"{k['message']}", LoaderWarning, stacklevel=3)
+                              f"{k['message']}", LoaderWarning, stacklevel=outside_vlafeed())
         self._skips_seen = len(skips)
 
     def state_dict(self):
@@ -406,7 +490,7 @@ class Loader(EnginePasses):
         shuffle_buffer, episode_pool_size, settings_hash}. samples_consumed counts what the
         callers of every rank received this epoch (this rank's count x world_size), so one
         state (e.g. rank 0's) resumes every rank."""
-        return self._native.get_state()
+        return self._engine_state()
 
     @property
     def warnings(self):
@@ -415,7 +499,11 @@ class Loader(EnginePasses):
 
     def get_items(self, positions):
         """The samples at these positions (rows of the selected frames) as one batch dict."""
-        return batch_to_dict(self._native.get_items(list(positions)), self.output)
+        batch = batch_to_dict(self._native.get_items(list(positions)), self.output)
+        if self._device is None:
+            return batch
+        from vlafeed.torch.device import DeviceFeeder
+        return next(DeviceFeeder([batch], self._device, self._device_conversions, depth=1))
 
     @property
     def skipped(self):

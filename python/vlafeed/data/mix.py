@@ -193,6 +193,21 @@ def numpy_dtype_of(torch, dtype):
     return got
 
 
+class _MixConversions:
+    """{column: MixConversion} of a Mix, looked up by name when the device step meets a column."""
+
+    def __init__(self, mix):
+        self.mix = mix
+
+    def get(self, name):
+        from vlafeed.torch.device import MixConversion
+
+        sources = [s.source if self.mix._host_source(s) else None for s in self.mix._src]
+        if not any(src is not None and name in src.device_conversions() for src in sources):
+            return None
+        return MixConversion(name, sources)
+
+
 class _Src:
     """Mix's bookkeeping for one source."""
 
@@ -226,7 +241,7 @@ class Mix:
     """
 
     def __init__(self, sources, weights, batch_size, window=None, seed=0, transforms=None,
-                 samples_per_window=None):
+                 samples_per_window=None, device=None):
         sources = list(sources)
         if not sources:
             raise ValueError("Mix: no sources given")
@@ -293,6 +308,39 @@ class Mix:
         k = len(sources)
         self._window_counts = np.zeros(k, dtype=np.int64)   # current window so far
         self._last_window = np.zeros(k, dtype=np.int64)     # last completed window
+        self._device = None
+        self._handed = None          # during a device pass: the state as of the last batch handed out
+        if device is not None:
+            from vlafeed.torch.device import resolve_device
+            self._device = resolve_device(device, "Mix")
+        if self._device is not None:
+            for i, src in enumerate(sources):
+                own = getattr(src, "device", None)
+                if own is not None and own != self._device:
+                    raise ValueError(f"Mix: source {i} delivers its batches on {own}, this Mix on {self._device}: "
+                                     "give the device to the Mix (and, for uint8 images on the wire, the same "
+                                     "device to its vlafeed sources)")
+
+    @property
+    def device(self):
+        """The device the mixed batches are delivered on (None: host memory)."""
+        return self._device
+
+    def device_conversions(self):
+        """What the device step does to the mixed uint8 image columns: each row converted with its
+        source's table (its dataset's statistics)."""
+        return _MixConversions(self)
+
+    def _host_source(self, s):
+        """Whether source s hands its host batches to this Mix (a vlafeed loader given the Mix's
+        device: the Mix moves the mixed batch, and the source's conversions run on the device)."""
+        return self._device is not None and getattr(s.source, "device", None) is not None and \
+            callable(getattr(s.source, "host_batches", None))
+
+    def _iter_source(self, s):
+        if self._host_source(s):
+            return self._call(s, "host_batches()", s.source.host_batches)
+        return self._call(s, "__iter__()", iter, s.source)
 
     # ---- order -------------------------------------------------------------
 
@@ -342,7 +390,7 @@ class Mix:
         for attempt in range(2):
             state = self._call(s, "state_dict()", s.source.state_dict)
             if s.it is None:
-                s.it = self._call(s, "__iter__()", iter, s.source)
+                s.it = self._iter_source(s)
             try:
                 batch = self._call(s, "__next__()", next, s.it)
             except StopIteration:
@@ -448,7 +496,32 @@ class Mix:
         # One thread at a time, as the Loader sources (a second thread would deal the same
         # window twice): another thread gets RuntimeError naming the holder.
         with self._one_thread.iterating():
-            yield from self._pass()
+            yield from (self._pass() if self._device is None else self._on_device(self._pass()))
+
+    def _on_device(self, batches):
+        """The pass's batches moved by a DeviceFeeder, which takes them from the mixing ahead of the
+        caller: the state is that of the last batch handed out, and a pass left early puts the
+        stream back there (so that the next pass continues with the first batch not handed out)."""
+        from vlafeed.torch.device import DeviceFeeder
+
+        def tagged():
+            for batch in batches:
+                yield batch, self._live_state()
+
+        self._handed = self._live_state()
+        feeder = DeviceFeeder(tagged(), self._device, self.device_conversions(), tagged=True)
+        produced = self._batches
+        handed_out = 0
+        try:
+            for batch in feeder:
+                self._handed = feeder.tag
+                handed_out += 1
+                yield batch
+        finally:
+            feeder.close()
+            state, self._handed = self._handed, None
+            if self._batches != produced + handed_out:   # mixed batches the caller never got
+                self.load_state_dict(state)
 
     def _pass(self):
         S = self.samples_per_window
@@ -552,6 +625,11 @@ class Mix:
     def state_dict(self):
         """Position of the stream: per source its state before the batch being sliced and the
         samples of that batch already dealt; the sample position and counters."""
+        if self._handed is not None:
+            return self._handed
+        return self._live_state()
+
+    def _live_state(self):
         src = []
         for s in self._src:
             if s.batch is not None and s.dealt < s.rows:
@@ -596,7 +674,7 @@ class Mix:
             s.batches_pulled = int(ss["batches_pulled"])
             s.it, s.batch, s.rows, s.dealt, s.state_before = None, None, 0, 0, None
             if ss["holding"]:
-                s.it = self._call(s, "__iter__()", iter, s.source)
+                s.it = self._iter_source(s)
                 try:
                     batch = self._call(s, "__next__()", next, s.it)
                 except StopIteration:

@@ -31,6 +31,8 @@ import numpy as np
 from vlafeed import _native
 from vlafeed.data.loader import EnginePasses, distributed_rank_world, output_torch, torch_module
 
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png")   # the members the shard reader decodes to images (src/wds)
+
 
 def _parse_member(suffix, kind, data):
     """One sample's member parsed in Python: a .npy array, .json, .txt, .pth or raw bytes."""
@@ -121,7 +123,9 @@ class ShardLoader(EnginePasses):
     shard, is left out and counted in ``stats()``), threads (decode
     threads; 0 = min(4, cores)), prefetch (batches a producer thread
     assembles ahead, default 2; 0: each batch is built inside ``next``),
-    output ("torch" | "numpy"), state (a ``state_dict()`` to start from).
+    output ("torch" | "numpy"), state (a ``state_dict()`` to start from),
+    device (None: host memory; "cuda:N": batches as CUDA tensors, float_chw
+    images read as uint8 and converted on the device; see docs/gpus.md).
 
     allow_outside_base: every shard must resolve under the manifest's folder
     (or URL prefix); a manifest naming ``../``, absolute paths, other hosts
@@ -164,7 +168,8 @@ class ShardLoader(EnginePasses):
                  world_size=None, *, epoch=0, num_consumers=1, consumer=None, shuffle_buffer=1000, fields=None,
                  image_format="uint8_hwc", resize=None, on_error="raise", threads=0, output="torch", state=None,
                  prefetch=2, allow_outside_base=None, max_image_pixels=None, max_member_bytes=None,
-                 max_sample_bytes=None, max_batch_bytes=None, max_manifest_samples=None, max_buffer_bytes=None):
+                 max_sample_bytes=None, max_batch_bytes=None, max_manifest_samples=None, max_buffer_bytes=None,
+                 device=None):
         if rank is None or world_size is None:
             env_rank, env_world = distributed_rank_world()
             rank = env_rank if rank is None else rank
@@ -177,6 +182,13 @@ class ShardLoader(EnginePasses):
         self.seed = seed
         self.drop_last = drop_last
         self._init_passes("ShardLoader", epoch)
+        self._init_device(device, output)
+        self._device_images = None   # with a device and float images: the table uint8 HWC -> float32 CHW
+        if self._device is not None and image_format in ("float_chw", "float32"):
+            from vlafeed.torch.device import ImageConversion, image_table
+            # The shard reader's float format is its uint8 pixels times 1/255, planes in CHW order.
+            self._device_images = ImageConversion(image_table("reciprocal"), hwc=True)
+            image_format = "uint8_hwc"
         self.on_error = on_error
         self._parse_skips = []  # messages of samples left out by the Python-side parsers
         budgets = {"max_image_pixels": max_image_pixels, "max_member_bytes": max_member_bytes,
@@ -203,23 +215,25 @@ class ShardLoader(EnginePasses):
         """[(name as in the manifest, path or URL, num_sequences)]."""
         return self._native.shards
 
-    def __iter__(self):
-        with self._one_thread.iterating():  # one thread at a time (see OneThreadAtATime)
-            self._begin_pass()
-            while True:
-                raw = self._native.next_batch()
-                if raw is None:
-                    return
-                self._consumed += 1
-                batch = convert_batch(raw, self.output, self.on_error, self._parse_skips)
-                if batch is not None:  # None: every sample of it was left out (on_error="skip")
-                    yield batch
+    def _engine_batches(self):
+        while True:
+            raw = self._native.next_batch()
+            if raw is None:
+                return
+            self._consumed += 1
+            if self._device_images is not None:
+                for name, suffix, kind, *_ in raw["columns"]:
+                    if kind == "array" and suffix.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS:
+                        self._device_conversions.setdefault(name, self._device_images)
+            batch = convert_batch(raw, self.output, self.on_error, self._parse_skips)
+            if batch is not None:  # None: every sample of it was left out (on_error="skip")
+                yield batch
 
     def state_dict(self):
         """{kind: "wds", version, fingerprint (of the manifest's shard names and counts), positions, seed,
         epoch, samples_consumed (samples the callers of all ranks received this epoch), batch_size,
         world_size, consumers, shuffle, drop_last, shuffle_buffer}: one state resumes every rank."""
-        return self._native.get_state()
+        return self._engine_state()
 
     def stats(self):
         """samples, batches, skipped_samples, skipped_shards, skip_messages (the first 64), samples_read,

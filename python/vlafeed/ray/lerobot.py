@@ -454,12 +454,20 @@ class TorchCollate(_collate_base()):
         return out
 
 
-def loader_for_train_worker(path, *, state=None, **kwargs):
+def loader_for_train_worker(path, *, state=None, device=None, **kwargs):
     """A ``vlafeed.Loader`` for the calling Ray Train worker: rank and world size from
     ``ray.train.get_context()``, optionally restored from a ``state_dict()`` saved in a Ray
-    checkpoint, so a restarted worker continues sample for sample (see docs/ray.md, exact resume)."""
+    checkpoint, so a restarted worker continues sample for sample (see docs/ray.md, exact resume).
+    device: None (host memory), "auto" (the worker's device from ``ray.train.torch.get_device()``:
+    its GPU when Ray Train gave it one, else host memory) or a device such as "cuda:0": batches
+    are delivered as tensors on it (see docs/gpus.md, batches on the device)."""
     import ray.train
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    return Loader(path, rank=rank, world_size=world, state=state, **kwargs)
+    if device == "auto":
+        import ray.train.torch
+
+        device = ray.train.torch.get_device()
+        device = device if device.type == "cuda" else None
+    return Loader(path, rank=rank, world_size=world, state=state, device=device, **kwargs)

@@ -30,6 +30,13 @@ supported (workers would keep their first epoch and state).
 
 Tensors view engine memory in the process that made them; with workers,
 torch moves them to shared memory (a copy) as it does for any batch.
+
+``device="cuda:N"`` (a Loader keyword): with ``num_workers=0`` the loader
+delivers CUDA tensors itself. With workers, a worker never touches CUDA: it
+assembles host batches (uint8 images), each carrying the conversions it
+needs, and the main process moves them (``vlafeed.torch.DataLoader`` does;
+around torch's DataLoader use ``vlafeed.torch.to_device(dl)``; a worker
+started otherwise raises).
 """
 import os
 import warnings
@@ -39,6 +46,7 @@ import torch.utils.data
 
 from vlafeed import _native
 from vlafeed.data.loader import Loader, LoaderWarning, distributed_rank_world, native_dataset
+from vlafeed.torch.device import DeviceFeeder, HostOnly, resolve_device, wants_device, with_conversions
 
 # Settings that define the order (the others, threads, image format, ...,
 # may change between a run and its resumption).
@@ -80,6 +88,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._consumers = None         # consumers per rank of the counted iteration
         self._native_ds = None         # the dataset in this process, for loader_state()
         self._generation = None        # the resolved state the current epoch resumed from (elastic ranges)
+        # device=: checked here, in the main process (a worker never touches CUDA)
+        self.device = resolve_device(self.loader_kwargs.get("device"), "IterableDataset") \
+            if wants_device(self.loader_kwargs.get("device")) else None
+        self._move_in_main = False     # set while vlafeed.torch.DataLoader / to_device starts the workers
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -97,8 +109,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._generation = None
         self.epoch = epoch
 
-    def _loader(self, num_consumers, consumer, threads, state):
-        kwargs = dict(self.loader_kwargs)
+    def _loader(self, num_consumers, consumer, threads, state, **extra):
+        kwargs = dict(self.loader_kwargs, **extra)
         kwargs.setdefault("threads", threads)
         return Loader(self.dataset_or_root, mode=self.mode, batch_size=self.batch_size, seed=self.seed,
                       epoch=self.epoch, num_consumers=num_consumers, consumer=consumer, state=state, **kwargs)
@@ -131,11 +143,22 @@ class IterableDataset(torch.utils.data.IterableDataset):
             loader = self._loader(self.num_consumers, None, 0, state)
             self._batches = loader._native.batches_delivered
             self._consumers = self.num_consumers
-        else:
+            batches = loader
+        elif self.device is None:
             loader = self._loader(info.num_workers, info.id, max(1, (os.cpu_count() or 1) // info.num_workers),
                                   state)
+            batches = loader
+        else:
+            if not self._move_in_main:
+                raise RuntimeError(
+                    f"vlafeed.torch.IterableDataset(device={self.device!s}) in a DataLoader worker: the workers "
+                    "assemble host batches and the main process moves them; iterate through "
+                    "vlafeed.torch.DataLoader, or vlafeed.torch.to_device(dataloader)")
+            loader = self._loader(info.num_workers, info.id, max(1, (os.cpu_count() or 1) // info.num_workers),
+                                  state, device=HostOnly())
+            batches = with_conversions(loader)
         try:
-            for batch in loader:
+            for batch in batches:
                 if info is None:
                     self._batches += 1
                 yield batch
@@ -147,6 +170,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         consumers = self.num_workers if self.num_workers else self.num_consumers
         kwargs = dict(self.loader_kwargs)
         kwargs["threads"] = 1
+        kwargs.pop("device", None)
         # Map, stream and pool mode cut the same number of samples into the
         # same batches; a map loader does no work until iterated (and its
         # warnings are the real loader's to give).
@@ -240,12 +264,18 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         ds = self.dataset
         if not isinstance(ds, IterableDataset) or self.num_workers == 0:
-            return super().__iter__()        # num_workers=0: the dataset counts in-process
+            return super().__iter__()        # num_workers=0: the dataset counts (and moves) in-process
         # Resolve a pending state for this worker count before the workers copy the dataset.
         state = ds._take_resume()
         if state is not None:
             ds._resume = ds._resolve(state, self.num_workers)
-        inner = super().__iter__()
+        ds._move_in_main = ds.device is not None   # the workers assemble host batches, moved here
+        try:
+            inner = super().__iter__()
+        finally:
+            ds._move_in_main = False
+        if ds.device is not None:
+            inner = DeviceFeeder(inner, ds.device)
         # The workers have their copy of the dataset (and of the pending state) now.
         state = ds._take_resume()
         ds._batches = _native.state_batches(state) if state is not None else 0

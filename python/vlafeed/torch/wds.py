@@ -18,11 +18,17 @@ each worker skips what was delivered without decoding it; a state from
 another worker count, world size or batch size resumes elastically.
 ``persistent_workers`` is not supported (a worker would keep its first
 epoch and state).
+
+``device="cuda:N"``: with ``num_workers=0`` the ShardLoader delivers CUDA
+tensors itself; with workers, iterate ``vlafeed.torch.to_device(dl)``: the
+workers assemble host batches (uint8 images) and the main process moves and
+converts them.
 """
 import torch.utils.data
 
 from vlafeed.data.loader import distributed_rank_world
 from vlafeed.data.wds import ShardLoader
+from vlafeed.torch.device import HostOnly, resolve_device, wants_device, with_conversions
 
 
 class ShardIterableDataset(torch.utils.data.IterableDataset):
@@ -38,6 +44,9 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
         self.manifest = str(manifest_or_url)
         self.batch_size, self.seed, self.epoch = batch_size, seed, epoch
         self.loader_kwargs = dict(loader_kwargs, rank=rank, world_size=world)
+        self.device = resolve_device(loader_kwargs.get("device"), "ShardIterableDataset") \
+            if wants_device(loader_kwargs.get("device")) else None
+        self._move_in_main = False  # set while vlafeed.torch.device.to_device starts the workers
         self._pending = None     # a restored state for the next pass
         self._base = None        # the state the current pass started from
         self._taken = None       # batches taken in this process's current pass (num_workers=0)
@@ -63,10 +72,20 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
             consumers = self.loader_kwargs.get("num_consumers", 1)
             loader = self._loader(consumers, None, state)
             self._pending, self._base, self._taken, self._consumers = None, state, 0, consumers
-        else:
+            batches = loader
+        elif self.device is None:
             loader = self._loader(info.num_workers, info.id, state, threads=1)
+            batches = loader
+        else:
+            if not self._move_in_main:
+                raise RuntimeError(
+                    f"vlafeed.torch.ShardIterableDataset(device={self.device!s}) in a DataLoader worker: the "
+                    "workers assemble host batches and the main process moves them; iterate through "
+                    "vlafeed.torch.to_device(dataloader)")
+            loader = self._loader(info.num_workers, info.id, state, threads=1, device=HostOnly())
+            batches = with_conversions(loader)
         with loader:
-            for batch in loader:
+            for batch in batches:
                 if info is None:
                     self._taken += 1
                 yield batch
@@ -88,7 +107,7 @@ class ShardIterableDataset(torch.utils.data.IterableDataset):
                 raise RuntimeError("ShardIterableDataset.state_dict(): pass batches_consumed= (and num_workers= "
                                    "with DataLoader workers)")
             batches_consumed = self._taken
-        with self._loader(consumers, None, base, threads=1) as probe:
+        with self._loader(consumers, None, base, threads=1, device=None) as probe:
             return probe._native.state_at(probe._native.batches_delivered + batches_consumed)
 
     def load_state_dict(self, state):
