@@ -4,9 +4,13 @@ saying h264), VP9, H.264 with B-frames and open GOPs -- read pixel-exactly
 against the ffmpeg CLI (`-sws_flags bilinear -pix_fmt rgb24`, as
 test_cli_video.py), in sequential and in random order, and `vlafeed info`
 reports the codec the file really holds."""
+import os
+import pathlib
 import random
 import shutil
 import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,6 +19,8 @@ import vlafeed
 
 import damage
 from damage import CAM, VIDEO_FILE
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg command not installed")
 
@@ -78,3 +84,30 @@ def test_mpeg4_decode_check_thorough_is_clean(cli, base, tmp_path):
     r = subprocess.run([cli, "decode-check", "--thorough", "--quiet", str(root)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
     assert "mpeg4 64x48" in r.stdout
+
+
+@pytest.mark.parametrize("size", ["40x24", "40x32", "100x60", "30x18"])
+def test_odd_widths_read_pixel_exactly_in_a_child(cli, tmp_path, size):
+    """Widths whose rows are not a multiple of the converter's alignment (40, 100, 30): a stream
+    Loader over a whole epoch gives the ffmpeg CLI's frames, and the process survives (the padded-row
+    scratch was once too small for swscale: malloc(): invalid size at 40x24). In a child process so a
+    heap corruption fails this test instead of the run."""
+    w, h = map(int, size.split("x"))
+    root = damage.make_sample(cli, tmp_path / "ds", episodes=2, size=size, min_length=8, max_length=12)
+    ref = ffmpeg_frames(root / VIDEO_FILE, w, h)
+    code = textwrap.dedent(f"""
+        import numpy as np, vlafeed
+        loader = vlafeed.Loader({str(root)!r}, batch_size=4, shuffle=False, image_format="uint8_hwc",
+                                output="numpy", threads=2)
+        frames = {{}}
+        for b in loader:
+            for k, i in enumerate(b["index"].tolist()):
+                frames[i] = b[{CAM!r}][k]
+        np.save({str(tmp_path / "got.npy")!r}, np.stack([frames[i] for i in sorted(frames)]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = np.load(tmp_path / "got.npy")
+    assert got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)
