@@ -144,6 +144,7 @@ struct vf_thread_pool {
     int stopping;
     int num_threads;
     pthread_t *threads;
+    pid_t pid;   /* the process whose threads these are */
 };
 
 static void *worker_main(void *opaque)
@@ -276,6 +277,7 @@ int vf_thread_pool_create_pinned(vf_thread_pool **out, int threads, const int *c
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->has_work, NULL);
     pthread_cond_init(&p->all_done, NULL);
+    p->pid = getpid();
     r = 0;
     for (int i = 0; i < threads && r == 0; i++) {
         int e = pthread_create(&p->threads[i], attrp, worker_main, p);
@@ -329,6 +331,12 @@ int vf_thread_pool_threads(const vf_thread_pool *p) { return p->num_threads; }
 void vf_thread_pool_destroy(vf_thread_pool *p)
 {
     if (!p)
+        return;
+    /* A forked child holds a copy of the pool without its threads (and
+     * perhaps its lock as another thread held it at fork): joining them
+     * would crash or block. The copy is left as it is (a leak in the child
+     * only). */
+    if (p->pid != getpid())
         return;
     pthread_mutex_lock(&p->lock);
     p->stopping = 1;

@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wds/loader_internal.h"
 
@@ -313,6 +314,7 @@ int vf_wds_loader_open(vf_wds_loader **out, const char *manifest, const vf_wds_l
     if (!l)
         return VF_ENOMEM;
     pthread_mutex_init(&l->work_lock, NULL);
+    l->pid = getpid();
     l->s = *settings;
     l->s.resume = NULL;
     l->s.fields = NULL;
@@ -370,8 +372,8 @@ void vf_wds_loader_cancel(vf_wds_loader *l)
 
 void vf_wds_loader_close(vf_wds_loader *l)
 {
-    if (!l)
-        return;
+    if (!l || l->pid != getpid())
+        return; /* NULL, or a forked copy: its threads live in the parent only */
     vf_wds_loader_cancel(l); /* a producer riding out an outage stops at once */
     stop_producer(l);
     drop_plan(l);
@@ -648,6 +650,10 @@ static int set_terminal(vf_wds_loader *l, int rc, const char *message)
 int vf_wds_loader_next(vf_wds_loader *l, vf_wds_batch **out)
 {
     *out = NULL;
+    if (l->pid != getpid())
+        return vf_error(VF_EINVAL, "wds loader: opened in process %ld, it cannot be used after fork(); open a new "
+                                   "loader in this process",
+                        (long)l->pid);
     if (l->terminal)
         return l->terminal_rc == VF_EOF ? VF_EOF
                                         : vf_error(l->terminal_rc, "%s",

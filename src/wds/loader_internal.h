@@ -20,6 +20,7 @@
 #define VF_WDS_LOADER_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "io/io.h"
 #include "plan/plan.h"
@@ -71,6 +72,7 @@ typedef struct vf_wds_piece_ref {
 struct vf_wds_loader {
     vf_wds_loader_settings s;
     vf_io_cancel io_cancel;    /* the shard reads (producer or caller thread) watch it; vf_wds_loader_cancel */
+    pid_t pid;                 /* the process that opened it: a forked copy is never used or closed */
     char *fields_copy;
     vf_wds_manifest *manifest;
     vf_plan_task *tasks;       /* one per non-empty shard */

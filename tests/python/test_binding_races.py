@@ -196,3 +196,46 @@ def test_batches_across_threads_and_metadata_reads_in_a_child(sample):
     r = subprocess.run([sys.executable, "-c", CHILD, str(sample)], capture_output=True, text=True, timeout=300,
                        env=env)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
+FORK_CHILD = r'''
+import gc, os, sys, warnings
+import vlafeed
+warnings.simplefilter("ignore")
+manifest, root = sys.argv[1], sys.argv[2]
+shards = vlafeed.ShardLoader(manifest, batch_size=2, prefetch=2, threads=2, output="numpy")
+loader = vlafeed.Loader(root, batch_size=2, threads=2, output="numpy")
+it, lit = iter(shards), iter(loader)
+next(it), next(lit)          # the producer and the engine threads are running
+pid = os.fork()
+if pid == 0:                 # the child holds copies of both loaders without their threads
+    code = 0
+    for name, obj in (("ShardLoader", it), ("Loader", lit)):
+        try:
+            next(obj)
+            code = 3         # a forked copy must not serve
+        except Exception as e:  # noqa: BLE001
+            if "fork" not in str(e):
+                print(name, repr(e), file=sys.stderr)
+                code = 4
+    del shards, loader, it, lit
+    gc.collect()             # dropping the copies must neither join the parent's threads nor crash
+    os._exit(code)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+print(sum(1 for _ in it) >= 0, sum(1 for _ in lit) >= 0)   # the parent's loaders go on
+'''
+
+
+def test_forked_copies_are_refused_and_dropped_safely(sample, tmp_path):
+    """A process forked while a ShardLoader's producer and a Loader's engine threads run (as a
+    DataLoader worker is): the child's copies refuse to serve, naming fork, and dropping them neither
+    joins threads that do not exist in the child nor crashes (a worker once segfaulted when an
+    inherited ShardLoader was collected); the parent's loaders go on."""
+    from wds_helpers import write_foundry_set
+    manifest = write_foundry_set(tmp_path / "shards", shards=2, per_shard=6)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, "-c", FORK_CHILD, str(manifest), str(sample)], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "child 0" in r.stdout, (r.stdout, r.stderr[-3000:])
