@@ -78,7 +78,7 @@ def test_config_checked():
         RLConfig(server_device="gpu").check()
 
 
-def test_server_device_cuda_without_a_gpu_fails_at_start():
+def test_server_device_cuda_without_a_gpu_fails_at_start(ray_session):
     """server_device="cuda" asks Ray for a GPU for the policy server: on a cluster without one the
     run stops at once with RLError naming it (instead of waiting for an actor that cannot be placed)."""
     if torch.cuda.is_available():

@@ -111,13 +111,13 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     from ray.util.queue import Empty, Queue
     if not ray.is_initialized():
         ray.init()
+    gpus = 1 if cfg.server_device == "cuda" else 0  # Ray places the server on a GPU (CUDA_VISIBLE_DEVICES)
+    if gpus and ray.cluster_resources().get("GPU", 0) < 1:
+        raise RLError(f"server_device 'cuda': the Ray cluster has no GPU (resources: {ray.cluster_resources()})")
     PolicyServer, RolloutWorker = policy_server_class(), rollout_worker_class()
     obs_dim, n_act = env_dims(cfg)
     learner = Learner(cfg, obs_dim, n_act)
     queue = Queue(maxsize=cfg.queue_size, actor_options={"num_cpus": 0})
-    gpus = 1 if cfg.server_device == "cuda" else 0  # Ray places the server on a GPU (CUDA_VISIBLE_DEVICES)
-    if gpus and ray.cluster_resources().get("GPU", 0) < 1:
-        raise RLError(f"server_device 'cuda': the Ray cluster has no GPU (resources: {ray.cluster_resources()})")
     server = control = PolicyServer.options(num_cpus=0, num_gpus=gpus, max_concurrency=1000).remote(
         cfg, obs_dim, n_act, learner.state())
     # max_concurrency=2: pid() answers while run() is going (run is the one long call a worker has)
