@@ -1370,13 +1370,13 @@ static void set_video_info(conv *c, json_t *info)
     }
 }
 
-/* meta/info.json of a v3.0 source, re-encoded: the source's with the new
- * video info. */
-static int write_info_v3(conv *c)
+/* The source's meta/info.json as a JSON object (*out, the caller's). */
+static int read_source_info(conv *c, json_t **out)
 {
     vf_dataset *d = c->d;
     uint8_t *text = NULL;
     size_t len = 0;
+    *out = NULL;
     int r = d->fs.read_all(d->fs.ctx, "meta/info.json", &text, &len);
     if (r < 0)
         return r;
@@ -1387,7 +1387,14 @@ static int write_info_v3(conv *c)
         json_decref(info);
         return vf_error(VF_ECORRUPT, "%s/meta/info.json: not a JSON object", d->root);
     }
-    set_video_info(c, info);
+    *out = info;
+    return 0;
+}
+
+/* Writes info as OUT's meta/info.json and releases it. */
+static int write_out_info(conv *c, json_t *info)
+{
+    int r = 0;
     char *path = out_path(c, "meta/info.json");
     if (!path || json_dump_file(info, path, JSON_INDENT(4)) != 0)
         r = vf_error(VF_EIO, "%s: cannot write", path ? path : "meta/info.json");
@@ -1396,22 +1403,26 @@ static int write_info_v3(conv *c)
     return r;
 }
 
+/* meta/info.json of a v3.0 source, re-encoded: the source's with the new
+ * video info. */
+static int write_info_v3(conv *c)
+{
+    json_t *info;
+    int r = read_source_info(c, &info);
+    if (r < 0)
+        return r;
+    set_video_info(c, info);
+    return write_out_info(c, info);
+}
+
 /* meta/info.json: the source's, edited as LeRobot's converter edits it. */
 static int write_info(conv *c)
 {
     vf_dataset *d = c->d;
-    uint8_t *text = NULL;
-    size_t len = 0;
-    int r = d->fs.read_all(d->fs.ctx, "meta/info.json", &text, &len);
+    json_t *info;
+    int r = read_source_info(c, &info);
     if (r < 0)
         return r;
-    json_error_t err;
-    json_t *info = json_loadb((const char *)text, len, 0, &err);
-    free(text);
-    if (!json_is_object(info)) {
-        json_decref(info);
-        return vf_error(VF_ECORRUPT, "%s/meta/info.json: not a JSON object", d->root);
-    }
     int fps = (int)lround(vf_dataset_fps(d));
     json_object_set_new(info, "codebase_version", json_string("v3.0"));
     json_object_del(info, "total_chunks");
@@ -1442,12 +1453,7 @@ static int write_info(conv *c)
     }
     if (c->re)
         set_video_info(c, info);
-    char *path = out_path(c, "meta/info.json");
-    if (!path || json_dump_file(info, path, JSON_INDENT(4)) != 0)
-        r = vf_error(VF_EIO, "%s: cannot write", path ? path : "meta/info.json");
-    free(path);
-    json_decref(info);
-    return r;
+    return write_out_info(c, info);
 }
 
 /* ---- the jobs: data, and one per camera (write + verify) ------------------------------ */
