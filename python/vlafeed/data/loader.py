@@ -180,10 +180,15 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def outside_vlafeed():
     """The stacklevel for warnings.warn, called from here, that names the first frame outside the
     vlafeed package: the user's line, however deep inside vlafeed the warning is raised."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR + os.sep):
+    frame, level, outermost = sys._getframe(1), 1, 1
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_PACKAGE_DIR + os.sep):
+            outermost = level
+        elif not name.startswith("<frozen "):
+            return level
         frame, level = frame.f_back, level + 1
-    return level
+    return outermost  # vlafeed is the program (python -m vlafeed.train): its outermost line
 
 
 def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise", video_mismatch=None):
