@@ -188,6 +188,17 @@ static void abandon_encoder(encoder *e)
     av_packet_free(&pkt);
 }
 
+/* Writes the packet the encoder handed out (e->pkt) into the muxer, in the
+ * stream's time base, and releases it. */
+static int write_packet(encoder *e)
+{
+    av_packet_rescale_ts(e->pkt, e->enc->time_base, e->st->time_base);
+    e->pkt->stream_index = e->st->index;
+    int ar = av_interleaved_write_frame(e->oc, e->pkt);
+    av_packet_unref(e->pkt);
+    return ar < 0 ? vf_vid_av_error_named(e->path, ar, "writing a packet failed") : 0;
+}
+
 static int drain_packets(encoder *e)
 {
     for (;;) {
@@ -196,12 +207,8 @@ static int drain_packets(encoder *e)
             return 0;
         if (ar < 0)
             return vf_vid_av_error_named(e->path, ar, "encoding failed");
-        av_packet_rescale_ts(e->pkt, e->enc->time_base, e->st->time_base);
-        e->pkt->stream_index = e->st->index;
-        ar = av_interleaved_write_frame(e->oc, e->pkt);
-        av_packet_unref(e->pkt);
-        if (ar < 0)
-            return vf_vid_av_error_named(e->path, ar, "writing a packet failed");
+        if ((ar = write_packet(e)) < 0)
+            return ar;
     }
 }
 
@@ -839,12 +846,8 @@ static int transcode_drain(transcoder *t)
             av_packet_unref(e->pkt);
             return r;
         }
-        av_packet_rescale_ts(e->pkt, e->enc->time_base, e->st->time_base);
-        e->pkt->stream_index = e->st->index;
-        ar = av_interleaved_write_frame(e->oc, e->pkt);
-        av_packet_unref(e->pkt);
-        if (ar < 0)
-            return vf_vid_av_error_named(e->path, ar, "writing a packet failed");
+        if ((ar = write_packet(e)) < 0)
+            return ar;
     }
 }
 
