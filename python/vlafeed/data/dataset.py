@@ -25,6 +25,7 @@ import numpy as np
 from vlafeed import _native
 from vlafeed.data import lerobot_compat as compat
 from vlafeed.data.loader import batch_to_dict, emit_warnings, open_native_dataset
+from vlafeed.data.recording import RecordingDatasetMixin, RecordingMetadataMixin
 
 
 def _native_property(name, doc=None):
@@ -37,7 +38,7 @@ def _meta_property(name):
     return property(lambda self: getattr(self.meta, name), doc=f"``meta.{name}``")
 
 
-class LeRobotDatasetMetadata:
+class LeRobotDatasetMetadata(RecordingMetadataMixin):
     """LeRobot 0.6's LeRobotDatasetMetadata over the engine's dataset.
 
     LeRobotDatasetMetadata(repo_id=None, root=None, revision=None,
@@ -222,7 +223,7 @@ class LeRobotDatasetMetadata:
                 f"total_frames={self.total_frames}, camera_keys={self.camera_keys})")
 
 
-class LeRobotDataset:
+class LeRobotDataset(RecordingDatasetMixin):
     """Map-style LeRobot dataset: ``len(ds)``, ``ds[i]`` -> dict of torch tensors.
 
     root: the dataset folder (meta/info.json inside). episodes: episode
