@@ -347,6 +347,30 @@ def _hf_feature(ft):
     return {"feature": {"dtype": ft["dtype"], "_type": "Value"}, "length": int(ft["shape"][0]), "_type": "List"}
 
 
+def _arrow_schema(names, features):
+    """The ARROW:schema metadata of LeRobot's data files (vectors as fixed_size_list), when
+    pyarrow is importable; the "huggingface" metadata carries the same lengths without it."""
+    try:
+        import base64
+
+        import pyarrow as pa
+    except ImportError:
+        return None
+    fields = []
+    for name in names:
+        ft = features[name]
+        if ft["dtype"] == "image":
+            t = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        elif ft["dtype"] == "string":
+            t = pa.string()
+        elif tuple(ft["shape"]) == (1,):
+            t = pa.from_numpy_dtype(np.dtype(ft["dtype"]))
+        else:
+            t = pa.list_(pa.from_numpy_dtype(np.dtype(ft["dtype"])), int(ft["shape"][0]))
+        fields.append(pa.field(name, t))
+    return base64.b64encode(pa.schema(fields).serialize().to_pybytes()).decode()
+
+
 def _data_column_type(name, ft):
     dtype = ft["dtype"]
     if dtype == "image":
@@ -955,10 +979,13 @@ class DatasetWriter:
                 else:
                     self._data_file_rows[key].extend(values.astype(ft["dtype"]).tolist())
         self._data_file_groups.append(length)
-        hf = {"info": {"features": {k: _hf_feature(meta.features[k]) for k in names}}}
+        kv = {"huggingface": json.dumps({"info": {"features": {k: _hf_feature(meta.features[k]) for k in names}}})}
+        arrow = _arrow_schema(names, meta.features)
+        if arrow:
+            kv["ARROW:schema"] = arrow
         path = self._root / meta.data_path.format(chunk_index=chunk, file_index=file)
         _write_parquet(path, [(k, _data_column_type(k, meta.features[k]), self._data_file_rows[k]) for k in names],
-                       row_group_sizes=self._data_file_groups, kv={"huggingface": json.dumps(hf)})
+                       row_group_sizes=self._data_file_groups, kv=kv)
         placement = {"data/chunk_index": chunk, "data/file_index": file, "dataset_from_index": start,
                      "dataset_to_index": start + length}
         self._latest_episode = placement
