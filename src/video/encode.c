@@ -518,7 +518,11 @@ int vf_video_stream_duration(const char *path, double *seconds)
 
 /* ---- concatenation ---- */
 
-int vf_video_concat(const char *const *inputs, size_t count, const char *out)
+/* stream_durations: 0 places each file at the summed container durations
+ * (whole milliseconds: the drift of FFmpeg 5's concat demuxer), 1 at the summed
+ * stream durations in the streams' own time base (no drift, as PyAV's current
+ * FFmpeg does for LeRobot 0.6's recorder). */
+static int concat_files(const char *const *inputs, size_t count, const char *out, int stream_durations)
 {
     if (count == 0 || !inputs || !out)
         return vf_error(VF_EINVAL, "concat: no inputs");
@@ -600,11 +604,21 @@ int vf_video_concat(const char *const *inputs, size_t count, const char *out)
     }
 
     int64_t start_us = 0; /* where the current file begins, concat demuxer style */
+    int64_t start_ts = 0; /* the same in the first input's time base (stream_durations) */
+    AVRational tb0 = in[0].stream->time_base;
     for (size_t i = 0; i < count; i++) {
         vf_vid_demux *d = &in[i];
         AVRational itb = d->stream->time_base;
         int64_t file_start = d->fmt->start_time != AV_NOPTS_VALUE ? d->fmt->start_time : 0;
         int64_t delta = av_rescale_q(start_us - file_start, AV_TIME_BASE_Q, itb);
+        if (stream_durations) {
+            if (d->stream->duration == AV_NOPTS_VALUE || d->stream->duration <= 0) {
+                rc = vf_error(VF_ECORRUPT, "concat: %s has no stream duration", inputs[i]);
+                goto done;
+            }
+            delta = av_rescale_q(start_ts, tb0, itb) - av_rescale_q(file_start, AV_TIME_BASE_Q, itb);
+            start_ts += av_rescale_q(d->stream->duration, itb, tb0);
+        }
         for (;;) {
             ar = av_read_frame(d->fmt, pkt);
             if (ar == AVERROR_EOF)
@@ -667,6 +681,16 @@ done:
     free(in);
     free(tmp);
     return rc;
+}
+
+int vf_video_concat(const char *const *inputs, size_t count, const char *out)
+{
+    return concat_files(inputs, count, out, 0);
+}
+
+int vf_video_concat_exact(const char *const *inputs, size_t count, const char *out)
+{
+    return concat_files(inputs, count, out, 1);
 }
 
 /* ---- re-encoding a whole file (the converter's --codec) ----

@@ -482,6 +482,10 @@ int vf_video_stream_duration(const char *path, double *seconds);
  * be one of the inputs (written to a temporary name, then renamed). All
  * inputs must share codec and size. */
 int vf_video_concat(const char *const *inputs, size_t count, const char *out);
+/* The same, but each file starts where the previous streams end (the summed
+ * stream durations, in the streams' time base): no drift, as LeRobot 0.6's
+ * recorder concatenates with a current FFmpeg. The recording API uses it. */
+int vf_video_concat_exact(const char *const *inputs, size_t count, const char *out);
 
 /* ======================================================================
  * Frame identity stamps (tests of frame exactness)

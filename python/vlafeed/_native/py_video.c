@@ -18,8 +18,11 @@
  *       settings; libsvtav1 cannot take real-time priority). codec:
  *       "libsvtav1"/"av1", "h264"/"libx264", "hevc"/"libx265". preset: an
  *       int for libsvtav1, a name for x264/x265, None for the default.
- *   _native.video_concat(inputs, out)
- *       packet-remux concatenation (LeRobot's concatenate_video_files).
+ *   _native.video_concat(inputs, out, exact=False)
+ *       packet-remux concatenation (LeRobot's concatenate_video_files):
+ *       files placed at the summed container durations (FFmpeg 5's drift),
+ *       or with exact=True at the summed stream durations (no drift, as
+ *       LeRobot 0.6's recorder writes).
  *   _native.video_duration(path) -> float seconds (get_video_duration_in_s).
  *   _native.image_write(path, frame)
  *       one RGB uint8 [H, W, 3] buffer to .png (FFmpeg's encoder) or .ppm.
@@ -211,12 +214,14 @@ static PyObject *py_video_encode(PyObject *self, PyObject *args, PyObject *kwarg
     Py_RETURN_NONE;
 }
 
-static PyObject *py_video_concat(PyObject *self, PyObject *args)
+static PyObject *py_video_concat(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
+    static char *keywords[] = {"inputs", "out", "exact", NULL};
     PyObject *inputs;
     const char *out;
-    if (!PyArg_ParseTuple(args, "Os", &inputs, &out))
+    int exact = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Os|$p", keywords, &inputs, &out, &exact))
         return NULL;
     PyObject *seq = PySequence_Fast(inputs, "inputs must be a sequence of paths");
     if (!seq)
@@ -237,7 +242,7 @@ static PyObject *py_video_concat(PyObject *self, PyObject *args)
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = vf_video_concat(paths, (size_t)n, out);
+    rc = exact ? vf_video_concat_exact(paths, (size_t)n, out) : vf_video_concat(paths, (size_t)n, out);
     Py_END_ALLOW_THREADS
     PyMem_Free(paths);
     Py_DECREF(seq);
@@ -290,7 +295,8 @@ PyMethodDef vf_py_video_functions[] = {
     VF_PY_KW_FUNCTION("video_encode", py_video_encode,
      "video_encode(path, frames, fps, *, codec='libsvtav1', gop=2, crf=30, preset=None, fast_decode=0, threads=1, "
      "b_frames=-1): frames uint8 [N,H,W,3] RGB -> a new MP4"),
-    {"video_concat", py_video_concat, METH_VARARGS, "video_concat(inputs, out): packet-remux concatenation"},
+    VF_PY_KW_FUNCTION("video_concat", py_video_concat,
+     "video_concat(inputs, out, exact=False): packet-remux concatenation"),
     {"video_duration", py_video_duration, METH_VARARGS, "video_duration(path) -> stream duration in seconds"},
     {"image_write", py_image_write, METH_VARARGS, "image_write(path, frame): RGB uint8 [H,W,3] -> .png or .ppm"},
     VF_PY_KW_FUNCTION("video_frame", py_video_frame,

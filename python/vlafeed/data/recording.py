@@ -15,7 +15,7 @@ aggregated stats.json, with the same size-based rollover rules. It is written
 with vlafeed's own parts: the C Parquet writer (_native.parquet_write), the C
 video encoder (_native.video_encode: libsvtav1 by default like LeRobot, with
 CAP_SYS_NICE dropped while SVT-AV1 starts its threads, or libx264/libx265),
-packet-remux concatenation (_native.video_concat) and FFmpeg's PNG encoder
+packet-remux concatenation without drift (_native.video_concat(exact=True)) and FFmpeg's PNG encoder
 for image features (_native.image_write).
 
 Differences from upstream, on purpose:
@@ -475,7 +475,6 @@ class RecordingMetadataMixin:
         """A new, empty dataset at root (default $HF_LEROBOT_HOME/repo_id), which must not exist
         (LeRobot: FileExistsError); writes meta/info.json."""
         root = pathlib.Path(root) if root is not None else compat.lerobot_home() / repo_id
-        root.mkdir(parents=True, exist_ok=False)
         features = {**copy.deepcopy(dict(features)), **copy.deepcopy(DEFAULT_FEATURES)}
         bad = sorted(name for name in features if "/" in name)
         if bad:
@@ -487,14 +486,14 @@ class RecordingMetadataMixin:
                     _refuse(f"depth video feature {name!r}", "depth cameras are not recorded")
             elif ft["dtype"] not in ("image", "language"):
                 _data_column_type(name, ft)
+        video_keys = [k for k, ft in features.items() if ft["dtype"] == "video"]
+        if video_keys and not use_videos:
+            raise ValueError(f"Features contain video keys {video_keys}, but 'use_videos' is set to False. "
+                             "Either remove video features from the features dict, or set 'use_videos=True'.")
+        root.mkdir(parents=True, exist_ok=False)
         obj = object.__new__(_recording_class(cls, _MetaRecordingOverlay))
         obj.repo_id = repo_id
         obj.revision = None
-        video_keys = [k for k, ft in features.items() if ft["dtype"] == "video"]
-        if video_keys and not use_videos:
-            shutil.rmtree(root)
-            raise ValueError(f"Features contain video keys {video_keys}, but 'use_videos' is set to False. "
-                             "Either remove video features from the features dict, or set 'use_videos=True'.")
         info = {"codebase_version": CODEBASE_VERSION, "fps": fps, "features": features,
                 "total_episodes": 0, "total_frames": 0, "total_tasks": 0,
                 "chunks_size": chunks_size or DEFAULT_CHUNK_SIZE,
@@ -1049,7 +1048,7 @@ class DatasetWriter:
                 shutil.move(str(ep_path), str(new_path))
                 start = 0.0
             else:
-                _native.video_concat([str(latest_path), str(ep_path)], str(latest_path))
+                _native.video_concat([str(latest_path), str(ep_path)], str(latest_path), exact=True)
         self._latest_video[key] = (chunk, file, start + ep_duration)
         if "video.codec" not in (meta.features[key].get("info") or {}):
             meta.update_video_info(key, video_encoder=self._rgb_encoder)
