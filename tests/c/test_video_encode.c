@@ -417,6 +417,65 @@ static void test_concat_drift(const char *dir)
     free(out);
 }
 
+/* vf_video_concat_exact (the recording API's): each file starts where the
+ * previous streams end, so every frame keeps pts = ordinal * 512 at 30 fps,
+ * also when appending pairwise into the first file as the recorder does, and
+ * the frames across the joins are the right ones. */
+static void test_concat_exact(const char *dir)
+{
+    static const int64_t lengths[] = {7, 5, 11};
+    const size_t n = VF_ARRAY_LEN(lengths);
+    char *parts[3];
+    vf_video_encode_settings s;
+    vf_video_encode_defaults(&s);
+    s.codec = VF_VIDEO_CODEC_H264;
+    s.width = 64;
+    s.height = 64;
+    s.x26x_preset = "ultrafast";
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        parts[i] = vf_asprintf("%s/exact-%zu.mp4", dir, i);
+        stamp_ctx ctx = {64, 64, (int64_t)i, 0};
+        int rc = vf_video_write_episode(parts[i], &s, lengths[i], stamp_fill, &ctx);
+        CHECK_OK(rc);
+        ok &= rc == 0;
+    }
+    for (size_t i = 1; ok && i < n; i++) {
+        const char *pair[2] = {parts[0], parts[i]};
+        CHECK_OK(vf_video_concat_exact(pair, 2, parts[0]));
+    }
+    vf_video_index *ix = NULL;
+    CHECK_OK(vf_video_index_build_file(&ix, parts[0]));
+    if (ix) {
+        CHECK_EQ_INT(ix->frame_count, 7 + 5 + 11);
+        CHECK_EQ_INT(ix->time_base_den, 15360);
+        for (int64_t k = 0; k < ix->frame_count; k++)
+            CHECK_EQ_INT(ix->pts[k], k * 512);
+        vf_video_index_free(ix);
+    }
+    double d = 0;
+    CHECK_OK(vf_video_stream_duration(parts[0], &d));
+    CHECK(fabs(d - 23 * 512 / 15360.0) < 1e-9);
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, parts[0], NULL));
+    if (r) {
+        uint8_t buf[64 * 64 * 3];
+        int64_t probes[][3] = {{6, 0, 6}, {7, 1, 0}, {11, 1, 4}, {12, 2, 0}, {22, 2, 10}};
+        for (size_t i = 0; i < VF_ARRAY_LEN(probes); i++) {
+            CHECK_OK(vf_video_read_frame(r, probes[i][0], NULL, buf));
+            CHECK(has_identity(buf, 64, 64, probes[i][1], probes[i][2], 0));
+        }
+        vf_video_close(r);
+    }
+    const char *missing[2] = {parts[1], "/nonexistent/file.mp4"};
+    CHECK_ERR(vf_video_concat_exact(missing, 2, parts[2]), VF_ENOENT, "/nonexistent/file.mp4");
+    CHECK_ERR(vf_video_concat_exact(missing, 0, parts[2]), VF_EINVAL, "no inputs");
+    for (size_t i = 0; i < n; i++) {
+        remove(parts[i]);
+        free(parts[i]);
+    }
+}
+
 /* ---- identity stamps ---- */
 
 static void test_identity_raw(void)
@@ -507,6 +566,7 @@ int main(void)
     test_polite_encoder(dir);
     test_depth(dir);
     test_concat_drift(dir);
+    test_concat_exact(dir);
     test_identity_raw();
     test_identity_through_codecs(dir);
     vf_test_rmtree(dir);
