@@ -561,7 +561,7 @@ class RecordingMetadataMixin:
         _write_json(rec.stats, rec.root / "meta" / "stats.json")
 
     def update_video_info(self, video_key=None, video_encoder=None, preserve_keys=None):
-        """Fills info.json's features[key]["info"] from the key's first video file (chunk 0,
+        """Fills info.json's ``features[key]["info"]`` from the key's first video file (chunk 0,
         file 0) and the encoder settings, as LeRobot's get_video_info does."""
         self._require_recording("update_video_info")
         rec = self._rec
