@@ -11,7 +11,8 @@ JOB: {"record": {"root", "frames" (an .npz written by the test), "fps",
 save_episode / finalize (LeRobot's own recorder). "read" opens each root with
 LeRobotDataset (torchcodec) and dumps every item. OUT (torch.save):
 {"read": {root: {"len", "items": [item dict, ...], "stats_keys": {...}} or
-{"__open_error__": type, "message"}}}.
+{"__open_error__": type, "message"}}, "signatures": {class: {method:
+[(parameter, kind, repr(default))]}}} (the recording names).
 """
 import json
 import sys
@@ -48,13 +49,41 @@ def read(root):
             "tasks": list(ds.meta.tasks.index)}
 
 
+RECORDING_NAMES = {
+    "LeRobotDataset": ["create", "resume", "add_frame", "save_episode", "clear_episode_buffer", "has_pending_frames",
+                       "finalize", "push_to_hub"],
+    "LeRobotDatasetMetadata": ["create", "save_episode_tasks", "save_episode", "update_video_info",
+                               "update_chunk_settings", "get_chunk_settings", "finalize"],
+    "DatasetWriter": None,  # every public method, and __init__
+}
+
+
+def signatures():
+    """{class: {method: [(parameter, kind, repr(default))]}} of upstream's recording names."""
+    import inspect
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+    from lerobot.datasets.dataset_writer import DatasetWriter
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    classes = {"LeRobotDataset": LeRobotDataset, "LeRobotDatasetMetadata": LeRobotDatasetMetadata,
+               "DatasetWriter": DatasetWriter}
+    out = {}
+    for cls_name, names in RECORDING_NAMES.items():
+        cls = classes[cls_name]
+        if names is None:
+            names = ["__init__"] + [n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)]
+        out[cls_name] = {n: [(p.name, p.kind.name, "<none>" if p.default is p.empty else repr(p.default))
+                             for p in inspect.signature(getattr(cls, n)).parameters.values()]
+                         for n in names}
+    return out
+
+
 def main(argv):
     with open(argv[1], encoding="utf-8") as f:
         job = json.load(f)
     import torch
     if job.get("record"):
         record(job["record"])
-    torch.save({"read": {root: read(root) for root in job.get("read", [])}}, argv[2])
+    torch.save({"read": {root: read(root) for root in job.get("read", [])}, "signatures": signatures()}, argv[2])
     return 0
 
 

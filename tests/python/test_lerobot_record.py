@@ -315,6 +315,24 @@ def test_metadata_matches_upstream_recorder(recorded, upstream):
         assert {"q01", "q10", "q50", "q90", "q99"} <= set(stats_ours[f])
 
 
+def test_recording_names_have_upstreams_signatures(upstream):
+    """Every recording method of upstream's LeRobotDataset, LeRobotDatasetMetadata and
+    DatasetWriter exists here with the same parameters, kinds and defaults."""
+    import inspect
+    from vlafeed.data.recording import DatasetWriter
+    classes = {"LeRobotDataset": LeRobotDataset, "LeRobotDatasetMetadata": LeRobotDatasetMetadata,
+               "DatasetWriter": DatasetWriter}
+    checked = 0
+    for cls_name, methods in upstream["signatures"].items():
+        for name, params in methods.items():
+            assert hasattr(classes[cls_name], name), f"{cls_name}.{name} is missing"
+            ours = [(p.name, p.kind.name, "<none>" if p.default is p.empty else repr(p.default))
+                    for p in inspect.signature(getattr(classes[cls_name], name)).parameters.values()]
+            assert ours == params, f"{cls_name}.{name}"
+            checked += 1
+    assert checked >= 25
+
+
 def test_vlafeed_reads_upstreams_recording(upstream):
     ds = LeRobotDataset(root=upstream["root"])
     rows = expected_rows()

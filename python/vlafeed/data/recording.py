@@ -794,7 +794,7 @@ class DatasetWriter:
     """The write side of a LeRobotDataset in write mode (``dataset.writer``): the
     episode buffer, camera spill files, data Parquet and video files."""
 
-    def __init__(self, meta, root, rgb_encoder=None, depth_encoder=None, encoder_threads=None, batch_encoding_size=1,
+    def __init__(self, meta, root, rgb_encoder, depth_encoder, encoder_threads, batch_encoding_size,
                  streaming_encoder=None, initial_frames=0):
         if depth_encoder is not None and meta.depth_keys:
             _refuse("depth_encoder", "depth cameras are not recorded")
@@ -1311,7 +1311,8 @@ class RecordingDatasetMixin:
                                 video_backend=settings["video_backend"])
             self.writer, self._is_finalized = writer, True
 
-    def push_to_hub(self, *args, **kwargs):
+    def push_to_hub(self, branch=None, tags=None, license="apache-2.0", tag_version=True, push_videos=True,
+                    private=None, allow_patterns=None, upload_large_folder=False, **card_kwargs):
         """Refused: vlafeed has no Hub client."""
         _refuse("push_to_hub()", f"there is no Hub upload here; upload {self.meta.root} with huggingface_hub's "
                                  "HfApi().upload_folder(repo_type='dataset') (leave out images/)")
