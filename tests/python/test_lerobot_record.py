@@ -449,3 +449,22 @@ def test_metadata_writers_directly(tmp_path):
         meta.save_episode_tasks(["a", "a"])
     import pandas as pd
     assert list(pd.read_parquet(tmp_path / "m/meta/tasks.parquet").index) == ["a", "b", "c"]
+
+
+def test_save_episode_with_prebuilt_episode_data(tmp_path):
+    """save_episode(episode_data=...) takes LeRobot's episode dict with frames as arrays."""
+    ds = _new(tmp_path)
+    tasks, values = EPISODES[1]
+    n = len(tasks)
+    episode = {"size": n, "task": list(tasks), "episode_index": 0, "frame_index": list(range(n)),
+               "timestamp": [f / FPS for f in range(n)], "index": [], "task_index": [],
+               **{k: list(v) for k, v in values.items()}}
+    ds.save_episode(episode_data=episode)
+    ds.finalize()
+    assert len(ds) == n and [ds[i]["task"] for i in range(n)] == tasks
+    np.testing.assert_array_equal(ds[n - 1]["action"].numpy(), values["action"][-1])
+    paths = dict(episode, **{"observation.images.cam0": [f"/x/{i}.png" for i in range(n)]})
+    paths["episode_index"] = 1
+    rec = LeRobotDataset.resume("local/errors", root=tmp_path / "ds", rgb_encoder={"vcodec": "h264"})
+    with pytest.raises(NotImplementedError, match="observation.images.cam0.*image file paths"):
+        rec.save_episode(episode_data=paths)

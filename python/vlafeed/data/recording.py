@@ -899,6 +899,8 @@ class DatasetWriter:
         buf = episode_data if episode_data is not None else self.episode_buffer
         meta, features = self._meta, self._meta.features
         _validate_episode_buffer(buf, meta.total_episodes, features)
+        if "_spills" not in buf:
+            buf = self._adopt_episode_data(buf)
         self._wait_image_writer()
         length = buf["size"]
         tasks = buf["task"]
@@ -936,6 +938,38 @@ class DatasetWriter:
                 shutil.rmtree(d)
         if episode_data is None:
             self.episode_buffer = self._create_episode_buffer()
+
+    def _adopt_episode_data(self, episode_data):
+        """A pre-built episode dict (LeRobot's save_episode(episode_data=...)) in this writer's
+        buffer form: its camera frames (arrays, one per frame) spilled and PNG-encoded like
+        add_frame's. Image file paths (LeRobot's own buffers) are refused by name."""
+        buf = {k: v for k, v in episode_data.items()}
+        buf["_spills"] = {}
+        index = buf["episode_index"]
+        for key in self._meta.camera_keys:
+            values = list(buf[key])
+            if values and isinstance(values[0], (str, os.PathLike)):
+                _refuse(f"episode_data[{key!r}] given as image file paths",
+                        "pass the frames as arrays (add_frame's form)")
+            d = self._episode_dir(key, index)
+            d.mkdir(parents=True, exist_ok=True)
+            spill = buf["_spills"][key] = {"path": d / "frames.rgb", "shape": None}
+            buf[key] = []
+            with open(spill["path"], "wb") as f:
+                for frame_index, value in enumerate(values):
+                    rgb = _to_hwc_uint8(key, value)
+                    if spill["shape"] is None:
+                        spill["shape"] = rgb.shape
+                    elif rgb.shape != spill["shape"]:
+                        raise ValueError(f"The feature '{key}' changed size within episode {index}.")
+                    f.write(rgb.tobytes())
+                    if self._meta.features[key]["dtype"] == "image":
+                        png = d / f"frame-{frame_index:06d}.png"
+                        _native.image_write(str(png), rgb)
+                        buf[key].append(str(png))
+                    else:
+                        buf[key].append(None)
+        return buf
 
     def _save_episode_data(self, buf, columns, length):
         """Appends the episode as a row group of the current data file (rewritten whole), or
