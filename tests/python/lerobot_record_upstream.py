@@ -41,7 +41,7 @@ def read(root):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     try:
         ds = LeRobotDataset("local/vlafeed-recorded", root=root, video_backend="torchcodec")
-    except Exception as e:  # compared by the test
+    except Exception as e:  # noqa: BLE001 - compared by the test
         return {"__open_error__": type(e).__name__, "message": str(e)[:2000]}
     items = [dict(ds[i]) for i in range(len(ds))]
     return {"len": len(ds), "items": items, "total_episodes": ds.meta.total_episodes,
@@ -61,6 +61,7 @@ RECORDING_NAMES = {
 def signatures():
     """{class: {method: [(parameter, kind, repr(default))]}} of upstream's recording names."""
     import inspect
+
     from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
     from lerobot.datasets.dataset_writer import DatasetWriter
     from lerobot.datasets.lerobot_dataset import LeRobotDataset

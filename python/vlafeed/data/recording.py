@@ -158,8 +158,7 @@ class RunningQuantileStats:
 
 
 def _sample_indices(data_len, min_num_samples=100, max_num_samples=10_000, power=0.75):
-    if data_len < min_num_samples:
-        min_num_samples = data_len
+    min_num_samples = min(min_num_samples, data_len)
     num = max(min_num_samples, min(int(data_len**power), max_num_samples))
     return np.round(np.linspace(0, data_len - 1, num)).astype(int).tolist()
 
@@ -1201,7 +1200,8 @@ def _validate_frame(frame, features):
                           f"or channel last, but type '{type(value)}' provided instead.\n")
         elif dtype == "string":
             if not isinstance(value, str):
-                error += f"The feature '{name}' is expected to be of type 'str', but type '{type(value)}' provided instead.\n"
+                error += (f"The feature '{name}' is expected to be of type 'str', but type '{type(value)}' "
+                          "provided instead.\n")
         elif dtype == "language":
             pass
         elif isinstance(value, np.ndarray):
