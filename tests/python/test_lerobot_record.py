@@ -388,7 +388,7 @@ def test_create_on_existing_root_refuses(tmp_path):
 
 
 def test_clear_buffer_reading_while_recording_and_refusals(tmp_path):
-    ds = _new(tmp_path, image_writer_threads=2)
+    ds = _new(tmp_path, image_writer_processes=1, image_writer_threads=2)
     ds.add_frame(_good_frame(0))
     assert ds.has_pending_frames() and len(ds) == 0
     ds.clear_episode_buffer()

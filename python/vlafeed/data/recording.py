@@ -768,12 +768,14 @@ class _MetaState:
 # the writer (LeRobot's DatasetWriter)
 
 class _ThreadImageWriter:
-    """LeRobot's AsyncImageWriter in threads: PNG encoding (FFmpeg, GIL released) off the caller's thread."""
+    """LeRobot's AsyncImageWriter in threads: PNG encoding (FFmpeg, GIL released) off the caller's thread.
+    Only image features go through it: camera frames are appended raw to their spill file."""
 
     def __init__(self, num_processes=0, num_threads=4):
-        if num_processes:
-            _refuse(f"image_writer_processes={num_processes}", "images are written by threads (num_threads)")
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, num_threads))
+        # PNG encoding releases the GIL, so LeRobot's processes become threads:
+        # num_processes x num_threads of them (the files written are the same).
+        workers = max(1, num_threads) * max(1, num_processes)
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
         self._pending = []
 
     def save_image(self, image, fpath, compress_level=1):
@@ -1092,7 +1094,7 @@ class DatasetWriter:
     # ---- LeRobot's remaining writer methods -----------------------------------------------
 
     def start_image_writer(self, num_processes=0, num_threads=4):
-        """PNG writing for image features in background threads (processes are refused)."""
+        """PNG writing for image features in background threads (num_processes x num_threads of them)."""
         if self.image_writer is not None:
             logger.warning("You are starting a new AsyncImageWriter that is replacing an already existing one in "
                            "the dataset.")
