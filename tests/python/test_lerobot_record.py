@@ -413,6 +413,16 @@ def test_clear_buffer_reading_while_recording_and_refusals(tmp_path):
     assert np.abs(ds[1]["observation.images.cam0"].numpy().transpose(1, 2, 0) * 255 - want).mean() < 6
     with pytest.raises(RuntimeError, match="read-only dataset"):
         LeRobotDataset(root=tmp_path / "ds").add_frame(_good_frame())
+    try:  # the image feature went through the writer threads: exact PNGs, in frame order
+        import io
+
+        import PIL.Image
+    except ImportError:
+        return
+    cells = pq.read_table(tmp_path / "ds/data/chunk-000/file-000.parquet").column("observation.images.wrist")
+    for f, cell in enumerate(cells.to_pylist()):
+        np.testing.assert_array_equal(np.asarray(PIL.Image.open(io.BytesIO(cell["bytes"]))),
+                                      _good_frame(f)["observation.images.wrist"])
 
 
 def test_unsupported_settings_are_named(tmp_path):
