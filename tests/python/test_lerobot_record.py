@@ -168,6 +168,9 @@ def upstream(recorded, tmp_path_factory):
 @pytest.mark.parametrize("name", ["av1", "h264", "rollover", "resumed"])
 def test_vlafeed_reads_the_recording_back(recorded, name):
     root = recorded[name]
+    from vlafeed.data.loader import open_native_dataset
+    problems = open_native_dataset(str(root), None, "raise", None).info()["problems"]
+    assert problems == [], f"vlafeed info finds problems in the {name} recording: {problems}"
     ds = LeRobotDataset(root=root)
     rows = expected_rows()
     assert len(ds) == len(rows) == sum(LENGTHS)
