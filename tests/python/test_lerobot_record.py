@@ -442,6 +442,10 @@ def test_unsupported_settings_are_named(tmp_path):
     with pytest.raises(NotImplementedError, match="multi-dimensional"):
         LeRobotDatasetMetadata.create("x", FPS, {"m": {"dtype": "float32", "shape": (2, 2), "names": None}},
                                       root=tmp_path / "e")
+    with pytest.raises(NotImplementedError, match="language feature 'l'"):
+        LeRobotDatasetMetadata.create("x", FPS, {"l": {"dtype": "language", "shape": (1,), "names": None}},
+                                      root=tmp_path / "f")
+    assert not any((tmp_path / n).exists() for n in "def")
     with pytest.raises(ValueError, match="resume\\(\\) requires an explicit 'root'"):
         LeRobotDataset.resume("x")
 
@@ -482,3 +486,26 @@ def test_save_episode_with_prebuilt_episode_data(tmp_path):
     rec = LeRobotDataset.resume("local/errors", root=tmp_path / "ds", rgb_encoder={"vcodec": "h264"})
     with pytest.raises(NotImplementedError, match="observation.images.cam0.*image file paths"):
         rec.save_episode(episode_data=paths)
+
+
+def test_scalar_string_and_bool_features_without_cameras(tmp_path):
+    feats = {"grip": {"dtype": "bool", "shape": (1,), "names": None},
+             "count": {"dtype": "int32", "shape": (1,), "names": None},
+             "note": {"dtype": "string", "shape": (1,), "names": None},
+             "action": {"dtype": "float64", "shape": (3,), "names": None}}
+    ds = LeRobotDataset.create("local/scalars", 10, feats, root=tmp_path / "s", use_videos=False)
+    for f in range(4):
+        ds.add_frame({"grip": np.array([f % 2 == 0]), "count": np.array([f * 7], np.int32), "note": f"n{f}",
+                      "action": np.full(3, f / 4), "task": "t"})
+    ds.save_episode()
+    ds.finalize()
+    table = pq.read_table(tmp_path / "s/data/chunk-000/file-000.parquet")
+    assert table.schema.field("grip").type == pa.bool_() and table.schema.field("count").type == pa.int32()
+    assert table.schema.field("note").type == pa.string()
+    assert table.schema.field("action").type == pa.list_(pa.float64(), 3)
+    assert table.column("grip").to_pylist() == [True, False, True, False]
+    assert table.column("note").to_pylist() == ["n0", "n1", "n2", "n3"]
+    assert table.column("count").to_pylist() == [0, 7, 14, 21]
+    stats = json.loads((tmp_path / "s/meta/stats.json").read_text())
+    assert "note" not in stats and stats["count"]["max"] == [21.0] and stats["action"]["mean"] == [0.375] * 3
+    assert json.loads((tmp_path / "s/meta/info.json").read_text())["video_path"] is None

@@ -483,7 +483,10 @@ class RecordingMetadataMixin:
             if ft["dtype"] == "video":
                 if (ft.get("info") or {}).get("is_depth_map"):
                     _refuse(f"depth video feature {name!r}", "depth cameras are not recorded")
-            elif ft["dtype"] not in ("image", "language"):
+            elif ft["dtype"] == "language":
+                _refuse(f"language feature {name!r}", "LeRobot's annotation pipeline writes those columns after "
+                                                     "recording")
+            elif ft["dtype"] != "image":
                 _data_column_type(name, ft)
         video_keys = [k for k, ft in features.items() if ft["dtype"] == "video"]
         if video_keys and not use_videos:
