@@ -6,7 +6,9 @@ imported by the main test process:
   python lerobot_record_upstream.py JOB.json OUT.pt
 
 JOB: {"record": {"root", "frames" (an .npz written by the test), "fps",
-"features", "robot_type", "vcodec"} or null, "read": [root, ...]}.
+"features", "robot_type", "vcodec"} or null, "aggregate": {"roots", "out"} or
+null, "read": [root, ...]}. "aggregate" runs LeRobot's aggregate_datasets
+(after "record") into "out".
 "record" writes the test's frames with LeRobotDataset.create / add_frame /
 save_episode / finalize (LeRobot's own recorder). "read" opens each root with
 LeRobotDataset (torchcodec) and dumps every item. OUT (torch.save):
@@ -84,6 +86,11 @@ def main(argv):
     import torch
     if job.get("record"):
         record(job["record"])
+    if job.get("aggregate"):  # LeRobot's dataset tool over the recordings, read back below
+        from lerobot.datasets.aggregate import aggregate_datasets
+        agg = job["aggregate"]
+        aggregate_datasets(repo_ids=[f"local/part{i}" for i in range(len(agg["roots"]))],
+                           aggr_repo_id="local/aggregated", roots=agg["roots"], aggr_root=agg["out"])
     torch.save({"read": {root: read(root) for root in job.get("read", [])}, "signatures": signatures()}, argv[2])
     return 0
 

@@ -151,7 +151,8 @@ def upstream(recorded, tmp_path_factory):
     features = {k: dict(v, shape=list(v["shape"])) for k, v in FEATURES.items()}
     job = {"record": {"root": str(tmp / "up-h264"), "frames": str(tmp / "frames.npz"), "fps": FPS,
                       "features": features, "robot_type": "test_bot", "vcodec": "h264"},
-           "read": [str(recorded[k]) for k in ("av1", "rollover", "resumed")]}
+           "aggregate": {"roots": [str(recorded["h264"]), str(tmp / "up-h264")], "out": str(tmp / "aggregated")},
+           "read": [str(recorded[k]) for k in ("av1", "rollover", "resumed")] + [str(tmp / "aggregated")]}
     (tmp / "job.json").write_text(json.dumps(job))
     env = dict(os.environ, HF_HOME=str(tmp / "hf-home"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     r = subprocess.run([py, str(HERE / "lerobot_record_upstream.py"), str(tmp / "job.json"), str(tmp / "out.pt")],
@@ -159,6 +160,7 @@ def upstream(recorded, tmp_path_factory):
     assert r.returncode == 0, r.stderr[-3000:]
     out = torch.load(tmp / "out.pt", weights_only=False)
     out["root"] = tmp / "up-h264"
+    out["aggregated"] = tmp / "aggregated"
     return out
 
 
@@ -265,6 +267,24 @@ def test_upstream_reads_vlafeed_recordings_identically(recorded, upstream, name)
         assert torch.equal(up["observation.images.wrist"], want), (name, i)
     assert set(got["stats_keys"]) == set(FEATURES) | {"timestamp", "frame_index", "episode_index", "index",
                                                       "task_index"}
+
+
+def test_lerobots_aggregate_merges_a_vlafeed_recording_with_its_own(upstream):
+    """LeRobot's aggregate_datasets (a dataset tool reading meta.info, the episodes and stats
+    tables and concatenating videos) over vlafeed's H.264 recording and upstream's: LeRobot
+    reads every item of the result, and vlafeed reads the same items."""
+    import torch
+    got = upstream["read"][str(upstream["aggregated"])]
+    assert "__open_error__" not in got, got
+    assert got["len"] == 2 * sum(LENGTHS) and got["total_episodes"] == 2 * len(LENGTHS)
+    ours = LeRobotDataset(root=upstream["aggregated"])
+    assert len(ours) == got["len"]
+    rows = expected_rows() * 2
+    for i, up in enumerate(got["items"]):
+        mine = ours[i]
+        for key, value in mine.items():
+            assert (up[key] == value) if key == "task" else torch.equal(up[key], value), (i, key)
+        np.testing.assert_array_equal(mine["action"].numpy(), rows[i]["values"]["action"])
 
 
 def _arrow_columns(path):
