@@ -16,6 +16,9 @@ LeRobotDataset.create / add_frame / save_episode / finalize, then:
     the same Arrow types and row groups, equal values (stats, indices,
     timestamps; H.264 on both sides), stats.json with the same keys and
     values;
+  * LeRobot's aggregate_datasets merges a vlafeed recording with one of its
+    own, and LeRobot and vlafeed read the same items from the result;
+  * every recording method has upstream's signature;
   * the errors LeRobot raises for a bad frame, an empty episode, an existing
     root, reading while recording, and the refusals of what vlafeed cannot do.
 """
