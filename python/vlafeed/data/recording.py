@@ -15,20 +15,25 @@ aggregated stats.json, with the same size-based rollover rules. It is written
 with vlafeed's own parts: the C Parquet writer (_native.parquet_write), the C
 video encoder (_native.video_encode: libsvtav1 by default like LeRobot, with
 CAP_SYS_NICE dropped while SVT-AV1 starts its threads, or libx264/libx265),
-packet-remux concatenation without drift (_native.video_concat(exact=True)) and FFmpeg's PNG encoder
-for image features (_native.image_write).
+packet-remux concatenation (_native.video_concat(exact=True)) and FFmpeg's
+PNG encoder for image features (_native.image_write).
 
 Differences from upstream, on purpose:
   * camera frames wait for save_episode in a raw spill file per camera
     (images/<key>/episode-NNNNNN/frames.rgb) instead of one PNG per frame, so
     nothing is compressed twice; image (non-video) features are still stored
     as PNG bytes in the data Parquet, as LeRobot stores them;
-  * the data Parquet of the current file and the current episodes file are
-    rewritten whole at each save (data) / flush (episodes), so every saved
-    episode is readable on disk before finalize();
+  * the current data Parquet is rewritten whole at each save_episode (so it
+    is always a complete file, never waiting for a footer), and the current
+    episodes file at each flush (every metadata_buffer_size episodes and at
+    finalize); the rows of the current data file are kept in memory for that;
+  * concatenation places each episode at the summed stream durations, as
+    LeRobot 0.6 does with a current FFmpeg (no timestamp drift);
   * streaming_encoding=True is accepted but encodes at save_episode;
-  * depth cameras, multi-dimensional (Array2D+) features and Hub uploads are
-    refused with an error naming them.
+    image_writer_processes become threads;
+  * depth cameras, language columns, multi-dimensional (Array2D+) features,
+    encoder extra_options and Hub uploads are refused with an error naming
+    them.
 
 Statistics are LeRobot 0.6.1's compute_stats algorithm, ported here
 (RunningQuantileStats histograms with 5000 bins, q01/q10/q50/q90/q99,
