@@ -280,6 +280,9 @@ int vf_pq_writer_add_kv(vf_pq_writer *w, const char *key, const char *value);
  * later row groups must have the same names and types. The arrays stay the
  * caller's. */
 int vf_pq_writer_write_row_group(vf_pq_writer *w, const vf_pq_array *fields, int num_fields);
+/* Bytes of the file so far (row groups written, the footer not yet): what
+ * its size will be before close, e.g. for a size-based rollover. */
+int64_t vf_pq_writer_bytes(const vf_pq_writer *w);
 /* Writes the footer and closes the file; frees w in every case. */
 int vf_pq_writer_close(vf_pq_writer *w);
 /* Closes and deletes a partly written file; frees w. */

@@ -179,6 +179,11 @@ static int out_write(vf_pq_writer *w, const void *data, size_t len)
     return 0;
 }
 
+int64_t vf_pq_writer_bytes(const vf_pq_writer *w)
+{
+    return w->offset;
+}
+
 /* ---- open / kv ---- */
 
 static void free_schema(vf_pq_writer *w)

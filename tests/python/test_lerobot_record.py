@@ -532,3 +532,47 @@ def test_scalar_string_and_bool_features_without_cameras(tmp_path):
     stats = json.loads((tmp_path / "s/meta/stats.json").read_text())
     assert "note" not in stats and stats["count"]["max"] == [21.0] and stats["action"]["mean"] == [0.375] * 3
     assert json.loads((tmp_path / "s/meta/info.json").read_text())["video_path"] is None
+
+
+def test_parquet_writer_object(tmp_path):
+    """_native.parquet_writer_open: row groups appended to one open file, footer at close(),
+    the unfinished file removed when dropped unclosed; errors name what is wrong."""
+    path = tmp_path / "w.parquet"
+    w = _native.parquet_writer_open(str(path), [("a", "int64"), ("v", "list<float32>"),
+                                                ("img", "struct<bytes:binary,path:string>")], kv={"k": "v"})
+    w.write_row_group([[1, 2], [[1.0], [2.0, 3.0]], [{"bytes": b"x", "path": "p"}, {"bytes": b"y", "path": "q"}]])
+    assert w.rows == 2 and w.bytes > 0 and not path.exists()  # a temporary name until close()
+    w.write_row_group([[3], [[4.0]], [{"bytes": b"z", "path": "r"}]])
+    with pytest.raises(ValueError, match="got 2 columns for a schema of 3"):
+        w.write_row_group([[1], [[1.0]]])
+    with pytest.raises(ValueError, match="column 'v' has 2 rows, column 'a' 1"):
+        w.write_row_group([[1], [[1.0], [2.0]], [None]])
+    w.close()
+    w.close()  # idempotent
+    assert not w.is_open
+    with pytest.raises(ValueError, match="closed"):
+        w.write_row_group([[1], [[1.0]], [None]])
+    f = pq.ParquetFile(path)
+    assert f.metadata.num_row_groups == 2 and f.schema_arrow.metadata == {b"k": b"v"}
+    assert pq.read_table(path).to_pylist()[2] == {"a": 3, "v": [4.0], "img": {"bytes": b"z", "path": "r"}}
+    dropped = _native.parquet_writer_open(str(tmp_path / "d.parquet"), [("a", "int64")])
+    dropped.write_row_group([[1]])
+    del dropped
+    assert list(tmp_path.iterdir()) == [path]
+    with pytest.raises(ValueError, match="cannot parse type 'nope'"):
+        _native.parquet_writer_open(str(tmp_path / "e.parquet"), [("a", "nope")])
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_dropped_recording_completes_its_files(tmp_path):
+    """As LeRobot's DatasetWriter.__del__: a recorder garbage-collected without finalize()
+    still closes its data file and flushes the episodes table."""
+    import gc
+    ds = _new(tmp_path)
+    for f in range(3):
+        ds.add_frame(_good_frame(f))
+    ds.save_episode()
+    del ds
+    gc.collect()
+    back = LeRobotDataset(root=tmp_path / "ds")
+    assert len(back) == 3 and back[2]["task"] == "t"

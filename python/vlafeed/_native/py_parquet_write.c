@@ -13,6 +13,14 @@
  * of Python values (None = null; lists for list<>, dicts for struct<>).
  * row_group_sizes splits the rows into consecutive row groups.
  *
+ *   parquet_writer_open(path, schema, *, codec=..., kv=..., ...) -> ParquetWriter
+ *
+ * the same writer kept open: schema is a list of (name, type_string);
+ * write_row_group(columns) appends one row group (a value sequence per
+ * column), close() writes the footer, abort() (or dropping the object
+ * unclosed) removes the unfinished file. The recording API writes a data
+ * file this way, one row group per episode.
+ *
  * Each row group's columns are built into vf_pq_array trees owned by
  * "builders" (growable buffers), handed to vf_pq_writer_write_row_group and
  * freed. The GIL is released while the C writer encodes and writes.
@@ -687,7 +695,289 @@ done:
     return result;
 }
 
+/* ---- ParquetWriter: one file written a row group at a time ---- */
+
+typedef struct py_pq_writer {
+    PyObject_HEAD
+    vf_pq_writer *writer;  /* NULL once closed or aborted */
+    int ncols;
+    char **names;          /* owned */
+    ptype *types;          /* owned */
+    long long rows;        /* rows written so far */
+} py_pq_writer;
+
+static void pq_writer_free_schema(py_pq_writer *self)
+{
+    for (int c = 0; c < self->ncols; c++) {
+        free(self->names[c]);
+        ptype_free(&self->types[c]);
+    }
+    free(self->names);
+    free(self->types);
+    self->names = NULL;
+    self->types = NULL;
+    self->ncols = 0;
+}
+
+static void pq_writer_dealloc(PyObject *obj)
+{
+    py_pq_writer *self = (py_pq_writer *)obj;
+    if (self->writer)
+        vf_pq_writer_abort(self->writer); /* never closed: the partial file is removed */
+    pq_writer_free_schema(self);
+    Py_TYPE(obj)->tp_free(obj);
+}
+
+static int pq_writer_check_open(py_pq_writer *self)
+{
+    if (!self->writer) {
+        PyErr_SetString(PyExc_ValueError, "the Parquet writer is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* write_row_group(columns): one value sequence per schema column, all of one length. */
+static PyObject *pq_writer_write_row_group(PyObject *obj, PyObject *columns)
+{
+    py_pq_writer *self = (py_pq_writer *)obj;
+    if (pq_writer_check_open(self) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(columns, "write_row_group takes a list of column value sequences");
+    if (!seq)
+        return NULL;
+    PyObject *result = NULL;
+    column_spec *cols = NULL;
+    int filled = 0;
+    if (PySequence_Fast_GET_SIZE(seq) != self->ncols) {
+        PyErr_Format(PyExc_ValueError, "write_row_group got %zd columns for a schema of %d",
+                     PySequence_Fast_GET_SIZE(seq), self->ncols);
+        goto done;
+    }
+    cols = calloc((size_t)(self->ncols ? self->ncols : 1), sizeof *cols);
+    if (!cols) {
+        nomem();
+        goto done;
+    }
+    for (int c = 0; c < self->ncols; c++) {
+        cols[c].name = self->names[c];
+        cols[c].type = self->types[c]; /* borrowed: not freed here */
+        cols[c].values = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, c), "column values must be a sequence");
+        if (!cols[c].values)
+            goto done;
+        filled = c + 1;
+        cols[c].length = PySequence_Fast_GET_SIZE(cols[c].values);
+        if (cols[c].length != cols[0].length) {
+            PyErr_Format(PyExc_ValueError, "column '%s' has %zd rows, column '%s' %zd", cols[c].name, cols[c].length,
+                         cols[0].name, cols[0].length);
+            goto done;
+        }
+    }
+    Py_ssize_t count = self->ncols > 0 ? cols[0].length : 0;
+    if (write_row_group(self->writer, cols, self->ncols, 0, count) < 0)
+        goto done;
+    self->rows += count;
+    result = Py_NewRef(Py_None);
+done:
+    for (int c = 0; c < filled; c++)
+        Py_XDECREF(cols[c].values);
+    free(cols);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* close(): writes the footer; the file is complete. */
+static PyObject *pq_writer_close(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    py_pq_writer *self = (py_pq_writer *)obj;
+    if (!self->writer)
+        Py_RETURN_NONE; /* idempotent */
+    vf_pq_writer *w = self->writer;
+    self->writer = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = vf_pq_writer_close(w);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return vf_py_raise(rc);
+    Py_RETURN_NONE;
+}
+
+/* abort(): drops the file being written. */
+static PyObject *pq_writer_abort(PyObject *obj, PyObject *unused)
+{
+    (void)unused;
+    py_pq_writer *self = (py_pq_writer *)obj;
+    if (self->writer) {
+        vf_pq_writer_abort(self->writer);
+        self->writer = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *pq_writer_rows(PyObject *obj, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(((py_pq_writer *)obj)->rows);
+}
+
+static PyObject *pq_writer_bytes(PyObject *obj, void *closure)
+{
+    (void)closure;
+    py_pq_writer *self = (py_pq_writer *)obj;
+    if (pq_writer_check_open(self) < 0)
+        return NULL;
+    return PyLong_FromLongLong((long long)vf_pq_writer_bytes(self->writer));
+}
+
+static PyObject *pq_writer_is_open(PyObject *obj, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(((py_pq_writer *)obj)->writer != NULL);
+}
+
+static PyMethodDef pq_writer_methods[] = {
+    {"write_row_group", pq_writer_write_row_group, METH_O,
+     "write_row_group(columns): one row group; columns holds a value sequence per schema column"},
+    {"close", pq_writer_close, METH_NOARGS, "close(): writes the footer (idempotent)"},
+    {"abort", pq_writer_abort, METH_NOARGS, "abort(): removes the unfinished file"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef pq_writer_getset[] = {
+    {"rows", pq_writer_rows, NULL, "rows written so far", NULL},
+    {"bytes", pq_writer_bytes, NULL, "bytes of the file so far, footer not included (the file is under a "
+     "temporary name until close())", NULL},
+    {"is_open", pq_writer_is_open, NULL, "False after close() or abort()", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject py_pq_writer_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "vlafeed._native.ParquetWriter",
+    .tp_basicsize = sizeof(py_pq_writer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A Parquet file written one row group at a time (parquet_writer_open); the footer is written by "
+              "close(), and a writer dropped unclosed removes its file.",
+    .tp_dealloc = pq_writer_dealloc,
+    .tp_methods = pq_writer_methods,
+    .tp_getset = pq_writer_getset,
+};
+
+static PyObject *py_parquet_writer_open(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"path", "schema", "codec", "dictionary", "data_page_version", "page_size",
+                               "kv", "created_by", NULL};
+    PyObject *path_obj, *schema, *kv = Py_None;
+    const char *codec_name = "snappy", *created_by = NULL;
+    int dictionary = 1, page_version = 1;
+    Py_ssize_t page_size = 1 << 20;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&O|$spinOz", keywords, PyUnicode_FSConverter, &path_obj,
+                                     &schema, &codec_name, &dictionary, &page_version, &page_size, &kv, &created_by))
+        return NULL;
+    if (PyType_Ready(&py_pq_writer_type) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    vf_pq_writer_settings settings;
+    vf_pq_writer_defaults(&settings);
+    settings.dictionary = dictionary ? 1 : 0;
+    settings.data_page_version = page_version;
+    settings.created_by = created_by;
+    py_pq_writer *obj = NULL;
+    PyObject *seq = NULL;
+    if (page_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "page_size must be positive");
+        goto fail;
+    }
+    settings.page_size = (size_t)page_size;
+    if (parse_codec(codec_name, &settings.codec) < 0)
+        goto fail;
+    if (kv != Py_None && !PyDict_Check(kv)) {
+        PyErr_SetString(PyExc_TypeError, "kv must be a dict of str to str");
+        goto fail;
+    }
+    seq = PySequence_Fast(schema, "schema must be a list of (name, type) pairs");
+    if (!seq)
+        goto fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "too many columns");
+        goto fail;
+    }
+    obj = PyObject_New(py_pq_writer, &py_pq_writer_type);
+    if (!obj)
+        goto fail;
+    obj->writer = NULL;
+    obj->ncols = 0;
+    obj->rows = 0;
+    obj->names = calloc((size_t)(n ? n : 1), sizeof *obj->names);
+    obj->types = calloc((size_t)(n ? n : 1), sizeof *obj->types);
+    if (!obj->names || !obj->types) {
+        nomem();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *name, *type_string;
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ss", &name, &type_string)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "each schema entry must be a (name, type) tuple");
+            goto fail;
+        }
+        obj->ncols = (int)i + 1;
+        obj->names[i] = strdup(name);
+        if (!obj->names[i]) {
+            nomem();
+            goto fail;
+        }
+        if (parse_type_string(type_string, &obj->types[i]) < 0)
+            goto fail;
+    }
+    int rc;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    Py_BEGIN_ALLOW_THREADS
+    rc = vf_pq_writer_open(&obj->writer, path, &settings);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        obj->writer = NULL;
+        vf_py_raise(rc);
+        goto fail;
+    }
+    if (kv != Py_None) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kv, &pos, &key, &value)) {
+            if (!PyUnicode_Check(key) || (value != Py_None && !PyUnicode_Check(value))) {
+                PyErr_SetString(PyExc_TypeError, "kv must be a dict of str to str");
+                goto fail;
+            }
+            const char *k = PyUnicode_AsUTF8(key);
+            const char *v = value == Py_None ? NULL : PyUnicode_AsUTF8(value);
+            if (!k || (value != Py_None && !v))
+                goto fail;
+            if ((rc = vf_pq_writer_add_kv(obj->writer, k, v)) < 0) {
+                vf_py_raise(rc);
+                goto fail;
+            }
+        }
+    }
+    Py_DECREF(seq);
+    Py_DECREF(path_obj);
+    return (PyObject *)obj;
+fail:
+    Py_XDECREF(seq);
+    Py_XDECREF(obj); /* dealloc aborts an opened writer */
+    Py_DECREF(path_obj);
+    return NULL;
+}
+
 PyMethodDef vf_py_parquet_write_functions[] = {
+    VF_PY_KW_FUNCTION("parquet_writer_open", py_parquet_writer_open,
+     "parquet_writer_open(path, schema, *, codec='snappy', dictionary=True, data_page_version=1, page_size=1<<20, "
+     "kv=None, created_by=None) -> ParquetWriter\n\nschema is a list of (name, type_string); write row groups with "
+     "write_row_group(columns), finish with close()."),
     VF_PY_KW_FUNCTION("parquet_write", py_parquet_write,
      "parquet_write(path, columns, *, codec='snappy', dictionary=True, data_page_version=1, page_size=1<<20, "
      "row_group_sizes=None, kv=None, created_by=None)\n\nWrites a Parquet file with the C writer. columns is a "

@@ -23,10 +23,10 @@ Differences from upstream, on purpose:
     (images/<key>/episode-NNNNNN/frames.rgb) instead of one PNG per frame, so
     nothing is compressed twice; image (non-video) features are still stored
     as PNG bytes in the data Parquet, as LeRobot stores them;
-  * the current data Parquet is rewritten whole at each save_episode (so it
-    is always a complete file, never waiting for a footer), and the current
-    episodes file at each flush (every metadata_buffer_size episodes and at
-    finalize); the rows of the current data file are kept in memory for that;
+  * the current episodes file is rewritten whole at each flush (every
+    metadata_buffer_size episodes and at finalize) rather than appended to;
+    data files are written as LeRobot writes them, a row group per episode
+    through a writer kept open, complete at rollover or finalize();
   * concatenation places each episode at the summed stream durations, as
     LeRobot 0.6 does with a current FFmpeg (no timestamp drift);
   * streaming_encoding=True is accepted but encodes at save_episode;
@@ -41,6 +41,7 @@ sampled camera frames, count-weighted aggregation), so stats.json and the
 stats/* episode columns carry the values LeRobot computes for the same frames.
 """
 import concurrent.futures
+import contextlib
 import copy
 import json
 import logging
@@ -819,8 +820,7 @@ class DatasetWriter:
         self.image_writer = None
         self.episode_buffer = self._create_episode_buffer()
         self._latest_episode = None       # data placement of the last saved episode
-        self._data_file_rows = None       # {column: [values]} of the current data file
-        self._data_file_groups = []       # its row-group (episode) sizes
+        self._pq_writer = None            # the current data file, one row group per episode
         self._current_file_start_frame = None
         self._pending_video_episodes = []  # batch encoding: episodes whose spills wait
         self._latest_video = {}           # video_key -> (chunk, file, to_timestamp) of the last encoded episode
@@ -981,8 +981,9 @@ class DatasetWriter:
         return buf
 
     def _save_episode_data(self, buf, columns, length):
-        """Appends the episode as a row group of the current data file (rewritten whole), or
-        starts the next file when LeRobot's size estimate says so."""
+        """Appends the episode as one row group of the current data file (kept open, as
+        LeRobot's ParquetWriter), or closes it and starts the next file when LeRobot's size
+        estimate says so."""
         meta = self._meta
         if self._latest_episode is None:
             chunk, file, start = 0, 0, 0
@@ -993,41 +994,39 @@ class DatasetWriter:
                 chunk, file = _update_chunk_file_indices(last["data/chunk_index"], last["data/file_index"],
                                                          meta.chunks_size)
             self._current_file_start_frame = start
-            self._data_file_rows, self._data_file_groups = None, []
         else:
             chunk, file = self._latest_episode["data/chunk_index"], self._latest_episode["data/file_index"]
             start = self._latest_episode["dataset_to_index"]
-            path = self._root / meta.data_path.format(chunk_index=chunk, file_index=file)
-            size = _size_mb(path)
+            size = self._pq_writer.bytes / (1024**2) if self._pq_writer is not None else 0.0
             frames_in_file = start - self._current_file_start_frame
             per_frame = size / frames_in_file if frames_in_file > 0 else 0
             if size + per_frame * length >= meta.data_files_size_in_mb:
                 chunk, file = _update_chunk_file_indices(chunk, file, meta.chunks_size)
+                self.close_writer()
                 self._current_file_start_frame = start
-                self._data_file_rows, self._data_file_groups = None, []
         names = [k for k, ft in meta.features.items() if ft["dtype"] not in ("video", "language")]
-        if self._data_file_rows is None:
-            self._data_file_rows = {k: [] for k in names}
+        if self._pq_writer is None:
+            kv = {"huggingface": json.dumps({"info": {"features": {k: _hf_feature(meta.features[k])
+                                                                   for k in names}}})}
+            arrow = _arrow_schema(names, meta.features)
+            if arrow:
+                kv["ARROW:schema"] = arrow
+            path = self._root / meta.data_path.format(chunk_index=chunk, file_index=file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._pq_writer = _native.parquet_writer_open(
+                str(path), [(k, _data_column_type(k, meta.features[k])) for k in names], codec="snappy",
+                dictionary=True, kv=kv, created_by="vlafeed")
+        group = []
         for key in names:
             ft = meta.features[key]
             if ft["dtype"] == "image":
-                for p in buf[key]:
-                    self._data_file_rows[key].append({"bytes": pathlib.Path(p).read_bytes(),
-                                                      "path": pathlib.Path(p).name})
+                group.append([{"bytes": pathlib.Path(p).read_bytes(), "path": pathlib.Path(p).name}
+                              for p in buf[key]])
+            elif ft["dtype"] == "string":
+                group.append([str(v) for v in columns[key]])
             else:
-                values = columns[key]
-                if ft["dtype"] == "string":
-                    self._data_file_rows[key].extend(str(v) for v in values)
-                else:
-                    self._data_file_rows[key].extend(values.astype(ft["dtype"]).tolist())
-        self._data_file_groups.append(length)
-        kv = {"huggingface": json.dumps({"info": {"features": {k: _hf_feature(meta.features[k]) for k in names}}})}
-        arrow = _arrow_schema(names, meta.features)
-        if arrow:
-            kv["ARROW:schema"] = arrow
-        path = self._root / meta.data_path.format(chunk_index=chunk, file_index=file)
-        _write_parquet(path, [(k, _data_column_type(k, meta.features[k]), self._data_file_rows[k]) for k in names],
-                       row_group_sizes=self._data_file_groups, kv=kv)
+                group.append(columns[key].astype(ft["dtype"]).tolist())
+        self._pq_writer.write_row_group(group)
         placement = {"data/chunk_index": chunk, "data/file_index": file, "dataset_from_index": start,
                      "dataset_to_index": start + length}
         self._latest_episode = placement
@@ -1147,18 +1146,27 @@ class DatasetWriter:
                 shutil.rmtree(d)
 
     def close_writer(self):
-        """Nothing stays open between episodes: each save rewrites its files whole."""
+        """Closes the current data file (its footer written; the next episode opens the next file)."""
+        if self._pq_writer is not None:
+            writer, self._pq_writer = self._pq_writer, None
+            writer.close()
 
     def finalize(self):
         if self._finalized:
             return
         self.stop_image_writer()
         self.flush_pending_videos()
+        self.close_writer()
         self._meta.finalize()
         images = self._root / "images"
         if images.is_dir() and not any(images.rglob("*.rgb")):
             shutil.rmtree(images, ignore_errors=True)
         self._finalized = True
+
+    def __del__(self):
+        """As LeRobot's: a writer dropped without finalize() still completes its files."""
+        with contextlib.suppress(Exception):
+            self.finalize()
 
 
 def _to_hwc_uint8(key, value):
