@@ -315,6 +315,17 @@ static void test_validation(const char *dir)
     free(path);
 }
 
+static long file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return size;
+}
+
 static void test_abort_and_temp(const char *dir)
 {
     char *path = vf_path_join(dir, "aborted.parquet");
@@ -331,7 +342,25 @@ static void test_abort_and_temp(const char *dir)
     CHECK_EQ_INT(count_entries(dir, "aborted.parquet"), 0);
     vf_pq_writer_abort(NULL);
 
-    /* Closing without any row group still gives a valid (empty) file. */
+    /* Closing without any row group still gives a valid (empty) file. vf_pq_writer_bytes
+     * counts the magic, then each row group as written; the footer comes on top. */
+    CHECK_OK(vf_pq_writer_open(&w, path, NULL));
+    int64_t at_open = vf_pq_writer_bytes(w);
+    CHECK_EQ_INT(at_open, 4);
+    CHECK_OK(vf_pq_writer_close(w));
+    long empty_size = file_size(path);
+    CHECK(empty_size > at_open);
+    remove(path);
+    CHECK_OK(vf_pq_writer_open(&w, path, NULL));
+    CHECK_OK(vf_pq_writer_write_row_group(w, &a, 1));
+    int64_t one_group = vf_pq_writer_bytes(w);
+    CHECK(one_group > at_open);
+    CHECK_OK(vf_pq_writer_write_row_group(w, &a, 1));
+    CHECK(vf_pq_writer_bytes(w) > one_group);
+    int64_t before_footer = vf_pq_writer_bytes(w);
+    CHECK_OK(vf_pq_writer_close(w));
+    CHECK(file_size(path) > before_footer);
+    remove(path);
     CHECK_OK(vf_pq_writer_open(&w, path, NULL));
     CHECK_OK(vf_pq_writer_close(w));
     CHECK(has_parquet_magic(path));
