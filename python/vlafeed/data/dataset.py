@@ -331,8 +331,8 @@ class LeRobotDataset(_TorchDataset):
     PyAV's and torchcodec's). What needs the Hub is refused with an error
     naming the keyword: force_cache_sync=True, and a repo_id with no local
     copy; so are the deprecated write-mode settings (streaming_encoding,
-    batch_encoding_size != 1) and a depth_output_unit on a dataset with depth
-    maps (vlafeed does not dequantize them). on_metadata_error="warn"
+    batch_encoding_size != 1); a depth-map camera is refused by the engine
+    (no depth decoding yet; keys= can leave it out). on_metadata_error="warn"
     loads inconsistent metadata with a warning per problem;
     on_error="skip" leaves out episodes the open found unservable (listed in
     skipped_episodes); check_videos=0 skips the open-time video check.
@@ -393,10 +393,6 @@ class LeRobotDataset(_TorchDataset):
             video_mismatch=video_mismatch)
         self.image_transforms = image_transforms
         self._open()
-        if self.meta.depth_keys:
-            raise NotImplementedError(
-                f"{root}: depth_output_unit cannot be honoured: vlafeed does not dequantize depth maps "
-                f"({', '.join(self.meta.depth_keys)}); read this dataset with LeRobot's own class")
 
     # ---- engine objects (per process) ----------------------------------------------
 
@@ -491,7 +487,7 @@ class LeRobotDataset(_TorchDataset):
 
     @property
     def depth_output_unit(self):
-        """The unit ("m" or "mm") LeRobot returns depth maps in (vlafeed refuses depth datasets)."""
+        """The unit ("m" or "mm") LeRobot returns depth maps in (vlafeed's engine refuses depth cameras)."""
         return self._depth_output_unit
 
     @property
@@ -750,7 +746,7 @@ class _ColumnView:
     @property
     def column_names(self):
         names = [n for n, f in self._ds.meta.features.items() if f["dtype"] not in ("video", "image", "language")]
-        return names if self._columns is None else [n for n in names if n in self._columns]
+        return names if self._columns is None else [n for n in self._columns if n in names]
 
     @property
     def num_rows(self):
