@@ -39,14 +39,19 @@ MODULES = ("lerobot.datasets.dataset_metadata", "lerobot.datasets.lerobot_datase
 
 # (module, name) -> the object patch() replaced there.
 _replaced = {}
+# LeRobot's own classes, looked up once before the first patch (afterwards their
+# defining modules hold vlafeed's).
+_upstream = {}
 
 
 def _upstream_classes():
-    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    from lerobot.datasets.multi_dataset import MultiLeRobotDataset
-    return {"LeRobotDataset": LeRobotDataset, "LeRobotDatasetMetadata": LeRobotDatasetMetadata,
-            "MultiLeRobotDataset": MultiLeRobotDataset}
+    if not _upstream:
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        from lerobot.datasets.multi_dataset import MultiLeRobotDataset
+        _upstream.update(LeRobotDataset=LeRobotDataset, LeRobotDatasetMetadata=LeRobotDatasetMetadata,
+                         MultiLeRobotDataset=MultiLeRobotDataset)
+    return _upstream
 
 
 def _vlafeed_classes():
@@ -79,7 +84,7 @@ def patch(modules=MODULES):
             continue
         for attr in NAMES:
             value = vars(module).get(attr)
-            if value is not None and originals.get(id(value)) == attr:
+            if (mod_name, attr) not in _replaced and value is not None and originals.get(id(value)) == attr:
                 _replaced[(mod_name, attr)] = value
                 setattr(module, attr, mine[attr])
     return sorted(f"{m}.{n}" for m, n in _replaced)
