@@ -268,6 +268,11 @@ def test_meta_info_is_info_json(sample):
     with pytest.raises(KeyError):
         meta.info["no_such_key"]
     assert isinstance(meta.root, pathlib.Path) and meta.revision == "v3.0"
+    # LeRobot's tasks/episodes/stats are attributes its code changes and reassigns.
+    meta.tasks.loc["a new task"] = len(meta.tasks)
+    assert meta.get_task_index("a new task") == 3
+    meta.stats = {"action": {"mean": np.zeros(6)}}
+    assert list(meta.stats) == ["action"]
 
 
 def test_hub_only_keywords_are_refused_by_name(sample):

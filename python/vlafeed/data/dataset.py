@@ -70,6 +70,7 @@ class LeRobotDatasetMetadata:
         self._metadata_buffer_size = metadata_buffer_size
         self._vf_info = None
         self._stats = None
+        self._tasks = None
         self._info = None
         self._episodes_table = None
 
@@ -186,8 +187,10 @@ class LeRobotDatasetMetadata:
         return {task: i for i, task in enumerate(self._native.tasks)}
 
     def get_task_index(self, task):
-        """task_index of a task string, or None (as LeRobot)."""
-        return self.task_to_index.get(task)
+        """task_index of a task string in ``meta.tasks``, or None (as LeRobot)."""
+        if task in self.tasks.index:
+            return int(self.tasks.loc[task].task_index)
+        return None
 
     def _episode_row(self, ep_index):
         table = self.episodes
@@ -265,8 +268,15 @@ class LeRobotDatasetMetadata:
 
     @property
     def tasks(self):
-        """LeRobot's task table: a pandas DataFrame indexed by the task string, column task_index."""
-        return compat.tasks_frame(self._native.tasks)
+        """LeRobot's task table: a pandas DataFrame indexed by the task string, column task_index
+        (one object, as LeRobot's attribute: changes to it are kept)."""
+        if self._tasks is None:
+            self._tasks = compat.tasks_frame(self._native.tasks)
+        return self._tasks
+
+    @tasks.setter
+    def tasks(self, value):  # LeRobot's code assigns meta.tasks / meta.episodes / meta.stats
+        self._tasks = value
 
     task_list = _native_property("tasks", "Task strings by task_index (a list).")
 
@@ -278,6 +288,10 @@ class LeRobotDatasetMetadata:
         if self._episodes_table is None:
             self._episodes_table = compat.episodes_table(self.root, self.info_json, self._all_episodes_fallback())
         return self._episodes_table
+
+    @episodes.setter
+    def episodes(self, value):
+        self._episodes_table = value
 
     def _all_episodes_fallback(self):
         rows = []
@@ -302,6 +316,10 @@ class LeRobotDatasetMetadata:
         if self._stats is None:
             self._stats = compat.lerobot_stats(self._native.stats, self._native.features)
         return self._stats
+
+    @stats.setter
+    def stats(self, value):
+        self._stats = value
 
     def __repr__(self):
         return (f"LeRobotDatasetMetadata(root={self.root!r}, fps={self.fps}, total_episodes={self.total_episodes}, "
