@@ -28,7 +28,6 @@ vlafeed built for its Python (make py312-inplace).
 """
 import json
 import math
-import os
 import pathlib
 import subprocess
 
