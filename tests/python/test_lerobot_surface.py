@@ -154,6 +154,8 @@ def test_no_upstream_name_is_missing(cls_name, upstream, sample):
             problems += signature_problems(f"{cls_name}.{name}", entry["signature"], getattr(mine_cls, name))
         elif kind == "property" and callable(static) and not isinstance(static, property):
             problems.append(f"{cls_name}.{name}: a property upstream, a method in vlafeed")
+        elif kind == "property" and entry["settable"] and isinstance(static, property) and static.fset is None:
+            problems.append(f"{cls_name}.{name}: settable upstream, read-only in vlafeed")
         elif kind in ("instance attribute", "property") and callable(getattr(instance, name)) and \
                 entry.get("type") not in (None, "function", "method", "NoneType") and \
                 not isinstance(static, property) and inspect.ismethod(getattr(instance, name)):
@@ -273,6 +275,18 @@ def test_meta_info_is_info_json(sample):
     assert meta.get_task_index("a new task") == 3
     meta.stats = {"action": {"mean": np.zeros(6)}}
     assert list(meta.stats) == ["action"]
+
+
+def test_meta_tools_setter_writes_info_json(sample, tmp_path):
+    root = damage.copy(sample, tmp_path / "ds")
+    meta = vlafeed.LeRobotDatasetMetadata(root=root)
+    assert [t["function"]["name"] for t in meta.tools] == ["say"]  # LeRobot's default
+    tool = {"type": "function", "function": {"name": "grip", "parameters": {"type": "object"}}}
+    meta.tools = [tool]
+    assert damage.read_info(root)["tools"] == [tool] and meta.tools == [tool] and meta.info.tools == [tool]
+    assert vlafeed.LeRobotDatasetMetadata(root=root).tools == [tool]
+    meta.tools = None
+    assert "tools" not in damage.read_info(root) and meta.tools[0]["function"]["name"] == "say"
 
 
 def test_hub_only_keywords_are_refused_by_name(sample):

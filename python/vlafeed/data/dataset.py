@@ -145,6 +145,16 @@ class LeRobotDatasetMetadata:
         declared = self.info.tools
         return [dict(t) for t in (declared or compat.DEFAULT_TOOLS)]
 
+    @tools.setter
+    def tools(self, value):
+        """LeRobot's: writes the tool schemas into meta/info.json (removes them for None or []) and
+        reloads ``meta.info``."""
+        if compat.is_url(os.fspath(self.root)):
+            raise ValueError(f"meta.tools = ...: {self.root} is remote; info.json can only be written locally")
+        self.info.tools = [dict(t) for t in value] if value else None
+        compat.write_info(self.info, self.root)
+        self._info = None
+
     @property
     def names(self):
         """{feature: names} from info.json (LeRobot's ``meta.names``)."""

@@ -146,6 +146,13 @@ class DatasetInfo:
         return list(self.as_json())
 
 
+def write_info(info, root):
+    """meta/info.json from a DatasetInfo, as LeRobot's write_info writes it (``to_dict()``, indent 4)."""
+    path = pathlib.Path(root) / "meta" / "info.json"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(info.to_dict(), f, indent=4, ensure_ascii=False)
+
+
 def refuse_hub_only(repo_type="dataset", force_cache_sync=False, **ignored):
     """A clear error for LeRobot keywords that only mean something with Hub access."""
     if repo_type not in ("dataset", "bucket"):
