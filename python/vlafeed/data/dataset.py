@@ -46,10 +46,15 @@ class LeRobotDatasetMetadata:
     """LeRobot 0.6's LeRobotDatasetMetadata over the engine's dataset.
 
     LeRobotDatasetMetadata(repo_id=None, root=None, revision=None,
-    force_cache_sync=False, *, episodes=None, on_metadata_error="raise"):
-    repo_id may be the dataset folder or URL itself (vlafeed's older
-    positional form), or an id found under $HF_LEROBOT_HOME; there is no Hub
-    download. on_metadata_error="warn" loads a dataset whose metadata
+    force_cache_sync=False, metadata_buffer_size=10, *, repo_type="dataset",
+    token=None, episodes=None, on_metadata_error="raise", video_mismatch=None):
+    LeRobot's constructor, then vlafeed's keywords. repo_id may be the dataset
+    folder or URL itself (vlafeed's older positional form), or an id found
+    under $HF_LEROBOT_HOME; there is no Hub download, so force_cache_sync=True
+    and repo_type="bucket" are refused by name and token is unused.
+    metadata_buffer_size only matters for recording. ``info`` is info.json as
+    LeRobot's DatasetInfo; ``vf_info`` is vlafeed's own report of the
+    dataset. on_metadata_error="warn" loads a dataset whose metadata
     `vlafeed info` calls inconsistent, with a Python warning per problem
     (counted in metadata_errors_ignored).
     """
