@@ -246,6 +246,26 @@ def test_hf_dataset_data_unique_select_and_raw_items(sample):
         ds.hf_dataset.unique("action")
 
 
+def _times_two(t):
+    return t * 2
+
+
+def test_pickled_dataset_keeps_the_lerobot_state(sample):
+    """DataLoader workers (lerobot-train spawns them) get the dataset pickled: the requested
+    episodes, the index map, revision, tolerance and the transform survive."""
+    import pickle
+    ds = vlafeed.LeRobotDataset("local/p", root=sample, episodes=[3, 1, 3], tolerance_s=2e-4)
+    ds.set_image_transforms(_times_two)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert (copy.episodes, copy.num_episodes, copy.revision, copy.tolerance_s, copy.repo_id) == \
+        ([3, 1, 3], 3, "v3.0", 2e-4, "local/p")
+    assert copy.absolute_to_relative_idx == ds.absolute_to_relative_idx and copy.writer is None
+    for i in (0, len(ds) - 1):
+        a, b = ds[i], copy[i]
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a if isinstance(a[k], torch.Tensor))
+
+
 def test_image_transform_setters(sample):
     ds = vlafeed.LeRobotDataset(root=sample, episodes=[0])
     plain = ds[0]["observation.images.cam0"]
