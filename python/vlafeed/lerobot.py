@@ -15,7 +15,7 @@ every ``lerobot`` module that holds them by name (lerobot.datasets,
 lerobot_dataset, dataset_metadata, multi_dataset, factory, the scripts, ...),
 so code that imported them before the patch sees vlafeed's too. A LeRobot
 module imported after patch() takes the patched names from those modules.
-unpatch() puts back exactly what patch() replaced. Both are idempotent.
+unpatch() puts LeRobot's classes back everywhere. Both are idempotent.
 
 The entry point (``python -m vlafeed.lerobot train|eval|... ARGS``) patches,
 then runs LeRobot's console script of that name (``lerobot-train`` ...)
@@ -91,12 +91,22 @@ def patch(modules=MODULES):
 
 
 def unpatch():
-    """Put back every LeRobot class patch() replaced."""
+    """Put back every LeRobot class patch() replaced, and LeRobot's class in any LeRobot module
+    first imported while patched (it took vlafeed's from the patched modules)."""
     for (mod_name, attr), value in list(_replaced.items()):
         module = sys.modules.get(mod_name)
         if module is not None:
             setattr(module, attr, value)
         del _replaced[(mod_name, attr)]
+    if not _upstream:
+        return
+    mine = {id(cls): name for name, cls in _vlafeed_classes().items()}
+    for mod_name, module in list(sys.modules.items()):
+        if module is None or not mod_name.startswith("lerobot."):
+            continue
+        for attr in NAMES:
+            if mine.get(id(vars(module).get(attr))) == attr:
+                setattr(module, attr, _upstream[attr])
 
 
 # LeRobot's console scripts the entry point runs (lerobot 0.6's [console_scripts]).

@@ -153,8 +153,11 @@ def test_patch_unpatch_and_the_entry_point(lerobot, tmp_path):
         "assert pkg.MultiLeRobotDataset is vlafeed.MultiLeRobotDataset and L.is_patched()\n"
         "assert 'lerobot.datasets.factory.LeRobotDataset' in replaced\n"
         "assert L.patch() == replaced\n"
+        "import lerobot.scripts.lerobot_edit_dataset as late  # first imported while patched\n"
+        "assert late.LeRobotDataset is vlafeed.LeRobotDataset\n"
         "L.unpatch()\n"
         "assert (factory.LeRobotDataset, factory.LeRobotDatasetMetadata, pkg.MultiLeRobotDataset) == orig\n"
+        "assert late.LeRobotDataset is orig[0]\n"
         "assert not L.is_patched()\n"
         "print('ok')\n")
     env = _env(tmp_path)
