@@ -21,9 +21,13 @@ observe, each calling the original unchanged:
     the step, and reads the step's loss and gradient norm from LeRobot's
     MetricsTracker afterwards (Python floats: exact in JSON).
 
+With an eval split (--dataset.eval_split, --eval_steps) the items of the
+held-out dataset are hashed too, and make_policy is wrapped to record the
+loss of every forward pass the policy makes in eval mode (LeRobot's eval loop).
+
 OUT: {"dataset_class", "meta_class", "num_frames", "num_episodes",
-"items": [[index, sha256], ...], "steps": [{"batch": {key: sha256},
-"loss": float, "grad_norm": float}, ...]}.
+"items": [[index, sha256], ...], "eval_items": [...], "eval_losses": [float],
+"steps": [{"batch": {key: sha256}, "loss": float, "grad_norm": float}, ...]}.
 """
 import hashlib
 import json
@@ -67,10 +71,16 @@ def install_probes(train_module, record):
         record["episodes"] = None if dataset.episodes is None else [int(e) for e in dataset.episodes]
         original_getitem = cls.__getitem__
 
+        if eval_dataset is not None:
+            record["eval_episodes"] = [int(e) for e in eval_dataset.episodes]
+            record["eval_num_frames"] = eval_dataset.num_frames
+
         def __getitem__(self, idx):
             item = original_getitem(self, idx)
             if self is dataset:
                 record["items"].append([int(idx), item_digest(item)])
+            elif self is eval_dataset:
+                record["eval_items"].append([int(idx), item_digest(item)])
             return item
 
         cls.__getitem__ = __getitem__
@@ -88,13 +98,30 @@ def install_probes(train_module, record):
     train_module.make_train_eval_datasets = make_train_eval_datasets
     train_module.update_policy = update_policy
 
+    original_make_policy = train_module.make_policy
+
+    def make_policy(*args, **kwargs):
+        policy = original_make_policy(*args, **kwargs)
+        forward = policy.forward
+
+        def forward_recording_eval(*f_args, **f_kwargs):
+            out = forward(*f_args, **f_kwargs)
+            if not policy.training:  # LeRobot's eval loop (policy.eval(), then forward per batch)
+                record["eval_losses"].append(float(out[0].item()))
+            return out
+
+        policy.forward = forward_recording_eval
+        return policy
+
+    train_module.make_policy = make_policy
+
 
 def main(argv):
     mode, out, args = argv[1], argv[2], argv[3:]
     import torch
     torch.set_num_threads(1)
     import lerobot.scripts.lerobot_train as train_module
-    record = {"items": [], "steps": []}
+    record = {"items": [], "eval_items": [], "eval_losses": [], "steps": []}
     install_probes(train_module, record)
     if mode == "upstream":
         sys.argv = ["lerobot-train"] + args

@@ -6,12 +6,14 @@ lerobot_train_runner.py runs lerobot.scripts.lerobot_train.main() in LeRobot
 LeRobot ships it, once through ``python -m vlafeed.lerobot train`` (the
 patch that swaps in vlafeed's LeRobotDataset / LeRobotDatasetMetadata).
 ACT, random init (no pretrained backbone), CPU, tiny dims, 3 steps, batch 4,
-num_workers=0, a fixed seed, wandb off. Asserted, for all episodes and for
-an episode subset: the dataset trained on is LeRobot's in one run and
-vlafeed's in the other, and every item the DataLoader fetched (index and
-bytes of every value), every batch tensor, every loss and every gradient
-norm is bit-identical. The subset run goes through LeRobot's
-EpisodeAwareSampler and absolute_to_relative_idx.
+num_workers=0, a fixed seed, wandb off. Asserted, for all episodes, for
+an episode subset and for lerobot-train's held-out eval split: the dataset
+trained on is LeRobot's in one run and vlafeed's in the other, and every
+item the DataLoader fetched (index and bytes of every value), every batch
+tensor, every loss and every gradient norm (and, with the eval split,
+every eval item and eval loss) is bit-identical. The subset runs go
+through LeRobot's EpisodeAwareSampler and absolute_to_relative_idx; the
+eval split through meta.episodes["tasks"] and hf_dataset.data.
 
 lerobot_tools_runner.py runs LeRobot's dataset_tools.split_dataset on a
 vlafeed LeRobotDataset (it reads meta.info, features, chunk settings,
@@ -76,13 +78,14 @@ def sample(cli, tmp_path_factory):
                               min_length=20, max_length=30, extra=("--max-video-mb", "0.0001"))
 
 
-def train(py, tmp, mode, sample, episodes):
+def train(py, tmp, mode, sample, episodes, extra=()):
     out = tmp / f"{mode}.json"
     args = [f"--dataset.repo_id=local/{sample.name}", f"--dataset.root={sample}", *ACT_TINY,
             f"--steps={STEPS}", f"--batch_size={BATCH}", "--num_workers=0", "--seed=7", "--wandb.enable=false",
             "--save_checkpoint=false", "--log_freq=1", f"--output_dir={tmp / ('out-' + mode)}"]
     if episodes is not None:
         args.append("--dataset.episodes=[" + ",".join(str(e) for e in episodes) + "]")
+    args += list(extra)
     r = subprocess.run([py, str(HERE / "lerobot_train_runner.py"), mode, str(out), *args], capture_output=True,
                        text=True, env=_env(tmp), timeout=600)
     assert r.returncode == 0, f"{mode}: {r.stderr[-4000:]}"
@@ -114,6 +117,21 @@ def test_lerobot_train_is_bit_identical_on_vlafeed(lerobot, sample, tmp_path, ep
         assert positions <= set(range(mine["num_frames"])) and len(allowed) == mine["num_frames"]
     print(f"\n{episodes or 'all episodes'}: {len(mine['items'])} items, losses "
           f"{[s['loss'] for s in mine['steps']]} identical to LeRobot's")
+
+
+def test_lerobot_train_eval_split_is_bit_identical_on_vlafeed(lerobot, sample, tmp_path):
+    """lerobot-train's held-out split (make_train_eval_datasets): the train set is an episode
+    subset LeRobot picks per task from meta.episodes["tasks"], the eval set is read through
+    hf_dataset.data.column("task_index") for max_eval_samples and evaluated at step 3."""
+    extra = ("--dataset.eval_split=0.5", "--max_eval_samples=4", f"--eval_steps={STEPS}")
+    theirs = train(lerobot, tmp_path, "upstream", sample, None, extra)
+    mine = train(lerobot, tmp_path, "vlafeed", sample, None, extra)
+    assert mine["dataset_class"] == "vlafeed.data.dataset.LeRobotDataset"
+    assert theirs["episodes"] == mine["episodes"] and theirs["eval_episodes"] == mine["eval_episodes"]
+    assert mine["episodes"] and mine["eval_episodes"] and theirs["eval_items"]
+    assert mine["items"] == theirs["items"] and mine["eval_items"] == theirs["eval_items"]
+    assert mine["steps"] == theirs["steps"]
+    assert theirs["eval_losses"] and mine["eval_losses"] == theirs["eval_losses"]
 
 
 def test_lerobot_dataset_tools_read_vlafeed_metadata(lerobot, sample, tmp_path):
