@@ -309,6 +309,20 @@ def test_meta_tools_setter_writes_info_json(sample, tmp_path):
     assert "tools" not in damage.read_info(root) and meta.tools[0]["function"]["name"] == "say"
 
 
+def test_dataset_info_keeps_unmodelled_keys_and_survives_bad_features(sample):
+    from vlafeed import _native
+    from vlafeed.data.lerobot_compat import DatasetInfo
+    native = _native.Dataset(str(sample))
+    info = DatasetInfo.from_json({"codebase_version": "v2.1", "fps": 30, "features": ["not", "a", "dict"],
+                                  "total_videos": 4}, native)
+    assert list(info.features) == list(native.features)  # the engine's view of the damaged key
+    assert info.total_videos == info["total_videos"] == 4 and "total_videos" in info
+    assert "total_videos" not in info.to_dict() and info.as_json()["total_videos"] == 4  # LeRobot drops it
+    assert info.get("absent", 5) == 5 and "absent" not in info
+    with pytest.raises(AttributeError, match="no key 'absent'"):
+        info.absent
+
+
 def test_hub_only_keywords_are_refused_by_name(sample):
     with pytest.raises(NotImplementedError, match="force_cache_sync"):
         vlafeed.LeRobotDataset("local/x", root=sample, force_cache_sync=True)

@@ -85,7 +85,9 @@ class DatasetInfo:
     def from_json(cls, raw, native=None):
         """From info.json's dict; where there is none (an s3:// root, whose JSON the engine reads
         itself), from the engine's view of it."""
-        raw = copy.deepcopy(raw) if raw else {}
+        raw = copy.deepcopy(raw) if isinstance(raw, dict) else {}
+        if not isinstance(raw.get("features"), dict):  # damaged: the engine's view (it opened the dataset)
+            raw.pop("features", None)
         if native is not None:
             raw.setdefault("codebase_version", native.info().get("codebase_version") or CODEBASE_VERSION)
             raw.setdefault("fps", native.fps)
