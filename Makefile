@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan build-tsan build-fuzz python py-inplace test test-c test-asan test-tsan fuzz test-py docs demo bench clean lerobot06
+.PHONY: all deps build build-asan build-tsan build-fuzz python py-inplace py312-inplace test test-c test-asan test-tsan fuzz test-py docs demo bench clean lerobot06
 
 all: build
 
@@ -55,6 +55,19 @@ py-inplace: deps
 	cmake --build build-py -j $(JOBS)
 	cp build-py/_core*.so python/vlafeed/_native/
 
+# The same extension for LeRobot 0.6's venv (Python 3.12), built with its
+# interpreter into build-py312/ and copied next to the 3.11 one: both ABIs
+# (_core.cpython-311-*.so, _core.cpython-312-*.so) sit in python/vlafeed/_native/,
+# so PYTHONPATH=python imports vlafeed in either interpreter (the tests that run
+# lerobot-train on vlafeed's classes need it).
+PY312 ?= build-lerobot/venv312/bin/python
+py312-inplace: deps
+	@if [ ! -x "$(PY312)" ]; then echo "py312-inplace: no $(PY312) (make lerobot06)"; exit 1; fi
+	cmake -S . -B build-py312 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVF_PYTHON=ON -DVF_TESTS=OFF -DVF_TOOLS=OFF \
+	  -DPython_EXECUTABLE=$(abspath $(PY312)) >/dev/null
+	cmake --build build-py312 -j $(JOBS)
+	cp build-py312/_core*.so python/vlafeed/_native/
+
 # Upstream LeRobot 0.6 + Ray Data in build-lerobot/venv312 (Python 3.12, torch
 # 2.11 CUDA build from PyPI: ~2.5 GB of downloads, ~5.6 GB on disk, 5-11 min
 # the first time, seconds once installed). make test installs it unless
@@ -66,6 +79,8 @@ lerobot06:
 test-py: py-inplace build
 	@if [ "$(VF_LEROBOT06)" != 0 ]; then tests/python/install_lerobot06.sh || \
 	  echo "make test: the LeRobot 0.6 venv could not be installed (see above); the upstream parity tests will skip"; fi
+	@if [ "$(VF_LEROBOT06)" != 0 ] && [ -x "$(PY312)" ]; then $(MAKE) --no-print-directory py312-inplace || \
+	  echo "make test: vlafeed did not build for $(PY312); the lerobot-train tests will skip"; fi
 	PYTHONPATH=$(CURDIR)/python VF_CLI=$(CURDIR)/build/vlafeed $(PY) -m pytest -q tests/python
 
 # The documentation site (MkDocs + mkdocstrings, API pages from the docstrings)
@@ -80,4 +95,4 @@ demo: python build
 	scripts/demo.sh
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-python build-py build-docs tests/fuzz/work python/vlafeed/_native/*.so
+	rm -rf build build-asan build-tsan build-fuzz build-python build-py build-py312 build-docs tests/fuzz/work python/vlafeed/_native/*.so

@@ -23,7 +23,6 @@ not print banners); ``vlafeed.set_log_level(2)`` shows FFmpeg's info lines.
 """
 from vlafeed import _aliases
 from vlafeed._native import __version__, VlafeedError, node_cache_stats, set_log_level  # noqa: F401
-from vlafeed.data.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.data.loader import Loader, LoaderWarning
 from vlafeed.data.mix import Mix
 from vlafeed.data.wds import ShardLoader
@@ -33,11 +32,16 @@ set_log_level()
 
 
 def __getattr__(name):
+    # LeRobot's classes subclass torch.utils.data.Dataset: their module (and torch) is imported
+    # when they are first asked for, so ``import vlafeed`` stays torch-free.
+    if name in ("LeRobotDataset", "LeRobotDatasetMetadata", "MultiLeRobotDataset"):
+        from vlafeed.data import dataset
+        return getattr(dataset, name)
     # ``import vlafeed; vlafeed.loader`` worked while the data modules sat at the top level.
     if "vlafeed." + name in _aliases.MOVED:
         import importlib
         return importlib.import_module("vlafeed." + name)
     raise AttributeError(f"module 'vlafeed' has no attribute {name!r}")
 
-__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "ShardLoader", "Mix",
-           "set_log_level"]
+__all__ = ["__version__", "VlafeedError", "LeRobotDataset", "LeRobotDatasetMetadata", "MultiLeRobotDataset", "Loader",
+           "ShardLoader", "Mix", "set_log_level"]

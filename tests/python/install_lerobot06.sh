@@ -27,6 +27,16 @@ venv="${1:-$here/build-lerobot/venv312}"
 specs=("lerobot[dataset]==0.6.*" "torch==2.11.0" "torchvision==0.26.*" "torchcodec==0.11.*" "ray[data]==2.60.0")
 stamp="$venv/.vlafeed-installed"
 want_stamp="${specs[*]}"
+# lerobot-train's own extra (lerobot[training] asks for accelerate; wandb is only imported when
+# enabled): added to an existing venv in place, so a venv from before this line is not rebuilt.
+train_extras=("accelerate>=1.14.0,<2.0.0")
+
+ensure_train_extras() {
+  "$venv/bin/python" -c 'import accelerate' 2>/dev/null && return 0
+  echo "install_lerobot06: adding ${train_extras[*]} (lerobot-train) to $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${train_extras[@]}" || \
+    echo "install_lerobot06: could not install ${train_extras[*]}; the lerobot-train tests will skip" >&2
+}
 
 check() {
   [ -x "$venv/bin/python" ] || return 1
@@ -41,7 +51,8 @@ EOF
 }
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want_stamp" ] && check; then
-  echo "install_lerobot06: $venv is ready (nothing to do)"
+  ensure_train_extras
+  echo "install_lerobot06: $venv is ready"
   exit 0
 fi
 
@@ -72,5 +83,6 @@ if ! check; then
   exit 1
 fi
 printf '%s' "$want_stamp" > "$stamp"
+ensure_train_extras
 "$venv/bin/python" "$here/tests/python/lerobot_upstream.py" --check
 echo "install_lerobot06: ready in $venv ($(du -sh "$venv" | cut -f1))"

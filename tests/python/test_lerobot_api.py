@@ -48,7 +48,7 @@ def test_repo_id_resolution(sample, tmp_path, monkeypatch):
         vlafeed.LeRobotDataset("user/absent")
     shutil.copytree(sample, tmp_path / "home" / "user" / "cached")
     ds = vlafeed.LeRobotDataset("user/cached")
-    assert ds.repo_id == "user/cached" and ds.root == str(tmp_path / "home" / "user" / "cached")
+    assert ds.repo_id == "user/cached" and ds.root == tmp_path / "home" / "user" / "cached"  # a Path, as in LeRobot
     meta = vlafeed.LeRobotDatasetMetadata("user/cached")
     assert meta.total_episodes == 4
     with pytest.raises(TypeError, match="root"):

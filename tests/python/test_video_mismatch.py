@@ -161,7 +161,7 @@ def check_items(root, refused, pattern):
 def test_open_refuses_every_episode_of_the_file(base, tmp_path, how):
     root, (f, episodes, found, declared) = damaged(base, tmp_path, how)
     counts = f"the file holds {found} frames but its {len(episodes)} episodes declare {declared}"
-    problems = vlafeed.LeRobotDatasetMetadata(root).info["problems"]
+    problems = vlafeed.LeRobotDatasetMetadata(root).vf_info["problems"]
     errors = [p for p in problems if p["severity"] == "error"]
     whole = [p for p in errors if p["file"] == video_rel(f) and p["episode"] is None]
     assert len(whole) == 1, errors
@@ -241,7 +241,7 @@ def test_timestamp_opt_in_serves_by_timestamp_and_warns_once_per_file(cli, base,
         "    except Exception as e:\n"
         "        out.append(None)\n"
         "print(repr(out))\n"
-        "print(repr([p for p in ds.meta.info['problems'] if p['severity'] == 'warning']))\n")
+        "print(repr([p for p in ds.meta.vf_info['problems'] if p['severity'] == 'warning']))\n")
     env = dict(os.environ, VF_VIDEO_MISMATCH="timestamp",
                PYTHONPATH=os.pathsep.join([os.environ.get("PYTHONPATH", str(ROOT / "python")),
                                            str(ROOT / "tests" / "python")]))

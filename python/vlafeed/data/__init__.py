@@ -12,10 +12,17 @@
 
 The names users need are also at the top level: ``vlafeed.Loader`` etc.
 """
-from vlafeed.data.dataset import LeRobotDataset, LeRobotDatasetMetadata
 from vlafeed.data.loader import Loader, LoaderWarning
 from vlafeed.data.mix import Mix, MixSourceError
 from vlafeed.data.wds import ShardLoader
 
-__all__ = ["LeRobotDataset", "LeRobotDatasetMetadata", "Loader", "LoaderWarning", "Mix", "MixSourceError",
+
+def __getattr__(name):
+    # dataset.py imports torch (LeRobot's classes are torch Datasets): loaded on first use.
+    if name in ("LeRobotDataset", "LeRobotDatasetMetadata", "MultiLeRobotDataset"):
+        from vlafeed.data import dataset
+        return getattr(dataset, name)
+    raise AttributeError(f"module 'vlafeed.data' has no attribute {name!r}")
+
+__all__ = ["LeRobotDataset", "LeRobotDatasetMetadata", "MultiLeRobotDataset", "Loader", "LoaderWarning", "Mix", "MixSourceError",
            "ShardLoader"]

@@ -27,6 +27,11 @@ from vlafeed.data import lerobot_compat as compat
 from vlafeed.data.loader import batch_to_dict, emit_warnings, open_native_dataset
 from vlafeed.data.recording import RecordingDatasetMixin, RecordingMetadataMixin
 
+try:  # LeRobot's classes are torch Datasets; this module still imports where torch is absent
+    from torch.utils.data import Dataset as _TorchDataset
+except ImportError:  # pragma: no cover - exercised by test_lerobot_surface's no-torch subprocess
+    _TorchDataset = object
+
 
 def _native_property(name, doc=None):
     """A read-only property that returns the native dataset's attribute `name`."""
@@ -42,60 +47,161 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
     """LeRobot 0.6's LeRobotDatasetMetadata over the engine's dataset.
 
     LeRobotDatasetMetadata(repo_id=None, root=None, revision=None,
-    force_cache_sync=False, *, episodes=None, on_metadata_error="raise"):
-    repo_id may be the dataset folder or URL itself (vlafeed's older
-    positional form), or an id found under $HF_LEROBOT_HOME; there is no Hub
-    download. on_metadata_error="warn" loads a dataset whose metadata
+    force_cache_sync=False, metadata_buffer_size=10, *, repo_type="dataset",
+    token=None, episodes=None, on_metadata_error="raise", video_mismatch=None):
+    LeRobot's constructor, then vlafeed's keywords. repo_id may be the dataset
+    folder or URL itself (vlafeed's older positional form), or an id found
+    under $HF_LEROBOT_HOME; there is no Hub download, so force_cache_sync=True
+    and repo_type="bucket" are refused by name and token is unused.
+    metadata_buffer_size only matters for recording. ``info`` is info.json as
+    LeRobot's DatasetInfo; ``vf_info`` is vlafeed's own report of the
+    dataset. on_metadata_error="warn" loads a dataset whose metadata
     `vlafeed info` calls inconsistent, with a Python warning per problem
     (counted in metadata_errors_ignored).
     """
 
-    def __init__(self, repo_id=None, root=None, revision=None, force_cache_sync=False, *, episodes=None,
-                 on_metadata_error="raise", video_mismatch=None):
+    def __init__(self, repo_id=None, root=None, revision=None, force_cache_sync=False, metadata_buffer_size=10, *,
+                 repo_type="dataset", token=None, episodes=None, on_metadata_error="raise", video_mismatch=None):
+        compat.refuse_hub_only(repo_type=repo_type, force_cache_sync=force_cache_sync)
+        self.repo_type = repo_type
         if isinstance(repo_id, _native.Dataset):
             self._native, self.repo_id = repo_id, None
         else:
             resolved, self.repo_id = compat.resolve_root(repo_id, root)
             self._native = open_native_dataset(resolved, episodes, on_metadata_error, video_mismatch)
-        self.revision = revision
-        self._info = None
+        # LeRobot: the revision asked for, else the codebase version it reads (token is only
+        # used for Hub downloads, which vlafeed does not make; it is not kept, as in LeRobot).
+        self.revision = revision if revision else compat.CODEBASE_VERSION
+        self.latest_episode = None
+        self._metadata_buffer_size = metadata_buffer_size
+        self._vf_info = None
         self._stats = None
-        self._info_json = None
+        self._tasks = None
+        self._info = None
         self._episodes_table = None
-        self._features = None
 
     # ---- LeRobot's raw info.json and the derived surface ---------------------------
 
     @property
+    def info(self):
+        """meta/info.json as LeRobot 0.6 gives it (its ``DatasetInfo``): ``meta.info.fps``,
+        ``meta.info.features``, ``meta.info.to_dict()``, and ``meta.info["codebase_version"]``;
+        keys LeRobot does not model (a v2.1 ``total_videos``, ...) are readable too."""
+        if self._info is None:
+            raw = compat.read_json(self.root, "meta/info.json")
+            self._info = compat.DatasetInfo.from_json(raw, self._native)
+        return self._info
+
+    @info.setter
+    def info(self, value):  # LeRobot's writers assign meta.info
+        self._info = value
+
+    @property
     def info_json(self):
-        """meta/info.json as a dict (LeRobot's ``meta.info``)."""
-        if self._info_json is None:
-            self._info_json = compat.read_json(self.root, "meta/info.json") or {}
-        return self._info_json
+        """meta/info.json as a plain dict (``meta.info.to_dict()`` with every key the file has)."""
+        return self.info.as_json()
+
+    @property
+    def vf_info(self):
+        """The `vlafeed info --json` document (problems, episodes, videos as the engine sees them)."""
+        if self._vf_info is None:
+            self._vf_info = self._native.info()
+        return self._vf_info
+
+    @property
+    def url_root(self):
+        """The Hub URL root LeRobot names the dataset by (``hf://datasets/<repo_id>``); vlafeed
+        itself reads ``root``."""
+        if self.repo_type == "bucket":
+            return f"hf://buckets/{self.repo_id}"
+        return f"hf://datasets/{self.repo_id}"
 
     @property
     def robot_type(self):
-        return self.info_json.get("robot_type")
+        return self.info.robot_type
 
     @property
     def chunks_size(self):
-        return int(self.info_json.get("chunks_size", compat.DEFAULT_CHUNK_SIZE))
+        return int(self.info.chunks_size)
+
+    @property
+    def data_files_size_in_mb(self):
+        return self.info.data_files_size_in_mb
+
+    @property
+    def video_files_size_in_mb(self):
+        return self.info.video_files_size_in_mb
 
     @property
     def data_path(self):
-        return self.info_json.get("data_path")
+        return self.info.data_path
 
     @property
     def video_path(self):
-        return self.info_json.get("video_path")
+        return self.info.video_path
+
+    @property
+    def tools(self):
+        """The dataset's tool schemas (info.json "tools"), else LeRobot's default ``say`` tool."""
+        declared = self.info.tools
+        return [dict(t) for t in (declared or compat.DEFAULT_TOOLS)]
+
+    @tools.setter
+    def tools(self, value):
+        """LeRobot's: writes the tool schemas into meta/info.json (removes them for None or []) and
+        reloads ``meta.info``."""
+        if compat.is_url(os.fspath(self.root)):
+            raise ValueError(f"meta.tools = ...: {self.root} is remote; info.json can only be written locally")
+        self.info.tools = [dict(t) for t in value] if value else None
+        compat.write_info(self.info, self.root)
+        self._info = None
+
+    @property
+    def names(self):
+        """{feature: names} from info.json (LeRobot's ``meta.names``)."""
+        return {key: ft.get("names") for key, ft in self.features.items()}
+
+    @property
+    def depth_keys(self):
+        """Features whose info marks them as depth maps (LeRobot's rule)."""
+        return [key for key, ft in self.features.items() if compat.is_depth_feature(ft)]
+
+    @property
+    def has_language_columns(self):
+        """True when the dataset declares language_persistent or language_events."""
+        return any(col in self.features for col in compat.LANGUAGE_COLUMNS)
+
+    def rescale_depth_stats(self, output_unit):
+        """LeRobot's: depth features' stats converted in place from their recorded unit
+        (info's depth_unit) to output_unit ("m" or "mm"); count is left alone."""
+        compat.check_depth_unit(output_unit)
+        stats = self.stats
+        for key in self.depth_keys:
+            stored = (self.features[key].get("info") or {}).get("depth_unit")
+            if stored is None or stored == output_unit or key not in stats:
+                continue
+            factor = 1000.0 if stored == "m" else 1.0 / 1000.0
+            stats[key] = {name: v if name == "count" else v * factor for name, v in stats[key].items()}
+
+    def ensure_readable(self):
+        """LeRobot's write-to-read switch; a vlafeed metadata object is always readable."""
+
+    def filter_episodes(self, predicate, candidates=None):
+        """Sorted episode indices whose episodes-table row (no stats columns) satisfies predicate,
+        restricted to candidates when given (LeRobot's ``filter_episodes``)."""
+        wanted = None if candidates is None else {int(c) for c in candidates}
+        return sorted(int(row["episode_index"]) for row in self.episodes
+                      if (wanted is None or int(row["episode_index"]) in wanted) and predicate(row))
 
     @property
     def task_to_index(self):
         return {task: i for i, task in enumerate(self._native.tasks)}
 
     def get_task_index(self, task):
-        """task_index of a task string, or None (as LeRobot)."""
-        return self.task_to_index.get(task)
+        """task_index of a task string in ``meta.tasks``, or None (as LeRobot)."""
+        if task in self.tasks.index:
+            return int(self.tasks.loc[task].task_index)
+        return None
 
     def _episode_row(self, ep_index):
         table = self.episodes
@@ -133,19 +239,13 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
     @property
     def metadata_errors_ignored(self):
         """Metadata errors let through by on_metadata_error="warn" (0 in the strict default)."""
-        return sum(1 for p in self.info["problems"] if p["severity"] == "error" and p["file"].startswith("meta/")
+        return sum(1 for p in self.vf_info["problems"] if p["severity"] == "error" and p["file"].startswith("meta/")
                    and "stats" not in p["file"])
 
     @property
     def root(self):
-        return self._native.root
-
-    @property
-    def info(self):
-        """The `vlafeed info --json` document."""
-        if self._info is None:
-            self._info = self._native.info()
-        return self._info
+        """The dataset folder as a pathlib.Path (LeRobot's type); an http(s):// or s3:// root stays a str."""
+        return compat.root_path(self._native.root)
 
     @property
     def fps(self):
@@ -161,15 +261,14 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
 
     @property
     def features(self):
-        """{name: {"dtype", "shape" (tuple), "names", "info" (videos), "kind"}} in info.json order, as
-        LeRobot's meta.features (what dataset_to_policy_features reads); frame sizes are the files'."""
-        if self._features is None:
-            self._features = compat.lerobot_features(self.info_json, self._native.features)
-        return self._features
+        """info.json's features (``meta.info.features``, the same dict, as in LeRobot): {name:
+        {"dtype", "shape" (a tuple), "names", "info" (videos)}}, in the file's order; what
+        dataset_to_policy_features and LeRobot's dataset tools read."""
+        return self.info.features
 
     @property
     def shapes(self):
-        return {name: f["shape"] for name, f in self.features.items()}
+        return {name: tuple(f["shape"]) for name, f in self.features.items()}
 
     camera_keys = _native_property("camera_keys", "The video features' keys (LeRobot's camera_keys).")
     video_keys = _native_property("camera_keys", "The video features' keys (LeRobot's video_keys).")
@@ -180,8 +279,15 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
 
     @property
     def tasks(self):
-        """LeRobot's task table: a pandas DataFrame indexed by the task string, column task_index."""
-        return compat.tasks_frame(self._native.tasks)
+        """LeRobot's task table: a pandas DataFrame indexed by the task string, column task_index
+        (one object, as LeRobot's attribute: changes to it are kept)."""
+        if self._tasks is None:
+            self._tasks = compat.tasks_frame(self._native.tasks)
+        return self._tasks
+
+    @tasks.setter
+    def tasks(self, value):  # LeRobot's code assigns meta.tasks / meta.episodes / meta.stats
+        self._tasks = value
 
     task_list = _native_property("tasks", "Task strings by task_index (a list).")
 
@@ -193,6 +299,10 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
         if self._episodes_table is None:
             self._episodes_table = compat.episodes_table(self.root, self.info_json, self._all_episodes_fallback())
         return self._episodes_table
+
+    @episodes.setter
+    def episodes(self, value):
+        self._episodes_table = value
 
     def _all_episodes_fallback(self):
         rows = []
@@ -218,12 +328,16 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
             self._stats = compat.lerobot_stats(self._native.stats, self._native.features)
         return self._stats
 
+    @stats.setter
+    def stats(self, value):
+        self._stats = value
+
     def __repr__(self):
         return (f"LeRobotDatasetMetadata(root={self.root!r}, fps={self.fps}, total_episodes={self.total_episodes}, "
                 f"total_frames={self.total_frames}, camera_keys={self.camera_keys})")
 
 
-class LeRobotDataset(RecordingDatasetMixin):
+class LeRobotDataset(RecordingDatasetMixin, _TorchDataset):
     """Map-style LeRobot dataset: ``len(ds)``, ``ds[i]`` -> dict of torch tensors.
 
     root: the dataset folder (meta/info.json inside). episodes: episode
@@ -237,10 +351,17 @@ class LeRobotDataset(RecordingDatasetMixin):
     vlafeed.Loader. image_transforms: an optional callable applied to each
     camera tensor, as LeRobot does. output: "torch" (default) or "numpy".
 
-    LeRobot 0.6's signature is accepted (repo_id, root, episodes,
-    image_transforms, delta_timestamps, tolerance_s, revision,
-    force_cache_sync, download_videos, video_backend, batch_encoding_size;
-    the download and backend knobs have no effect). on_metadata_error="warn"
+    LeRobot 0.6's constructor is LeRobotDataset's own, keyword for keyword
+    and in its order: episode_filter (a predicate over meta.episodes rows,
+    intersected with episodes), return_uint8, depth_output_unit, token; a
+    duplicate in episodes is read once, as LeRobot does. download_videos,
+    video_backend and the encoder settings have no effect on reading (vlafeed
+    reads the files in place with its own decoders, whose frames equal
+    PyAV's and torchcodec's). What needs the Hub is refused with an error
+    naming the keyword: force_cache_sync=True, and a repo_id with no local
+    copy; so are the deprecated write-mode settings (streaming_encoding,
+    batch_encoding_size != 1); a depth-map camera is refused by the engine
+    (no depth decoding yet; keys= can leave it out). on_metadata_error="warn"
     loads inconsistent metadata with a warning per problem;
     on_error="skip" leaves out episodes the open found unservable (listed in
     skipped_episodes); check_videos=0 skips the open-time video check.
@@ -251,23 +372,48 @@ class LeRobotDataset(RecordingDatasetMixin):
     timestamp with a LoaderWarning per file).
     """
 
-    def __init__(self, repo_id=None, root=None, episodes=None, image_transforms=None, delta_timestamps=None,
-                 tolerance_s=1e-4, revision=None, force_cache_sync=False, download_videos=True, video_backend=None,
-                 batch_encoding_size=1, *, image_format="float32", keys=None, renames=None, resize=None,
-                 normalize=None, return_uint8=False, lerobot_shapes=True, include_task=True, threads=None,
+    def __init__(self, repo_id=None, root=None, episodes=None, episode_filter=None, image_transforms=None,
+                 delta_timestamps=None, tolerance_s=1e-4, revision=None, force_cache_sync=False, download_videos=True,
+                 video_backend=None, return_uint8=False, depth_output_unit=compat.DEFAULT_DEPTH_UNIT,
+                 batch_encoding_size=1, rgb_encoder=None, depth_encoder=None, encoder_threads=None,
+                 streaming_encoding=False, encoder_queue_maxsize=30, *, token=None, image_format="float32", keys=None,
+                 renames=None, resize=None, normalize=None, lerobot_shapes=True, include_task=True, threads=None,
                  output="torch", on_metadata_error="raise", on_error="raise", check_videos=1, video_mismatch=None):
         if return_uint8:
             image_format = "uint8"
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
+        compat.refuse_hub_only(force_cache_sync=force_cache_sync)
+        compat.check_depth_unit(depth_output_unit)
+        if streaming_encoding or batch_encoding_size != 1:
+            raise NotImplementedError(
+                "streaming_encoding / batch_encoding_size != 1 open LeRobotDataset for writing (deprecated in "
+                "LeRobot 0.6 too): use LeRobotDataset.resume(repo_id, root=...) to append episodes")
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError("image_transforms must be callable or None.")
         root, repo_id = compat.resolve_root(repo_id, root)
         # LeRobot's download/backend knobs have no effect here: vlafeed reads the
         # files in place (local or by URL) with its own decoders, whose frames
         # equal PyAV's and torchcodec's.
-        self.repo_id, self.revision, self.video_backend = repo_id, revision, video_backend
+        self.repo_id, self.video_backend = repo_id, video_backend
+        self.revision = revision if revision else compat.CODEBASE_VERSION
         self.download_videos = download_videos
+        self.tolerance_s = tolerance_s
+        self._depth_output_unit = depth_output_unit
+        self.writer = None
+        requested = None if episodes is None else [int(e) for e in episodes]
+        if episode_filter is not None:
+            meta = LeRobotDatasetMetadata(root=root, on_metadata_error=on_metadata_error,
+                                          video_mismatch=video_mismatch)
+            requested = meta.filter_episodes(episode_filter, candidates=requested)
+            if not requested:
+                raise ValueError("The episode filter did not match any episode. Make sure the filter and episodes "
+                                 "list are valid and compatible.")
+        # LeRobot keeps the list as given (its rows are selected by membership, so a duplicate is
+        # read once); the engine is given each episode once, in ascending order.
+        self._episodes_requested = requested
         self._config = dict(
-            root=root, episodes=None if episodes is None else [int(e) for e in episodes],
+            root=root, episodes=None if requested is None else sorted(set(requested)),
             delta_timestamps=None if delta_timestamps is None else {k: [float(x) for x in v]
                                                                      for k, v in delta_timestamps.items()},
             image_format=image_format, tolerance_s=tolerance_s, keys=keys, renames=renames, resize=resize,
@@ -289,6 +435,7 @@ class LeRobotDataset(RecordingDatasetMixin):
             self._skip_bad_episodes()
         self.meta = LeRobotDatasetMetadata(self.native_dataset)
         self.meta.repo_id, self.meta.revision = self.repo_id, self.revision
+        self._index_map = None
         threads = c["threads"]
         if threads is None:  # get_items spreads the cameras over threads; more do not help
             threads = max(1, min(os.cpu_count() or 1, len(self.native_dataset.camera_keys) or 1))
@@ -334,12 +481,15 @@ class LeRobotDataset(RecordingDatasetMixin):
 
     def __getstate__(self):
         return {"config": self._config, "image_transforms": self.image_transforms,
-                "lerobot": (self.repo_id, self.revision, self.video_backend, self.download_videos)}
+                "lerobot": (self.repo_id, self.revision, self.video_backend, self.download_videos, self.tolerance_s,
+                            self._depth_output_unit, self._episodes_requested)}
 
     def __setstate__(self, state):
         self._config = state["config"]
         self.image_transforms = state["image_transforms"]
-        self.repo_id, self.revision, self.video_backend, self.download_videos = state["lerobot"]
+        (self.repo_id, self.revision, self.video_backend, self.download_videos, self.tolerance_s,
+         self._depth_output_unit, self._episodes_requested) = state["lerobot"]
+        self.writer = None
         self._open()
 
     # ---- LeRobotDataset surface -------------------------------------------------------
@@ -353,11 +503,55 @@ class LeRobotDataset(RecordingDatasetMixin):
 
     @property
     def root(self):
-        return self._config["root"]
+        """The dataset folder as a pathlib.Path (LeRobot's type); an http(s):// or s3:// root stays a str."""
+        return compat.root_path(self._config["root"])
 
     @property
     def episodes(self):
-        return self._config["episodes"]
+        """The episodes asked for, as given (LeRobot's), or None for all; after on_error="skip"
+        left some out, the ones served."""
+        if self.skipped_episodes:
+            return [e["episode_index"] for e in self.native_dataset.episodes]
+        return self._episodes_requested
+
+    @property
+    def depth_output_unit(self):
+        """The unit ("m" or "mm") LeRobot returns depth maps in (vlafeed's engine refuses depth cameras)."""
+        return self._depth_output_unit
+
+    @property
+    def absolute_to_relative_idx(self):
+        """{absolute frame index (the "index" column): position in this dataset} when episodes
+        were selected, else None (LeRobot's; EpisodeAwareSampler maps its indices through it)."""
+        if self.episodes is None:
+            return None
+        if self._index_map is None:
+            index = self.hf_dataset["index"]
+            self._index_map = dict(zip((int(i) for i in index), range(len(index))))
+        return self._index_map
+
+    @property
+    def reader(self):
+        """What LeRobot scripts read from ``dataset.reader`` (hf_dataset, delta_indices, the index map)."""
+        return _ReaderView(self)
+
+    def set_image_transforms(self, image_transforms):
+        """Replace the transform applied to each camera frame in __getitem__."""
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError("image_transforms must be callable or None.")
+        self.image_transforms = image_transforms
+
+    def clear_image_transforms(self):
+        """Remove the camera-frame transform."""
+        self.image_transforms = None
+
+    def select_columns(self, column_names):
+        """The table restricted to column_names (a name or a list), as ``hf_dataset`` gives it."""
+        return self.hf_dataset.select_columns(column_names)
+
+    def get_raw_item(self, idx):
+        """Row idx of the table: no frames decoded, no windows, no transforms (LeRobot's)."""
+        return self.hf_dataset[idx]
 
     @property
     def delta_timestamps(self):
@@ -379,7 +573,8 @@ class LeRobotDataset(RecordingDatasetMixin):
 
     @property
     def num_episodes(self):
-        return self.native_dataset.num_episodes
+        """LeRobot's: the number of episodes asked for (len(episodes)), else all of them."""
+        return len(self.episodes) if self.episodes is not None else self.native_dataset.num_episodes
 
     features = _meta_property("features")
     camera_keys = _meta_property("camera_keys")
@@ -426,18 +621,199 @@ class LeRobotDataset(RecordingDatasetMixin):
                 f"fps={self.fps}, camera_keys={self.camera_keys})")
 
 
-class _ColumnView:
-    """What LeRobot scripts read from ``dataset.hf_dataset``: columns by name."""
+class MultiLeRobotDataset(_TorchDataset):
+    """LeRobot 0.6's MultiLeRobotDataset on vlafeed: several LeRobotDatasets concatenated, only
+    the features common to all of them kept (the others listed in disabled_features), each item
+    with a ``dataset_index`` tensor, stats aggregated as LeRobot aggregates them.
+
+    repo_ids are looked up as LeRobot does, as ``root / repo_id`` (root defaults to
+    $HF_LEROBOT_HOME); episodes: {repo_id: [episode, ...]}; tolerances_s: {repo_id: seconds}.
+    """
+
+    def __init__(self, repo_ids, root=None, episodes=None, image_transforms=None, delta_timestamps=None,
+                 tolerances_s=None, download_videos=True, video_backend=None, *, token=None):
+        super().__init__()
+        self.repo_ids = repo_ids
+        self.root = pathlib.Path(root) if root else compat.lerobot_home()
+        self.tolerances_s = tolerances_s if tolerances_s else dict.fromkeys(repo_ids, 0.0001)
+        self._datasets = [
+            LeRobotDataset(repo_id, root=self.root / repo_id, episodes=episodes[repo_id] if episodes else None,
+                           image_transforms=image_transforms, delta_timestamps=delta_timestamps,
+                           tolerance_s=self.tolerances_s[repo_id], download_videos=download_videos,
+                           video_backend=video_backend, token=token)
+            for repo_id in repo_ids]
+        common = set(self._datasets[0].features)
+        for ds in self._datasets:
+            common.intersection_update(ds.features)
+        if not common:
+            raise RuntimeError("Multiple datasets were provided but they had no keys common to all of them. "
+                               "The multi-dataset functionality currently only keeps common keys.")
+        self.disabled_features = set()
+        for repo_id, ds in zip(self.repo_ids, self._datasets):
+            extra = set(ds.features).difference(common)
+            if extra:
+                warnings.warn(f"vlafeed: keys {sorted(extra)} of {repo_id} were disabled as they are not contained "
+                              f"in all the other datasets.", stacklevel=2)
+                self.disabled_features.update(extra)
+        self.delta_timestamps = delta_timestamps
+        self.stats = compat.aggregate_stats([ds.meta.stats for ds in self._datasets])
+        self.set_image_transforms(image_transforms)
+
+    def set_image_transforms(self, image_transforms):
+        """Replace the transform for this dataset and its children."""
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError("image_transforms must be callable or None.")
+        self.image_transforms = image_transforms
+        for ds in getattr(self, "_datasets", []):
+            ds.set_image_transforms(image_transforms)
+
+    def clear_image_transforms(self):
+        """Remove the transform from this dataset and its children."""
+        self.set_image_transforms(None)
+
+    @property
+    def repo_id_to_index(self):
+        return {repo_id: i for i, repo_id in enumerate(self.repo_ids)}
+
+    @property
+    def fps(self):
+        return self._datasets[0].meta.info.fps
+
+    @property
+    def video(self):
+        return len(self._datasets[0].meta.video_keys) > 0
+
+    @property
+    def features(self):
+        """{name: feature} of the kept features (LeRobot gives them as datasets.Features)."""
+        out = {}
+        for ds in self._datasets:
+            out.update({k: v for k, v in ds.features.items() if k not in self.disabled_features})
+        return out
+
+    @property
+    def camera_keys(self):
+        return [k for k, f in self.features.items() if f["dtype"] in ("video", "image")]
+
+    @property
+    def video_frame_keys(self):
+        return [k for k, f in self.features.items() if f["dtype"] == "video"]
+
+    @property
+    def num_frames(self):
+        return sum(ds.num_frames for ds in self._datasets)
+
+    @property
+    def num_episodes(self):
+        return sum(ds.num_episodes for ds in self._datasets)
+
+    @property
+    def tolerance_s(self):
+        return 1 / self.fps - 1e-4
+
+    def __len__(self):
+        return self.num_frames
+
+    def __getitem__(self, idx):
+        if idx >= len(self):
+            raise IndexError(f"Index {idx} out of bounds.")
+        start = 0
+        for dataset_index, ds in enumerate(self._datasets):
+            if idx < start + ds.num_frames:
+                break
+            start += ds.num_frames
+        item = ds[idx - start]
+        import torch
+        item["dataset_index"] = torch.tensor(dataset_index)
+        for key in self.disabled_features:
+            item.pop(key, None)
+        return item
+
+    def __repr__(self):
+        return (f"vlafeed.MultiLeRobotDataset(repo_ids={self.repo_ids!r}, frames={self.num_frames}, "
+                f"episodes={self.num_episodes}, fps={self.fps}, camera_keys={self.camera_keys})")
+
+
+class _ReaderView:
+    """What LeRobot scripts read from ``dataset.reader`` (its DatasetReader)."""
 
     def __init__(self, ds):
         self._ds = ds
 
+    hf_dataset = property(lambda self: self._ds.hf_dataset)
+    _absolute_to_relative_idx = property(lambda self: self._ds.absolute_to_relative_idx)
+    delta_indices = property(lambda self: self._ds.delta_indices)
+    num_frames = property(lambda self: self._ds.num_frames)
+    num_episodes = property(lambda self: self._ds.num_episodes)
+    episodes = property(lambda self: self._ds.episodes)
+    root = property(lambda self: self._ds.root)
+
+    def set_image_transforms(self, image_transforms):
+        self._ds.set_image_transforms(image_transforms)
+
+    def clear_image_transforms(self):
+        self._ds.clear_image_transforms()
+
+
+class _ColumnView:
+    """What LeRobot scripts read from ``dataset.hf_dataset``: columns by name, rows by number,
+    ``data`` (a pyarrow Table: ``hf_dataset.data.column("task_index").to_numpy()``),
+    ``unique(column)`` and ``select_columns(names)``."""
+
+    def __init__(self, ds, columns=None):
+        self._ds = ds
+        self._columns = columns
+
     @property
     def column_names(self):
-        return [n for n, f in self._ds.meta.features.items() if f["dtype"] not in ("video", "image", "language")]
+        names = [n for n, f in self._ds.meta.features.items() if f["dtype"] not in ("video", "image", "language")]
+        return names if self._columns is None else [n for n in self._columns if n in names]
+
+    @property
+    def num_rows(self):
+        return len(self._ds)
 
     def __len__(self):
         return len(self._ds)
+
+    def select_columns(self, column_names):
+        """The same rows restricted to column_names (a name or a list of names)."""
+        wanted = [column_names] if isinstance(column_names, str) else list(column_names)
+        missing = [c for c in wanted if c not in self.column_names]
+        if missing:
+            raise ValueError(f"select_columns: no column {missing[0]!r} in {self._ds.root} "
+                             f"(columns: {', '.join(self.column_names)})")
+        return _ColumnView(self._ds, wanted)
+
+    @property
+    def data(self):
+        """The selected episodes' rows as a pyarrow Table (what ``datasets.Dataset.data`` wraps)."""
+        import pyarrow as pa
+        c = self._ds._config
+        names = self.column_names
+        _, cols = _native.dataset_read_table(c["root"], names, [e["episode_index"] for e in
+                                                                self._ds.native_dataset.episodes])
+        arrays = {}
+        for name in names:
+            data, dtype, width = cols[name]
+            if dtype == "str":
+                arrays[name] = pa.array(list(data))
+                continue
+            arr = np.frombuffer(data, dtype=dtype)
+            if tuple(self._ds.meta.features[name]["shape"]) != (1,):
+                arrays[name] = pa.FixedSizeListArray.from_arrays(pa.array(arr), width)
+            else:
+                arrays[name] = pa.array(arr)
+        return pa.table(arrays)
+
+    def unique(self, column):
+        """The column's distinct values in order of first appearance (``datasets.Dataset.unique``)."""
+        values = self[column]
+        if isinstance(values, list):
+            return list(dict.fromkeys(values))
+        if values.ndim != 1:
+            raise TypeError(f"unique: column {column!r} holds vectors; datasets.Dataset.unique takes scalar columns")
+        return list(dict.fromkeys(values.tolist()))
 
     def _row(self, i):
         """Row i of the selected episodes' table, as LeRobot's hf_dataset gives it (its torch

@@ -3,8 +3,9 @@
 What a LeRobot training script touches on ``dataset.meta`` and on the dataset
 itself, with LeRobot's names, types and dtypes (lerobot-format.md):
 
-- ``features``: info.json's features (dtype, shape as a tuple, names, info),
-  so ``lerobot.policies.utils.dataset_to_policy_features`` works on them;
+- ``info``: info.json as LeRobot's ``DatasetInfo`` (``DatasetInfo`` here),
+  ``features`` its features (dtype, shape as a tuple, names, info), so
+  ``lerobot.policies.utils.dataset_to_policy_features`` works on them;
 - ``tasks``: a pandas DataFrame indexed by the task string, column
   ``task_index``; ``episodes``: the full episodes table with LeRobot's
   column names (stats columns dropped, as LeRobot's loader drops them);
@@ -18,6 +19,8 @@ repo_id resolution (no Hub access here): a path or URL is the root itself; a
 plain id is looked up under $HF_LEROBOT_HOME (default
 ~/.cache/huggingface/lerobot) and otherwise refused with a clear error.
 """
+import copy
+import dataclasses
 import json
 import os
 import pathlib
@@ -26,7 +29,161 @@ import urllib.request
 
 import numpy as np
 
+# LeRobot 0.6's constants (lerobot/datasets/utils.py, language.py, configs/video.py).
+CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNK_SIZE = 1000
+DEFAULT_DATA_FILE_SIZE_IN_MB = 100
+DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
+DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
+DEPTH_UNITS = ("m", "mm")
+DEFAULT_DEPTH_UNIT = "mm"
+DEFAULT_TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "say",
+        "description": "Speak a short utterance to the user via the TTS executor.",
+        "parameters": {"type": "object",
+                       "properties": {"text": {"type": "string", "description": "The verbatim text to speak."}},
+                       "required": ["text"]},
+    },
+}]
+
+
+@dataclasses.dataclass
+class DatasetInfo:
+    """meta/info.json as LeRobot 0.6's ``DatasetInfo``: the same fields, defaults and
+    ``to_dict()``; attribute access (``info.fps``) and dict access (``info["fps"]``,
+    ``"fps" in info``, ``info.get``) both work, as in LeRobot (without its deprecation
+    warning). Keys LeRobot does not model (v2.1's ``total_videos``, ...) are kept apart:
+    readable like the fields, left out of ``to_dict()`` as LeRobot drops them, and in
+    ``as_json()`` (the file's whole content)."""
+
+    codebase_version: str
+    fps: int
+    features: dict
+    total_episodes: int = 0
+    total_frames: int = 0
+    total_tasks: int = 0
+    chunks_size: int = DEFAULT_CHUNK_SIZE
+    data_files_size_in_mb: int = DEFAULT_DATA_FILE_SIZE_IN_MB
+    video_files_size_in_mb: int = DEFAULT_VIDEO_FILE_SIZE_IN_MB
+    data_path: str = DEFAULT_DATA_PATH
+    video_path: str = DEFAULT_VIDEO_PATH
+    robot_type: str = None
+    splits: dict = dataclasses.field(default_factory=dict)
+    tools: list = None
+
+    def __post_init__(self):
+        for ft in self.features.values():
+            if isinstance(ft.get("shape"), list):
+                ft["shape"] = tuple(ft["shape"])
+        object.__setattr__(self, "_extra", {})
+
+    @classmethod
+    def from_json(cls, raw, native=None):
+        """From info.json's dict; where there is none (an s3:// root, whose JSON the engine reads
+        itself), from the engine's view of it."""
+        raw = copy.deepcopy(raw) if isinstance(raw, dict) else {}
+        if not isinstance(raw.get("features"), dict):  # damaged: the engine's view (it opened the dataset)
+            raw.pop("features", None)
+        if native is not None:
+            raw.setdefault("codebase_version", native.info().get("codebase_version") or CODEBASE_VERSION)
+            raw.setdefault("fps", native.fps)
+            raw.setdefault("features", {name: {"dtype": f["dtype"], "shape": list(f["shape"]), "names": None}
+                                        for name, f in native.features.items()})
+            raw.setdefault("total_episodes", native.total_episodes)
+            raw.setdefault("total_frames", native.total_frames)
+            raw.setdefault("total_tasks", len(native.tasks))
+        known = {f.name for f in dataclasses.fields(cls)}
+        info = cls(**{k: v for k, v in raw.items() if k in known})
+        info._extra.update({k: v for k, v in raw.items() if k not in known})
+        return info
+
+    def __getattr__(self, name):  # only for names that are not fields: the file's other keys
+        extra = self.__dict__.get("_extra", {})
+        if name in extra:
+            return extra[name]
+        raise AttributeError(f"info.json has no key {name!r}")
+
+    def to_dict(self):
+        """LeRobot's: the fields as a JSON-ready dict (shapes as lists, tools dropped when unset)."""
+        d = dataclasses.asdict(self)
+        for ft in d["features"].values():
+            if isinstance(ft.get("shape"), tuple):
+                ft["shape"] = list(ft["shape"])
+        if d.get("tools") is None:
+            d.pop("tools", None)
+        return d
+
+    def as_json(self):
+        """info.json's whole content: the fields plus the keys LeRobot does not model."""
+        return {**self.to_dict(), **copy.deepcopy(self._extra)}
+
+    def __getitem__(self, key):
+        try:
+            return getattr(self, key)
+        except AttributeError as err:
+            raise KeyError(key) from err
+
+    def __setitem__(self, key, value):
+        if not hasattr(self, key):
+            raise KeyError(f"DatasetInfo has no field '{key}'")
+        if key in self._extra:
+            self._extra[key] = value
+        else:
+            setattr(self, key, value)
+
+    def __contains__(self, key):
+        return hasattr(self, key)
+
+    def get(self, key, default=None):
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            return default
+
+    def keys(self):
+        return list(self.as_json())
+
+
+def write_info(info, root):
+    """meta/info.json from a DatasetInfo, as LeRobot's write_info writes it (``to_dict()``, indent 4)."""
+    path = pathlib.Path(root) / "meta" / "info.json"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(info.to_dict(), f, indent=4, ensure_ascii=False)
+
+
+def refuse_hub_only(repo_type="dataset", force_cache_sync=False, **ignored):
+    """A clear error for LeRobot keywords that only mean something with Hub access."""
+    if repo_type not in ("dataset", "bucket"):
+        raise ValueError(f"repo_type must be 'dataset' or 'bucket', got {repo_type!r}")
+    if repo_type == "bucket":
+        raise NotImplementedError("repo_type='bucket' streams from a Hugging Face Storage Bucket; vlafeed does not "
+                                  "reach the Hub: pass root= with a local folder or an http(s):// or s3:// URL")
+    if force_cache_sync:
+        raise NotImplementedError("force_cache_sync=True re-downloads the dataset from the Hugging Face Hub, which "
+                                  "vlafeed does not do; it reads the files at root as they are")
+
+
+def root_path(root):
+    """LeRobot's root type: a pathlib.Path; a URL stays a str (a Path would fold its //)."""
+    if root is None or is_url(os.fspath(root)):
+        return root
+    return pathlib.Path(root)
+
+
+def is_depth_feature(ft):
+    info = ft.get("info") or {}
+    video_info = ft.get("video_info") or {}
+    return bool(info.get("is_depth_map", False) or info.get("video.is_depth_map", False)
+                or video_info.get("video.is_depth_map", False))
+
+
+def check_depth_unit(unit):
+    if unit not in DEPTH_UNITS:
+        raise ValueError(f"depth_output_unit must be one of {DEPTH_UNITS}, got {unit!r}")
 
 
 def is_url(text):
@@ -63,20 +220,6 @@ def read_json(root, rel):
     path = pathlib.Path(root) / rel
     with open(path, "rb") as f:  # the engine's open already refused non-regular files
         return json.loads(f.read())
-
-
-def lerobot_features(info_json, native_features):
-    """info.json's features with LeRobot's keys; shapes as tuples."""
-    out = {}
-    raw = (info_json or {}).get("features", {})
-    for name, f in native_features.items():
-        src = raw.get(name, {})
-        ft = {"dtype": f["dtype"], "shape": tuple(f["shape"]), "names": src.get("names")}
-        if "info" in src:
-            ft["info"] = src["info"]
-        ft["kind"] = f.get("kind")
-        out[name] = ft
-    return out
 
 
 def lerobot_stats(native_stats, features):
@@ -197,3 +340,27 @@ def tasks_frame(task_strings):
 
 def format_path(template, **values):
     return template.format(**values)
+
+
+def aggregate_stats(stats_list):
+    """LeRobot's aggregate_stats: per feature, min of mins, max of maxes, the count-weighted mean,
+    the pooled std (parallel variance), summed counts, count-weighted quantiles (q01, ...)."""
+    out = {}
+    for key in {k for stats in stats_list for k in stats}:
+        per = [stats[key] for stats in stats_list if key in stats]
+        means = np.stack([s["mean"] for s in per])
+        variances = np.stack([s["std"] ** 2 for s in per])
+        counts = np.stack([s["count"] for s in per])
+        total_count = counts.sum(axis=0)
+        while counts.ndim < means.ndim:
+            counts = np.expand_dims(counts, axis=-1)
+        total_mean = (means * counts).sum(axis=0) / total_count
+        total_variance = ((variances + (means - total_mean) ** 2) * counts).sum(axis=0) / total_count
+        agg = {"min": np.min(np.stack([s["min"] for s in per]), axis=0),
+               "max": np.max(np.stack([s["max"] for s in per]), axis=0),
+               "mean": total_mean, "std": np.sqrt(total_variance), "count": total_count}
+        for q in [k for k in per[0] if k.startswith("q") and k[1:].isdigit()]:
+            if all(q in s for s in per):
+                agg[q] = (np.stack([s[q] for s in per]) * counts).sum(axis=0) / total_count
+        out[key] = agg
+    return out
