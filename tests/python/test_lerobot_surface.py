@@ -365,7 +365,7 @@ def test_import_without_torch(tmp_path):
             "import vlafeed\n"
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
             "from vlafeed import LeRobotDataset\n"
-            "assert LeRobotDataset.__mro__[1] is object\n"
+            "assert not [c for c in LeRobotDataset.__mro__ if c.__module__.startswith('torch')]\n"
             "print('ok')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -625,8 +625,13 @@ class RecordingMetadataMixin:
     def latest_episode(self):
         """The last saved episode's metadata row (values in one-element lists, as LeRobot keeps them)."""
         if self._rec is None or self._rec.latest_row is None:
-            return None
+            return self.__dict__.get("_latest_episode_value")
         return {k: [v] for k, v in self._rec.latest_row.items()}
+
+    @latest_episode.setter
+    def latest_episode(self, value):
+        # LeRobot's metadata keeps it as a plain attribute (None after a read-side open)
+        self.__dict__["_latest_episode_value"] = value
 
     def _require_recording(self, name):
         if not self._recording():
