@@ -406,8 +406,8 @@ int vf_engine_plan_epoch(vf_loader *l, int64_t resume_batch)
         .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
         .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
         .resume_batch = resume_batch,
-        .ranges = l->ranges,
-        .num_ranges = l->num_ranges,
+        .ranges = l->resumed.ranges,
+        .num_ranges = l->resumed.num_ranges,
     };
     int r = vf_plan_epoch_build(&ps, l->spec->num_positions, s->mode == VF_MODE_MAP ? NULL : l->tasks, l->num_tasks,
                                 &l->plan);

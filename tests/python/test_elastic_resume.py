@@ -89,8 +89,9 @@ def remaining(root, state, mode, world, batch, consumers=1, **kw):
                  shuffle=True, drop_last=kw.get("drop_last", False), shuffle_buffer=kw.get("shuffle_buffer", 0),
                  partition="file_group", episode_pool_size=3 if mode == "pool" else 16)
     st = _native.resolve_state(_native.Dataset(str(root)), resume=state, **order)
-    if st["ranges"]:
-        return sum(b - a for a, b in st["ranges"])
+    assert not st["ranges"], "a version 3 state records generations, not the remaining ranges"
+    if st["generations"]:
+        return st["generations"][-1]["remaining"]
     return 0 if st["samples_consumed"] else total_frames(root)
 
 
@@ -133,11 +134,14 @@ def test_elastic_chain_consumers_drop_last(root, mode, extra):
         kw = dict(extra, drop_last=drop_last)
         s1 = run(root, mode, 3, 4, 2, 3, None, counts, **kw)
         s2 = run(root, mode, 2, 5, 3, 2, s1, counts, **kw)
-        assert s2["ranges"], "a state after an elastic restore carries the remaining ranges"
+        assert len(s2["generations"]) == 1 and not s2["ranges"], \
+            "a state after an elastic restore records the old layout, not the remaining ranges"
+        assert {k: s2["generations"][0][k] for k in ("world_size", "consumers", "batch_size", "batches")} == \
+            dict(world_size=3, consumers=2, batch_size=4, batches=3)
         assert s2["world_size"] == 2 and s2["consumers"] == 3 and s2["batch_size"] == 5
         run(root, mode, 4, 2, 1, None, s2, counts, **kw)
         rem1 = n
-        rem2 = sum(b - a for a, b in s2["ranges"])
+        rem2 = s2["generations"][-1]["remaining"]
         drops = 0
         pads = 0
         for rn, w, b in ((rem1, 3, 4), (rem2, 2, 5), (rem2, 4, 2)):
@@ -217,6 +221,6 @@ def test_elastic_torch_workers(root):
         collect(dl, counts)
         if rank == 0:
             end = dl.state_dict()
-            assert end["ranges"] and end["world_size"] == 3
+            assert end["generations"] and end["world_size"] == 3
     # Wrap padding of each run: world 2 over n, world 3 over what remained (< 3).
     check_union(counts, n, padding(n, 2, False) + 2, False)
