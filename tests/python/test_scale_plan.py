@@ -117,6 +117,50 @@ def test_coverage_after_elastic_resume(ds100k):
     assert extra <= pad_old + (-(-rem // 768) * 768 - rem)
 
 
+def test_pool_elastic_state_size(ds100k):
+    """Pool mode, elastic restores at scale: 1,024 x 8 -> 768 x 4 after 26% of an epoch, then -> 512 x 2 ->
+    1,000 x 3. Each state is a few hundred bytes of JSON, one generation more per restore, whatever was
+    delivered (before state version 3 the first restore alone gave 3.87M ranges, 81 MB of JSON), and each
+    generation's remainder is what was left less what its run delivered (wrap padding aside)."""
+    n = ds100k.num_frames
+    common = dict(mode="pool", seed=1, episode_pool_size=16)
+    layouts = [(1024, 8, 16, 0.26), (768, 4, 16, 0.30), (512, 2, 32, 0.5), (1000, 3, 8, None)]
+    state, remaining, sizes = None, n, []
+    for i in range(len(layouts) - 1):
+        world, workers, batch, frac = layouts[i]
+        kw = dict(common, world_size=world, num_consumers=workers, batch_size=batch)
+        k = int(frac * (remaining // world // batch))
+        st = _native.loader_state(ds100k, epoch=0, batches=k, resume=state, **kw)
+        assert st["ranges"] == [] and len(st["generations"]) == i
+        sizes.append(len(json.dumps(st)))
+        nw, nc, nb, _ = layouts[i + 1]
+        state = _native.resolve_state(ds100k, resume=st, **dict(common, world_size=nw, num_consumers=nc,
+                                                                  batch_size=nb))
+        gens = state["generations"]
+        assert state["ranges"] == [] and len(gens) == i + 1 and gens[:i] == st["generations"]
+        left = gens[-1]["remaining"]
+        assert gens[-1] == dict(world_size=world, consumers=workers, batch_size=batch, batches=k,
+                                                remaining=left)
+        # Delivered: k batches of every rank, less the samples the last rank's wrap padding repeated.
+        pad = -(-remaining // world) * world - remaining
+        assert 0 <= left - (remaining - k * batch * world) <= pad
+        remaining = left
+    sizes.append(len(json.dumps(state)))
+    # O(restores): a generation is five integers; nothing grows with samples or consumers.
+    for g, size in enumerate(sizes):
+        assert size < 600 + 160 * g, sizes
+    # The same restore after 5% and after 60% of the epoch: states of the same size (digits aside).
+    a, b = (len(json.dumps(_native.resolve_state(
+        ds100k, resume=_native.loader_state(ds100k, epoch=0, batches=int(f * (n // 1024 // 16)), num_consumers=8,
+                                            **dict(common, world_size=1024, batch_size=16)),
+        **dict(common, world_size=768, num_consumers=4, batch_size=16)))) for f in (0.05, 0.6))
+    assert abs(a - b) < 16
+    # The last state's remainder is what its consumers' pieces cover (padding to whole ranks aside).
+    pieces = vplan.consumer_tasks(ds100k, world_size=1000, workers=3, mode="pool", batch_size=8, seed=1,
+                                  episode_pool_size=16, state=state, video_files=False)
+    assert sum(p["rows"][1] for p in pieces) == -(-remaining // 1000) * 1000
+
+
 def test_droid_opens(droid, cli):
     world, workers = 1024, 8
     out = subprocess.run([cli, "plan", str(droid), "--json", "--world-size", str(world), "--workers", str(workers)],
