@@ -405,8 +405,8 @@ static void test_refusals(vf_dataset *d, const char *root, const char *other_roo
     bad.samples_consumed = 1 << 30;
     expect_refused(d, &ls, &bad, "is not the end of a batch", NULL);
     bad = st;
-    bad.version = 3;
-    expect_refused(d, &ls, &bad, "version 3 is not supported", NULL);
+    bad.version = VF_LOADER_STATE_VERSION + 1;
+    expect_refused(d, &ls, &bad, "version 4 is not supported", NULL);
     bad = st;
     bad.epoch = -1; /* epoch is not in the hash */
     expect_refused(d, &ls, &bad, "epoch -1 is negative", NULL);
