@@ -273,6 +273,8 @@ int vf_engine_resolve_state(const vf_loader_settings *s, const vf_dataset *d, in
                         (unsigned)st->version, VF_LOADER_STATE_VERSION);
     if (st->version == 1 && st->num_ranges > 0)
         return vf_error(VF_EINVAL, "loader state: a version 1 state has no ranges");
+    if (st->version < 3 && st->num_generations > 0)
+        return vf_error(VF_EINVAL, "loader state: a version %u state has no generations", (unsigned)st->version);
     if (st->settings_hash != vf_engine_state_hash(st))
         return vf_error(VF_EINVAL, "loader state: settings_hash does not match the state's fields (the state was "
                                    "edited or corrupted)");

@@ -4,8 +4,9 @@ restores a run at world size M (other consumers and batch size too), and
 the two runs together deliver every sample of the epoch exactly once, plus
 no more repeats than the documented wrap padding of each run (exactly once
 with drop_last, minus the documented remainder). Map, stream (with a
-shuffle buffer too) and pool modes, N and M in {1, 2, 3, 4}; a chain of
-two elastic restores; torch DataLoader workers on both sides; frames and
+shuffle buffer too) and pool modes, N and M in {1, 2, 3, 4}; chains of
+two and four elastic restores, each state one generation longer, not
+bigger with what was delivered; edited generations refused; torch DataLoader workers on both sides; frames and
 table values of a restored run equal map-mode access; refusals still name
 the order settings that differ.
 """
@@ -149,6 +150,51 @@ def test_elastic_chain_consumers_drop_last(root, mode, extra):
             drops += rn - w * b * (per // b)
             pads += padding(rn, w, False)
         check_union(counts, n, pads, drop_last, drops)
+
+
+@pytest.mark.parametrize("mode", ["map", "stream", "pool"])
+def test_elastic_chain_of_five_runs(root, mode):
+    """Four elastic restores in one epoch: exactly once (padding aside) over five runs, and each state
+    is its layout plus one small generation per earlier run, whatever was delivered."""
+    import json
+    n = total_frames(root)
+    layouts = [(3, 2, 2), (2, 1, 3), (4, 1, 1), (1, 2, 2), (2, 2, 1)]  # world, batch, consumers
+    counts, state, rn, pads, sizes = {}, None, n, 0, []
+    for g, (world, batch, consumers) in enumerate(layouts):
+        last = g == len(layouts) - 1
+        state = run(root, mode, world, batch, consumers, None if last else 2, state, counts)
+        pads += padding(rn, world, False)
+        if not last:
+            assert len(state["generations"]) == g and state["ranges"] == []
+            rest = dict(state, generations=[])
+            sizes.append((len(json.dumps(rest)), [len(json.dumps(x)) for x in state["generations"]]))
+            rn = remaining(root, state, mode, *layouts[g + 1][:2], layouts[g + 1][2]) or rn
+    check_union(counts, n, pads, False)
+    # The fields of the layout, and ~90 bytes per earlier run: five integers each.
+    assert all(base < 600 and all(x < 120 for x in gens) for base, gens in sizes), sizes
+
+
+def test_generations_checked(root):
+    """Generations are part of the state: edited, dropped, or in a version 2 state, they are refused by name."""
+    counts = {}
+    s1 = run(root, "pool", 2, 4, 1, 2, None, counts)
+    s2 = run(root, "pool", 3, 3, 1, 1, s1, counts)
+    assert len(s2["generations"]) == 1
+    bad = dict(s2, generations=[dict(s2["generations"][0], remaining=s2["generations"][0]["remaining"] - 1)])
+    with pytest.raises(ValueError, match="settings_hash"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, generations=None)
+    with pytest.raises(ValueError, match="'generations' is missing"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, generations=[{"world_size": 2}])
+    with pytest.raises(KeyError, match=r"generations\[0\] lacks 'consumers'"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, generations=[dict(s2["generations"][0], batches="2")])
+    with pytest.raises(TypeError, match=r"generations\[0\]\['batches'\] must be an integer"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, version=2)
+    with pytest.raises(ValueError, match="version 2 state has no generations"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
 
 
 def test_elastic_same_layout_and_refusals(root):
