@@ -273,8 +273,9 @@ def episode_stats_columns(p, S, lo):
         cols[f"stats/{name}/std"] = list_of(std, dim, pa.float64())
         cols[f"stats/{name}/count"] = list_of(lengths, 1, pa.int64())
         if p["stats_quantiles"]:
-            for q, z in QUANTILE_Z:
-                cols[f"stats/{name}/{q}"] = list_of(mean + z * std, dim, pa.float64())
+            for q, z in QUANTILE_Z:  # inside [min, max], as real quantiles are
+                cols[f"stats/{name}/{q}"] = list_of(np.clip(mean + z * std, mean - 2 * std, mean + 2 * std), dim,
+                                                    pa.float64())
     for cam in CAMERAS[:p["cameras"]]:
         c = p["image_shape"][2]
         mean = rng.uniform(0.3, 0.7, (n, c))
