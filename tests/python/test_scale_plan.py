@@ -119,13 +119,14 @@ def test_coverage_after_elastic_resume(ds100k):
 
 
 def test_pool_elastic_state_size(ds100k):
-    """Pool mode, elastic restores at scale: 1,024 x 8 -> 768 x 4 after 26% of an epoch, then -> 512 x 2 ->
-    1,000 x 3. Each state is a few hundred bytes of JSON, one generation more per restore, whatever was
+    """Pool mode, elastic restores at scale: 1,024 x 8 -> 768 x 4 after 26% of an epoch, then -> 512 x 2
+    after 30% of what remained. Each state is a few hundred bytes of JSON, one generation more per restore,
+    whatever was
     delivered (before state version 3 the first restore alone gave 3.87M ranges, 81 MB of JSON), and each
     generation's remainder is what was left less what its run delivered (wrap padding aside)."""
     n = ds100k.num_frames
     common = dict(mode="pool", seed=1, episode_pool_size=16)
-    layouts = [(1024, 8, 16, 0.26), (768, 4, 16, 0.30), (512, 2, 32, 0.5), (1000, 3, 8, None)]
+    layouts = [(1024, 8, 16, 0.26), (768, 4, 16, 0.30), (512, 2, 32, None)]
     state, remaining, sizes = None, n, []
     for i in range(len(layouts) - 1):
         world, workers, batch, frac = layouts[i]
@@ -150,16 +151,8 @@ def test_pool_elastic_state_size(ds100k):
     # O(restores): a generation is five integers; nothing grows with samples or consumers.
     for g, size in enumerate(sizes):
         assert size < 600 + 160 * g, sizes
-    # The same restore after 5% and after 60% of the epoch: states of the same size (digits aside).
-    a, b = (len(json.dumps(_native.resolve_state(
-        ds100k, resume=_native.loader_state(ds100k, epoch=0, batches=int(f * (n // 1024 // 16)), num_consumers=8,
-                                            **dict(common, world_size=1024, batch_size=16)),
-        **dict(common, world_size=768, num_consumers=4, batch_size=16)))) for f in (0.05, 0.6))
-    assert abs(a - b) < 16
-    # The last state's remainder is what its consumers' pieces cover (padding to whole ranks aside).
-    pieces = vplan.consumer_tasks(ds100k, world_size=1000, workers=3, mode="pool", batch_size=8, seed=1,
-                                  episode_pool_size=16, state=state, video_files=False)
-    assert sum(p["rows"][1] for p in pieces) == -(-remaining // 1000) * 1000
+    # (The remainder's own pieces are not listed here: in pool mode they are millions of short runs, which
+    # is why the state no longer carries them; exactly-once over chains is test_elastic_resume's.)
 
 
 def test_droid_opens(droid, cli):
