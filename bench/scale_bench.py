@@ -10,6 +10,9 @@ Datasets come from bench/scale_meta.py (cached under --cache, default
   data      + data parquet files, one row group per data file (converter layout)
   data-ep   10-row meta row groups + data files with one row group per episode
             (the recorder's layout)
+  meta-lr, meta-rg10-lr
+            meta, meta-rg10 with LeRobot's real stats columns (q01..q99 too: 10
+            stats per feature, as LeRobot 0.4+ writes them)
   (size "sample", variant "real": a small `vlafeed make-sample` dataset with MP4s)
 
 The synthetic sets have no MP4 files, so anything that opens videos reports an error; the
@@ -18,8 +21,9 @@ action) where data files exist.
 
 Every measurement runs in a fresh subprocess; the table gives its wall time
 (process start to exit, Python start-up and import included), the time of the
-operation itself where the child can measure it ("op s"), the first batch
-time, and the child's peak RSS (os.wait4's ru_maxrss). A measurement that
+operation itself where the child can measure it ("op s"), the child's CPU
+seconds (user + system, all threads: "CPU s"), the first batch time, and the
+child's peak RSS (os.wait4's ru_maxrss). A measurement that
 fails or runs past --timeout prints "error: ..." or "timeout" instead of
 stopping the run. The "import" row is the baseline (python + import vlafeed).
 
@@ -68,8 +72,11 @@ VARIANTS = {
     "meta-rg10": dict(meta_row_group=10),
     "data": dict(with_data=True, data_row_groups="file"),
     "data-ep": dict(with_data=True, data_row_groups="episode", meta_row_group=10),
+    # LeRobot's real per-episode stats columns: q01..q99 besides min/max/mean/std/count
+    "meta-lr": dict(stats_quantiles=True),
+    "meta-rg10-lr": dict(meta_row_group=10, stats_quantiles=True),
 }
-DEFAULT_VARIANTS = {"10k": list(VARIANTS), "100k": list(VARIANTS), "1m": ["meta", "meta-rg10"],
+DEFAULT_VARIANTS = {"10k": list(VARIANTS), "100k": list(VARIANTS), "1m": ["meta-lr", "meta-rg10-lr"],
                     "droid": ["meta"], "sample": ["real"]}
 DEFAULT_MEASURES = ["meta_py", "info", "plan", "loader:stream:all", "loader:map:all",
                     "loader:stream:tabular", "loader:map:tabular"]
@@ -143,6 +150,7 @@ except Exception as e:
 
 TIME = shutil.which("time", path="/usr/bin:/bin")
 RSS_MARK = "VFBENCH_MAXRSS_KB "
+CPU_MARK = "VFBENCH_CPU_S "
 
 
 def run_child(cmd, timeout, env=None):
@@ -151,7 +159,7 @@ def run_child(cmd, timeout, env=None):
     GNU time (/usr/bin/time) when present, because a child forked straight
     from this process would start with this process's high-water mark (Linux
     carries it over fork and exec into ru_maxrss); else os.wait4's value."""
-    full = [TIME, "-f", RSS_MARK + "%M", *cmd] if TIME else list(cmd)
+    full = [TIME, "-f", RSS_MARK + "%M\n" + CPU_MARK + "%U %S", *cmd] if TIME else list(cmd)
     with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
         t0 = time.perf_counter()
         proc = subprocess.Popen(full, stdout=so, stderr=se, env=env, start_new_session=True)
@@ -172,13 +180,17 @@ def run_child(cmd, timeout, env=None):
         se.seek(0)
         stderr = se.read().decode(errors="replace")
         maxrss_kb = None if TIME else ru.ru_maxrss
+        cpu_s = None if TIME else ru.ru_utime + ru.ru_stime
         kept = []
         for line in stderr.splitlines():
             if line.startswith(RSS_MARK):
                 maxrss_kb = int(line[len(RSS_MARK):])
+            elif line.startswith(CPU_MARK):
+                cpu_s = sum(float(x) for x in line[len(CPU_MARK):].split())
             elif not (TIME and line.startswith("Command ") and ("exited with" in line or "terminated by" in line)):
                 kept.append(line)
-        return dict(rc=proc.returncode, wall_s=wall, maxrss_mb=None if maxrss_kb is None else maxrss_kb / 1024.0,
+        return dict(rc=proc.returncode, wall_s=wall, cpu_s=cpu_s,
+                    maxrss_mb=None if maxrss_kb is None else maxrss_kb / 1024.0,
                     stdout=so.read().decode(errors="replace"), stderr="\n".join(kept), timed_out=timed_out)
 
 
@@ -265,7 +277,7 @@ def measure(what, root, args, cli, flags, env, has_data):
         for line in r["stdout"].splitlines():
             if line.startswith(RESULT_PREFIX):
                 child = json.loads(line[len(RESULT_PREFIX):])
-        res.update(wall_s=r["wall_s"], maxrss_mb=r["maxrss_mb"])
+        res.update(wall_s=r["wall_s"], cpu_s=r["cpu_s"], maxrss_mb=r["maxrss_mb"])
         if r["timed_out"]:
             res["status"] = "timeout"
         elif "error" in child:
@@ -290,7 +302,7 @@ def measure(what, root, args, cli, flags, env, has_data):
         return dict(res, status=f"error: unknown measurement {what}")
     res["command"] = " ".join(cmd[:-1]) + " ROOT"
     r = run_child(cmd, args.timeout)
-    res.update(wall_s=r["wall_s"], maxrss_mb=r["maxrss_mb"])
+    res.update(wall_s=r["wall_s"], cpu_s=r["cpu_s"], maxrss_mb=r["maxrss_mb"])
     if r["timed_out"]:
         return dict(res, status="timeout")
     try:
@@ -351,8 +363,9 @@ def fmt(v, digits=2):
 
 
 def markdown(rows):
-    out = ["| dataset | episodes | frames | measurement | wall s | op s | first batch s | peak RSS MB | status | notes |",
-           "|---|---:|---:|---|---:|---:|---:|---:|---|---|"]
+    out = ["| dataset | episodes | frames | measurement | wall s | CPU s | op s | first batch s | peak RSS MB | status "
+           "| notes |",
+           "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         fb = fmt(r.get("first_batch_s"), 3) if "first_batch_s" in r else r.get("first_batch", "")
         notes = r.get("notes", "")
@@ -363,7 +376,7 @@ def markdown(rows):
                 f"rank 0: {r.get('rank_samples')} samples, {r.get('rank_batches')} batches"
         status = r["status"].replace("|", "/")
         out.append(f"| {r['dataset']} | {r.get('episodes_total', '')} | {r.get('frames_total', '')} | "
-                   f"{r['measure']} | {fmt(r.get('wall_s'))} | {fmt(r.get('op_s'))} | {fb} | "
+                   f"{r['measure']} | {fmt(r.get('wall_s'))} | {fmt(r.get('cpu_s'))} | {fmt(r.get('op_s'))} | {fb} | "
                    f"{fmt(r.get('maxrss_mb'), 0)} | {status} | {notes.replace('|', '/')} |")
     return "\n".join(out)
 
@@ -459,7 +472,8 @@ def main(argv=None):
                 r.update(dataset=f"{size}/{variant}", root=str(root), episodes_total=stamp["params"]["episodes"],
                          frames_total=stamp["total_frames"])
                 rows.append(r)
-                print(f"  {m}: {fmt(r.get('wall_s'))} s, {fmt(r.get('maxrss_mb'), 0)} MB, {r['status'][:100]}",
+                print(f"  {m}: {fmt(r.get('wall_s'))} s, {fmt(r.get('cpu_s'))} CPU-s, {fmt(r.get('maxrss_mb'), 0)} MB, "
+                      f"{r['status'][:100]}",
                       file=log)
     doc = dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:])),
                date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),

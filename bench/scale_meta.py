@@ -16,7 +16,9 @@ What is written under ROOT:
 - meta/episodes/chunk-XXX/file-YYY.parquet: one row per episode with
   LeRobot's columns (episode_index, tasks, length, data/*, dataset_*_index,
   videos/<cam>/{chunk_index,file_index,from_timestamp,to_timestamp},
-  optionally stats/<feature>/{min,max,mean,std,count}, and
+  optionally stats/<feature>/{min,max,mean,std,count} and LeRobot's
+  quantiles {q01,q10,q50,q90,q99} (stats_quantiles; the variant name gets
+  "-lr"), and
   meta/episodes/{chunk_index,file_index}), `episodes_per_meta_file` rows per
   file, in one row group per file or in row groups of `meta_row_group` rows
   (the recorder flushes every 10 episodes).
@@ -81,6 +83,10 @@ DEFAULTS = dict(
     episodes_per_meta_file=10_000,
     meta_row_group=0,  # 0: one row group per meta/episodes file; N: N-row row groups
     episode_stats=True,  # stats/<feature>/{min,max,mean,std,count} columns
+    # Also LeRobot's per-episode quantiles stats/<feature>/{q01,q10,q50,q90,q99}
+    # (lerobot/datasets/compute_stats.py DEFAULT_QUANTILES): what a dataset
+    # recorded or converted by LeRobot 0.4+ carries, 10 stats per feature.
+    stats_quantiles=False,
     with_data=False,
     data_row_groups="file",  # "file": one row group per data file; "episode": one per episode
     robot_type="synthetic",
@@ -119,9 +125,11 @@ def variant_name(shape, params):
         name += f"-rg{params['meta_row_group']}"
     if params["with_data"]:
         name += "-data" + ("-ep" if params["data_row_groups"] == "episode" else "")
+    if params["stats_quantiles"] and params["episode_stats"]:
+        name += "-lr"
     base = shape_params(shape)
     for k in sorted(params):
-        if k not in ("meta_row_group", "with_data", "data_row_groups") and params[k] != base[k]:
+        if k not in ("meta_row_group", "with_data", "data_row_groups", "stats_quantiles") and params[k] != base[k]:
             v = params[k]
             v = "x".join(str(x) for x in v) if isinstance(v, (tuple, list)) else str(v)
             name += f"-{k}={v}"
@@ -264,6 +272,10 @@ def episode_stats_columns(p, S, lo):
         cols[f"stats/{name}/mean"] = list_of(mean, dim, pa.float64())
         cols[f"stats/{name}/std"] = list_of(std, dim, pa.float64())
         cols[f"stats/{name}/count"] = list_of(lengths, 1, pa.int64())
+        if p["stats_quantiles"]:
+            for q, z in QUANTILE_Z:  # inside [min, max], as real quantiles are
+                cols[f"stats/{name}/{q}"] = list_of(np.clip(mean + z * std, mean - 2 * std, mean + 2 * std), dim,
+                                                    pa.float64())
     for cam in CAMERAS[:p["cameras"]]:
         c = p["image_shape"][2]
         mean = rng.uniform(0.3, 0.7, (n, c))
@@ -272,6 +284,9 @@ def episode_stats_columns(p, S, lo):
         cols[f"stats/{cam}/mean"] = image_stat(mean)
         cols[f"stats/{cam}/std"] = image_stat(np.full((n, c), 0.25))
         cols[f"stats/{cam}/count"] = list_of(np.minimum(lengths, 100), 1, pa.int64())
+        if p["stats_quantiles"]:
+            for q, z in QUANTILE_Z:
+                cols[f"stats/{cam}/{q}"] = image_stat(np.clip(mean + z * 0.25, 0, 1))
     last = (lengths - 1).astype(np.float64)
     ti = S["task_index"]
     scalars = {
@@ -289,7 +304,19 @@ def episode_stats_columns(p, S, lo):
                                             if name in ("timestamp", "frame_index", "index") else np.zeros(n),
                                             1, pa.float64())
         cols[f"stats/{name}/count"] = list_of(lengths, 1, pa.int64())
+        if p["stats_quantiles"]:
+            span = np.asarray(mx, np.float64) - np.asarray(mn, np.float64)
+            for q, z in QUANTILE_Z:
+                cols[f"stats/{name}/{q}"] = list_of(np.asarray(mn, np.float64) + span * QUANTILE_FRACTION[q], 1,
+                                                    pa.float64())
     return cols
+
+
+# LeRobot's DEFAULT_QUANTILES [0.01, 0.10, 0.50, 0.90, 0.99] as its column
+# names, with a normal's z-score (vectors) and the fraction of [min, max]
+# (scalar features) used to make plausible values.
+QUANTILE_Z = (("q01", -2.326), ("q10", -1.2816), ("q50", 0.0), ("q90", 1.2816), ("q99", 2.326))
+QUANTILE_FRACTION = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 
 
 def write_meta_file(root, p, S, lo, mchunk, mfile, task_strings):
@@ -516,6 +543,8 @@ def main(argv=None):
     ap.add_argument("--meta-row-group", type=int,
                     help="rows per row group in meta/episodes files (0: one per file; the recorder writes 10)")
     ap.add_argument("--no-episode-stats", action="store_true", help="leave out the stats/* columns")
+    ap.add_argument("--lerobot-stats", action="store_true",
+                    help="also LeRobot's quantile stats columns q01..q99 (10 stats per feature; folder suffix -lr)")
     ap.add_argument("--with-data", action="store_true", help="also write data/ parquet files with real rows")
     ap.add_argument("--data-row-groups", choices=("file", "episode"),
                     help="data files: one row group per file (converter) or per episode (recorder)")
@@ -533,6 +562,8 @@ def main(argv=None):
         overrides["episode_stats"] = False
     if args.with_data:
         overrides["with_data"] = True
+    if args.lerobot_stats:
+        overrides["stats_quantiles"] = True
     params = shape_params(args.shape, **overrides)
     root = pathlib.Path(args.out) if args.out else pathlib.Path(DEFAULT_CACHE) / variant_name(args.shape, params)
     stamp = generate(root, force=args.force, quiet=args.print_root, jobs=args.jobs, **params)

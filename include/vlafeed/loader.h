@@ -100,11 +100,13 @@
  * consumers by the same remainder rule. Nothing is delivered twice and
  * nothing skipped: the old and new runs together deliver every sample of
  * the epoch exactly once (plus the wrap padding of each run, without
- * drop_last). The state then carries the remaining ranges (above), so a
- * second restore, elastic or not, continues from there. Replaying costs
- * O(samples of the epoch) time once per restore (integer work over the
- * plan, no reads; unmeasured at 10^8 samples) and memory for the
- * delivered ranges; the next epoch starts from the whole sequence.
+ * drop_last). The state then records the old layout and its batch count
+ * as a generation (below), so a second restore, elastic or not, replays
+ * the chain and continues from there: the state holds a few integers per
+ * restore, whatever was delivered. Replaying costs O(samples of the
+ * epoch) time per generation at every open of a loader from the state
+ * (integer work over the plan, no reads) and memory for the remaining
+ * ranges while it runs; the next epoch starts from the whole sequence.
  * The other order settings must still match.
  *
  * Workers: a loader with consumer = c restored at a state k batches into
@@ -233,7 +235,19 @@ typedef struct vf_pool_hooks {
 
 /* A loader's position, to resume it (see "Resume" above). Plain integers:
  * store them however you like (the Python binding uses a dict). */
-#define VF_LOADER_STATE_VERSION 2 /* 2 added the ranges; version 1 states (no ranges) are read too */
+#define VF_LOADER_STATE_VERSION 3 /* 2 added the ranges, 3 the generations; versions 1 and 2 are read too */
+#define VF_LOADER_MAX_GENERATIONS 4096 /* elastic restores one state may record within one epoch */
+
+/* An earlier run of the state's epoch in another layout (elastic resume):
+ * its world size, consumers per rank and batch size, the rank-level
+ * batches it delivered, and the samples of the epoch left after it. The
+ * run's order settings are the state's. */
+typedef struct vf_loader_generation {
+    int64_t world_size, consumers, batch_size;
+    int64_t batches;           /* rank-level batches delivered in that layout (within what was left before it) */
+    int64_t remaining;         /* samples of the epoch it left undelivered (> 0) */
+} vf_loader_generation;
+
 typedef struct vf_loader_state {
     uint32_t version;          /* VF_LOADER_STATE_VERSION */
     uint32_t mode;             /* vf_mode */
@@ -251,17 +265,26 @@ typedef struct vf_loader_state {
     int64_t shuffle_buffer;    /* stream mode, else 0 */
     int64_t episode_pool_size; /* pool mode, else 0 */
     /* Elastic resume: after a restore at another world size, consumer
-     * count or batch size, the epoch continues over what the state's run
-     * had not delivered: num_ranges ascending, disjoint [start, end) index
-     * ranges of the epoch's global order (ranges[2i], ranges[2i+1]), and
-     * samples_consumed counts within them. 0 / NULL: the whole epoch. From
-     * vf_loader_get_state the array belongs to the loader (valid until its
-     * next set_state, set_epoch or close); given to the loader it is
-     * copied. */
+     * count or batch size, the epoch continues over what the earlier runs
+     * had not delivered. That set is not stored: it is replayed from the
+     * generations (the earlier runs' layouts and batch counts, oldest
+     * first), starting from `ranges`, so a state's size grows with the
+     * number of restores, not with the samples delivered (a pool-mode
+     * remainder is millions of ranges at 10^7 samples). samples_consumed
+     * counts within the last generation's remainder.
+     * ranges: num_ranges ascending, disjoint [start, end) index ranges of
+     * the epoch's global order (ranges[2i], ranges[2i+1]) the first
+     * generation started from; 0 / NULL: the whole epoch. Version 3 states
+     * written by vlafeed have none (version 2 states carried the remainder
+     * here, and are read as such). From vf_loader_get_state both arrays
+     * belong to the loader (valid until its next set_state, set_epoch or
+     * close); given to the loader they are copied. */
     size_t num_ranges;
     const int64_t *ranges;
+    size_t num_generations;    /* at most VF_LOADER_MAX_GENERATIONS */
+    const vf_loader_generation *generations;
     uint64_t settings_hash;    /* over every field above except epoch and samples_consumed
-                                * (and, for the ranges, over their values) */
+                                * (and over the values of the ranges and generations) */
 } vf_loader_state;
 
 /* What iteration (vf_loader_next) does with a sample whose frame or table
@@ -407,18 +430,20 @@ int vf_loader_set_state(vf_loader *l, const vf_loader_state *state);
  * opening one (order-free arithmetic). settings->num_consumers is the
  * consumers per rank (DataLoader workers when they are the consumers).
  * When settings->resume is a resolved state of the same epoch with ranges
- * (vf_loader_state_resolve), `batches` counts within its ranges and the
- * result carries them (borrowed from settings->resume). */
+ * or generations (vf_loader_state_resolve), `batches` counts within what
+ * they leave and the result carries them (borrowed from settings->resume). */
 int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int64_t batches,
                        vf_loader_state *out);
 /* The state `state` becomes for a loader with these settings over d: the
  * same state when its layout (world_size, consumers, batch_size) matches;
  * else (elastic resume) a state of settings' layout at the start of what
- * remains of the state's epoch (samples_consumed 0, the remaining ranges;
- * at the end of the epoch when nothing remains). Refused like
- * vf_loader_set_state. out->ranges is newly allocated (free(); NULL when
- * there are none). Resolving once and handing the result to every worker
- * spares each of them the replay. */
+ * remains of the state's epoch (samples_consumed 0, the state's
+ * generations plus one for its own layout; at the end of the epoch, with
+ * no generations, when nothing remains). Refused like
+ * vf_loader_set_state. out->ranges and out->generations are newly
+ * allocated (free(); NULL when there are none). Every loader opened from
+ * the result replays its generations (integer work, see "Elastic
+ * resume"). */
 int vf_loader_state_resolve(const vf_dataset *d, const vf_loader_settings *settings, const vf_loader_state *state,
                             vf_loader_state *out);
 /* Rank-level batches a state stands for (batches the callers of one rank

@@ -289,7 +289,7 @@ void vf_loader_close(vf_loader *l)
     free(l->stash);
     vf_plan_epoch_free(&l->plan);
     free(l->tasks);
-    free(l->ranges);
+    vf_engine_resume_free(&l->resumed);
     if (l->spec) { /* batches may outlive the loader: they keep the spec, not the hint */
         pthread_mutex_lock(&l->spec->rows_lock);
         l->spec->wanted = NULL;
@@ -401,13 +401,12 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
     if (r == 0)
         l->selection = vf_engine_selection_hash(dataset);
     l->epoch = s->epoch;
-    int64_t resume_batch = 0;
     if (r == 0 && have_resume &&
         (r = vf_engine_resolve_state(s, dataset, l->spec->num_positions, l->selection, l->tasks, l->num_tasks, &resume,
-                                     &l->ranges, &l->num_ranges, &resume_batch)) == 0)
+                                     &l->resumed)) == 0)
         l->epoch = resume.epoch;
     if (r == 0)
-        r = vf_engine_plan_epoch(l, resume_batch);
+        r = vf_engine_plan_epoch(l, l->resumed.batches);
     if (r == 0 && s->mode != VF_MODE_MAP)
         r = vf_engine_start(l);
     if (r < 0) {
@@ -445,15 +444,13 @@ int vf_loader_set_state(vf_loader *l, const vf_loader_state *state)
     int r = check_process(l);
     if (r < 0)
         return r;
-    int64_t k, *ranges = NULL;
-    size_t nr = 0;
+    vf_engine_resume res;
     if ((r = vf_engine_resolve_state(&l->settings, l->dataset, l->spec->num_positions, l->selection, l->tasks,
-                                     l->num_tasks, state, &ranges, &nr, &k)) < 0)
+                                     l->num_tasks, state, &res)) < 0)
         return r;
-    free(l->ranges);
-    l->ranges = ranges;
-    l->num_ranges = nr;
-    return restart(l, state->epoch, k);
+    vf_engine_resume_free(&l->resumed);
+    l->resumed = res;
+    return restart(l, state->epoch, res.batches);
 }
 
 /* Rank-level batches delivered, or -1 when this loader cannot know. */
@@ -483,10 +480,9 @@ int vf_loader_get_state(const vf_loader *l, vf_loader_state *out)
                         l->settings.consumer, l->settings.num_consumers);
     const vf_loader_settings *s = &l->settings;
     vf_engine_state_from_settings(s, l->dataset, l->spec->num_positions, l->selection, out);
-    out->num_ranges = l->num_ranges;
-    out->ranges = l->ranges;
+    vf_engine_resume_to_state(&l->resumed, out);
     out->settings_hash = vf_engine_state_hash(out);
-    int64_t rn = vf_plan_ranges_samples(l->ranges, l->num_ranges, l->spec->num_positions);
+    int64_t rn = vf_plan_ranges_samples(l->resumed.ranges, l->resumed.num_ranges, l->spec->num_positions);
     int64_t per_rank = vf_plan_samples_after(rn, s->world_size, s->num_consumers, s->batch_size, s->drop_last, k);
     if (per_rank < 0)
         return vf_error(VF_EINVAL, "loader: %lld batches delivered is past the epoch", (long long)k);
@@ -506,9 +502,7 @@ int vf_loader_set_epoch(vf_loader *l, int64_t epoch)
         return r;
     if (epoch == l->epoch && l->next_deliver == l->start_batch)
         return 0; /* that epoch (or its resumed part) has delivered nothing yet: keep what is being built */
-    free(l->ranges); /* a new epoch covers its whole global order */
-    l->ranges = NULL;
-    l->num_ranges = 0;
+    vf_engine_resume_free(&l->resumed); /* a new epoch covers its whole global order */
     return restart(l, epoch, 0);
 }
 

@@ -42,6 +42,19 @@ typedef struct vf_engine_job {
 
 typedef struct vf_engine_devices vf_engine_devices;
 
+/* Where an epoch continues after a restore (vf_engine_resolve_state). The
+ * state a loader reports carries `base` and `generations`, never the
+ * derived `ranges` (unless they are the base: a version 2 state). */
+typedef struct vf_engine_resume {
+    int64_t *ranges;           /* the remainder this run serves, replayed (NULL: the whole epoch) */
+    size_t num_ranges;
+    int64_t *base;             /* the state's own ranges, which the generations replay from */
+    size_t num_base;
+    vf_loader_generation *generations;
+    size_t num_generations;
+    int64_t batches;           /* rank-level batches already delivered within `ranges` */
+} vf_engine_resume;
+
 struct vf_loader {
     vf_dataset *dataset;
     pid_t pid;                 /* the process that opened it */
@@ -74,9 +87,8 @@ struct vf_loader {
 
     /* the current epoch */
     int64_t epoch;
-    int64_t *ranges;           /* elastic resume: what of the epoch's global order remains (NULL: all) */
+    vf_engine_resume resumed;  /* elastic resume: what of the epoch's global order remains (ranges NULL: all) */
     uint8_t *wanted;           /* [selected episodes]: those this epoch's plan emits (table read-ahead) */
-    size_t num_ranges;
     vf_plan_epoch plan;
     int64_t resume_base;       /* rank-level batches skipped by a consumer plan's resume (else 0) */
     size_t start_batch;        /* where delivery of this epoch (re)started */
@@ -172,7 +184,11 @@ int vf_engine_make_tasks(const vf_dataset *d, vf_mode mode, vf_partition partiti
                          vf_plan_task **tasks, size_t *num_tasks);
 /* Where a state continues for a loader with settings s (see loader_plan.c). */
 int vf_engine_resolve_state(const vf_loader_settings *s, const vf_dataset *d, int64_t positions, uint64_t selection,
-                            const vf_plan_task *tasks, size_t num_tasks, const vf_loader_state *st, int64_t **ranges,
-                            size_t *num_ranges, int64_t *batches);
+                            const vf_plan_task *tasks, size_t num_tasks, const vf_loader_state *st,
+                            vf_engine_resume *out);
+/* Frees a resume's arrays and zeroes it. */
+void vf_engine_resume_free(vf_engine_resume *r);
+/* Points a state's ranges and generations at a resume's (borrowed). */
+void vf_engine_resume_to_state(const vf_engine_resume *r, vf_loader_state *st);
 
 #endif

@@ -54,6 +54,15 @@ uint64_t vf_engine_state_hash(const vf_loader_state *st)
         for (size_t i = 0; i < 2 * st->num_ranges; i++)
             h = hash_u64(h, (uint64_t)st->ranges[i]);
     }
+    if (st->num_generations > 0 && st->generations) {
+        h = hash_u64(h, 0x67656e73ull ^ (uint64_t)st->num_generations);
+        for (size_t i = 0; i < st->num_generations; i++) {
+            const vf_loader_generation *g = &st->generations[i];
+            const int64_t v[] = {g->world_size, g->consumers, g->batch_size, g->batches, g->remaining};
+            for (size_t j = 0; j < VF_ARRAY_LEN(v); j++)
+                h = hash_u64(h, (uint64_t)v[j]);
+        }
+    }
     return h;
 }
 
@@ -94,6 +103,32 @@ static int64_t total_positions(const vf_dataset *d)
     return n;
 }
 
+/* The generations' own checks (their replay checks the rest). */
+static int check_generations(const vf_loader_state *st)
+{
+    size_t n = st->num_generations;
+    if (n == 0)
+        return 0;
+    if (st->version < 3)
+        return vf_error(VF_EINVAL, "loader state: a version %u state has no generations", (unsigned)st->version);
+    if (!st->generations)
+        return vf_error(VF_EINVAL, "loader state: generations missing");
+    if (n > VF_LOADER_MAX_GENERATIONS)
+        return vf_error(VF_EINVAL, "loader state: %zu generations (elastic restores in one epoch); at most %d", n,
+                        VF_LOADER_MAX_GENERATIONS);
+    for (size_t i = 0; i < n; i++) {
+        const vf_loader_generation *g = &st->generations[i];
+        if (g->world_size < 1 || g->world_size > INT32_MAX || g->consumers < 1 || g->consumers > INT32_MAX ||
+            g->batch_size < 1 || g->batches < 0 || g->remaining < 1 || g->remaining > st->positions)
+            return vf_error(VF_EINVAL, "loader state: generations[%zu] (world_size %lld, consumers %lld, batch_size "
+                                       "%lld, batches %lld, remaining %lld) is not a valid earlier run of an epoch of "
+                                       "%lld samples",
+                            i, (long long)g->world_size, (long long)g->consumers, (long long)g->batch_size,
+                            (long long)g->batches, (long long)g->remaining, (long long)st->positions);
+    }
+    return 0;
+}
+
 int vf_loader_state_batches(const vf_loader_state *st, int64_t *batches)
 {
     *batches = 0;
@@ -110,7 +145,11 @@ int vf_loader_state_batches(const vf_loader_state *st, int64_t *batches)
                         (long long)st->samples_consumed, (int)st->world_size);
     if (st->num_ranges > 0 && (!st->ranges || vf_plan_ranges_check(st->ranges, st->num_ranges, st->positions) < 0))
         return vf_error(VF_EINVAL, "loader state: %s", st->ranges ? vf_last_error() : "ranges missing");
-    int64_t n = vf_plan_ranges_samples(st->ranges, st->num_ranges, st->positions);
+    int r = check_generations(st);
+    if (r < 0)
+        return r;
+    int64_t n = st->num_generations ? st->generations[st->num_generations - 1].remaining
+                                    : vf_plan_ranges_samples(st->ranges, st->num_ranges, st->positions);
     int64_t per_rank = st->samples_consumed / st->world_size;
     int64_t k = vf_plan_batches_at(n, st->world_size, st->consumers, (size_t)st->batch_size, st->drop_last, per_rank);
     if (k < 0) {
@@ -144,25 +183,98 @@ int vf_engine_make_tasks(const vf_dataset *d, vf_mode mode, vf_partition partiti
     return r;
 }
 
-/* Resolves a state for a loader with settings s (checked) over d: every
- * order difference is named; a state from another world size, consumer
- * count or batch size is converted (elastic resume) into the remaining
- * ranges of its epoch. On success *ranges (newly allocated, NULL for the
- * whole epoch) and *batches (rank-level batches already delivered within
- * them, in s's layout) say where to continue. tasks: s's own partition
- * (NULL in map mode). */
-int vf_engine_resolve_state(const vf_loader_settings *s, const vf_dataset *d, int64_t positions, uint64_t selection,
-                            const vf_plan_task *tasks, size_t num_tasks, const vf_loader_state *st, int64_t **ranges,
-                            size_t *num_ranges, int64_t *batches)
+void vf_engine_resume_free(vf_engine_resume *r)
 {
-    *ranges = NULL;
-    *num_ranges = 0;
-    *batches = 0;
-    if (st->version != VF_LOADER_STATE_VERSION && st->version != 1)
-        return vf_error(VF_EINVAL, "loader state: version %u is not supported (this vlafeed reads versions 1 and %d)",
+    free(r->ranges);
+    free(r->base);
+    free(r->generations);
+    memset(r, 0, sizeof *r);
+}
+
+void vf_engine_resume_to_state(const vf_engine_resume *r, vf_loader_state *st)
+{
+    st->num_ranges = r->num_base;
+    st->ranges = r->base;
+    st->num_generations = r->num_generations;
+    st->generations = r->generations;
+}
+
+static int copy_i64(const int64_t *v, size_t n, int64_t **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    if (!(*out = vf_malloc_array(n, sizeof **out)))
+        return VF_ENOMEM;
+    memcpy(*out, v, n * sizeof **out);
+    return 0;
+}
+
+/* What remains after one earlier run of the state's epoch: the run in the
+ * state's order settings and the layout (world_size, consumers,
+ * batch_size) that delivered `batches` rank-level batches of the set
+ * `ranges` (NULL: the whole epoch). *out is newly allocated (NULL, 0 when
+ * nothing remains). tasks: the loader's own partition (sequential
+ * partitions are cut again for the run's consumers). */
+static int replay_run(const vf_loader_settings *s, const vf_dataset *d, int64_t positions, const vf_plan_task *tasks,
+                      size_t num_tasks, const vf_loader_state *st, int64_t world_size, int64_t consumers,
+                      int64_t batch_size, int64_t batches, const int64_t *ranges, size_t num_ranges, int64_t **out,
+                      size_t *num_out)
+{
+    vf_plan_task *old_tasks = NULL;
+    size_t num_old = 0;
+    const vf_plan_task *use = tasks;
+    size_t use_n = num_tasks;
+    int r = 0;
+    if (s->mode == VF_MODE_STREAM && s->partition == VF_PARTITION_SEQUENTIAL) {
+        /* Sequential tasks depend on the consumer count. */
+        r = vf_engine_make_tasks(d, s->mode, s->partition, (size_t)world_size * (size_t)consumers, &old_tasks,
+                                 &num_old);
+        use = old_tasks;
+        use_n = num_old;
+    }
+    vf_plan_epoch_settings old = {
+        .seed = st->seed,
+        .epoch = st->epoch,
+        .shuffle = st->shuffle,
+        .world_size = (int)world_size,
+        .num_consumers = (int)consumers,
+        .consumer = -1,
+        .batch_size = (size_t)batch_size,
+        .drop_last = st->drop_last,
+        .shuffle_buffer = (size_t)st->shuffle_buffer,
+        .pool_size = (size_t)st->episode_pool_size,
+        .ranges = num_ranges ? ranges : NULL,
+        .num_ranges = num_ranges,
+    };
+    if (r == 0)
+        r = vf_plan_remaining(&old, positions, use, use_n, batches, out, num_out);
+    free(old_tasks);
+    return r;
+}
+
+/* Resolves a state for a loader with settings s (checked) over d: every
+ * order difference is named. The state's generations are replayed from its
+ * ranges (each run's delivered samples taken out) to the set its own run
+ * served; a state from another world size, consumer count or batch size
+ * (elastic resume) then also has its own run replayed, and becomes a new
+ * generation. On success out->ranges (NULL for the whole epoch) and
+ * out->batches (rank-level batches already delivered within them, in s's
+ * layout) say where to continue, and out->base / out->generations are what
+ * the continuing loader's states carry. tasks: s's own partition (NULL in
+ * map mode). */
+int vf_engine_resolve_state(const vf_loader_settings *s, const vf_dataset *d, int64_t positions, uint64_t selection,
+                            const vf_plan_task *tasks, size_t num_tasks, const vf_loader_state *st,
+                            vf_engine_resume *out)
+{
+    memset(out, 0, sizeof *out);
+    if (st->version < 1 || st->version > VF_LOADER_STATE_VERSION)
+        return vf_error(VF_EINVAL, "loader state: version %u is not supported (this vlafeed reads versions 1 to %d)",
                         (unsigned)st->version, VF_LOADER_STATE_VERSION);
     if (st->version == 1 && st->num_ranges > 0)
         return vf_error(VF_EINVAL, "loader state: a version 1 state has no ranges");
+    if (st->version < 3 && st->num_generations > 0)
+        return vf_error(VF_EINVAL, "loader state: a version %u state has no generations", (unsigned)st->version);
     if (st->settings_hash != vf_engine_state_hash(st))
         return vf_error(VF_EINVAL, "loader state: settings_hash does not match the state's fields (the state was "
                                    "edited or corrupted)");
@@ -209,59 +321,84 @@ int vf_engine_resolve_state(const vf_loader_settings *s, const vf_dataset *d, in
         r = vf_loader_state_batches(st, &k);
     if (r < 0)
         return r;
-    size_t nr = st->num_ranges;
-    if (st->world_size == mine.world_size && st->consumers == mine.consumers && st->batch_size == mine.batch_size) {
-        if (nr > 0) {
-            if (!(*ranges = vf_malloc_array(2 * nr, sizeof **ranges)))
-                return VF_ENOMEM;
-            memcpy(*ranges, st->ranges, 2 * nr * sizeof **ranges);
-            *num_ranges = nr;
-        }
-        *batches = k;
+    size_t ng = st->num_generations;
+    int elastic = !(st->world_size == mine.world_size && st->consumers == mine.consumers &&
+                    st->batch_size == mine.batch_size);
+    if (elastic && ng >= VF_LOADER_MAX_GENERATIONS)
+        return vf_error(VF_EINVAL, "loader state: already %zu elastic restores in epoch %lld (at most %d)", ng,
+                        (long long)st->epoch, VF_LOADER_MAX_GENERATIONS);
+    out->num_base = st->num_ranges;
+    r = copy_i64(st->ranges, st->num_ranges, &out->base);
+    if (r == 0 && (ng || elastic) &&
+        !(out->generations = vf_malloc_array(ng + 1, sizeof *out->generations)))
+        r = VF_ENOMEM;
+    if (r == 0 && ng)
+        memcpy(out->generations, st->generations, ng * sizeof *out->generations);
+    out->num_generations = ng;
+    /* The set the state's own run served: its ranges, less each generation's deliveries. */
+    int64_t *cur = NULL;
+    size_t ncur = st->num_ranges;
+    if (r == 0)
+        r = copy_i64(st->ranges, st->num_ranges, &cur);
+    for (size_t i = 0; i < ng && r == 0; i++) {
+        const vf_loader_generation *g = &st->generations[i];
+        int64_t *next = NULL;
+        size_t nn = 0;
+        r = replay_run(s, d, positions, tasks, num_tasks, st, g->world_size, g->consumers, g->batch_size, g->batches,
+                       cur, ncur, &next, &nn);
+        free(cur);
+        cur = next;
+        ncur = nn;
+        int64_t left = nn ? vf_plan_ranges_samples(cur, ncur, positions) : 0;
+        if (r < 0)
+            r = vf_error(r, "loader state: generations[%zu] (world_size %lld x %lld consumers, batch_size %lld): %s", i,
+                         (long long)g->world_size, (long long)g->consumers, (long long)g->batch_size,
+                         vf_last_error());
+        else if (left != g->remaining)
+            r = vf_error(VF_EINVAL, "loader state: generations[%zu] leaves %lld samples of epoch %lld, the state "
+                                    "says %lld (the state was edited, or is not this dataset's)",
+                         i, (long long)left, (long long)st->epoch, (long long)g->remaining);
+    }
+    if (r == 0 && !elastic) {
+        out->ranges = cur;
+        out->num_ranges = ncur;
+        out->batches = k;
         return 0;
     }
-    /* Elastic: replay the state's layout, keep what it had not delivered. */
-    vf_plan_task *old_tasks = NULL;
-    size_t num_old = 0;
-    const vf_plan_task *use = tasks;
-    size_t use_n = num_tasks;
-    if (s->mode == VF_MODE_STREAM && s->partition == VF_PARTITION_SEQUENTIAL) {
-        /* Sequential tasks depend on the consumer count. */
-        r = vf_engine_make_tasks(d, s->mode, s->partition, (size_t)st->world_size * (size_t)st->consumers, &old_tasks,
-                                 &num_old);
-        use = old_tasks;
-        use_n = num_old;
+    /* Elastic: replay the state's own run, keep what it had not delivered. */
+    int64_t before = ncur ? vf_plan_ranges_samples(cur, ncur, positions) : positions;
+    if (r == 0) {
+        r = replay_run(s, d, positions, tasks, num_tasks, st, st->world_size, st->consumers, st->batch_size, k, cur,
+                       ncur, &out->ranges, &out->num_ranges);
+        if (r < 0)
+            r = vf_error(r, "loader state: elastic resume from world_size %d x %d consumers: %s", (int)st->world_size,
+                         (int)st->consumers, vf_last_error());
     }
-    vf_plan_epoch_settings old = {
-        .seed = st->seed,
-        .epoch = st->epoch,
-        .shuffle = st->shuffle,
-        .world_size = st->world_size,
-        .num_consumers = st->consumers,
-        .consumer = -1,
-        .batch_size = (size_t)st->batch_size,
-        .drop_last = st->drop_last,
-        .shuffle_buffer = (size_t)st->shuffle_buffer,
-        .pool_size = (size_t)st->episode_pool_size,
-        .ranges = nr ? st->ranges : NULL,
-        .num_ranges = nr,
-    };
-    if (r == 0)
-        r = vf_plan_remaining(&old, positions, use, use_n, k, ranges, num_ranges);
-    free(old_tasks);
-    if (r < 0)
-        return vf_error(r, "loader state: elastic resume from world_size %d x %d consumers: %s", (int)st->world_size,
-                        (int)st->consumers, vf_last_error());
-    int64_t before = vf_plan_ranges_samples(st->ranges, nr, positions);
-    int64_t after = *num_ranges ? vf_plan_ranges_samples(*ranges, *num_ranges, positions) : 0;
-    if (*num_ranges == 0) /* everything was delivered: continue at the end of the epoch */
-        *batches = vf_plan_rank_batches(positions, s->world_size, s->num_consumers, s->batch_size, s->drop_last);
+    free(cur);
+    if (r < 0) {
+        vf_engine_resume_free(out);
+        return r;
+    }
+    int64_t after = out->num_ranges ? vf_plan_ranges_samples(out->ranges, out->num_ranges, positions) : 0;
+    if (out->num_ranges == 0) {
+        /* Everything was delivered: continue at the end of the whole epoch. */
+        vf_engine_resume_free(out);
+        out->batches = vf_plan_rank_batches(positions, s->world_size, s->num_consumers, s->batch_size, s->drop_last);
+    } else {
+        out->generations[out->num_generations++] = (vf_loader_generation){
+            .world_size = st->world_size,
+            .consumers = st->consumers,
+            .batch_size = st->batch_size,
+            .batches = k,
+            .remaining = after,
+        };
+    }
     vf_log(VF_LOG_INFO,
            "loader: elastic resume of epoch %lld: %lld of %lld samples delivered at world_size %d x %d consumers "
-           "(batch %lld); %lld remain in %zu ranges for world_size %d x %d consumers",
+           "(batch %lld); %lld remain in %zu ranges for world_size %d x %d consumers (generation %zu)",
            (long long)st->epoch, (long long)(before - after), (long long)before, (int)st->world_size,
-           (int)st->consumers, (long long)st->batch_size, (long long)after, *num_ranges, s->world_size,
-           s->num_consumers);
+           (int)st->consumers, (long long)st->batch_size, (long long)after, out->num_ranges, s->world_size,
+           s->num_consumers, out->num_generations);
     return 0;
 }
 
@@ -281,18 +418,18 @@ int vf_loader_state_resolve(const vf_dataset *d, const vf_loader_settings *setti
         return r;
     int64_t n = total_positions(d);
     uint64_t sel = vf_engine_selection_hash(d);
-    int64_t *ranges = NULL, batches = 0;
-    size_t nr = 0;
-    r = vf_engine_resolve_state(&s, d, n, sel, tasks, nt, state, &ranges, &nr, &batches);
+    vf_engine_resume res;
+    r = vf_engine_resolve_state(&s, d, n, sel, tasks, nt, state, &res);
     free(tasks);
     if (r < 0)
         return r;
     vf_engine_state_from_settings(&s, d, n, sel, out);
     out->epoch = state->epoch;
-    out->num_ranges = nr;
-    out->ranges = ranges;
+    vf_engine_resume_to_state(&res, out); /* the caller owns base and generations now */
     out->settings_hash = vf_engine_state_hash(out);
-    int64_t rn = vf_plan_ranges_samples(ranges, nr, n);
+    int64_t rn = vf_plan_ranges_samples(res.ranges, res.num_ranges, n);
+    int64_t batches = res.batches;
+    free(res.ranges);
     int64_t per_rank = vf_plan_samples_after(rn, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
     out->samples_consumed = (per_rank > 0 ? per_rank : 0) * s.world_size;
     return 0;
@@ -311,15 +448,21 @@ int vf_loader_state_at(const vf_dataset *d, const vf_loader_settings *settings, 
     int64_t n = total_positions(d);
     vf_engine_state_from_settings(&s, d, n, vf_engine_selection_hash(d), out);
     int64_t rn = n;
-    if (s.resume && s.resume->epoch == epoch && s.resume->num_ranges > 0) {
+    const vf_loader_state *res = s.resume;
+    if (res && res->epoch == epoch && (res->num_ranges > 0 || res->num_generations > 0)) {
         /* A generation that continues an elastic resume (a resolved state,
-         * vf_loader_state_resolve): counts are within its ranges. */
-        if ((r = vf_plan_ranges_check(s.resume->ranges, s.resume->num_ranges, n)) < 0)
+         * vf_loader_state_resolve): counts are within what it left. */
+        if ((r = vf_plan_ranges_check(res->ranges, res->num_ranges, n)) < 0)
             return r;
-        out->num_ranges = s.resume->num_ranges;
-        out->ranges = s.resume->ranges;
+        if (res->num_generations > 0 && (r = check_generations(res)) < 0)
+            return r;
+        out->num_ranges = res->num_ranges;
+        out->ranges = res->ranges;
+        out->num_generations = res->num_generations;
+        out->generations = res->generations;
         out->settings_hash = vf_engine_state_hash(out);
-        rn = vf_plan_ranges_samples(out->ranges, out->num_ranges, n);
+        rn = res->num_generations ? res->generations[res->num_generations - 1].remaining
+                                  : vf_plan_ranges_samples(out->ranges, out->num_ranges, n);
     }
     int64_t per_rank = vf_plan_samples_after(rn, s.world_size, s.num_consumers, s.batch_size, s.drop_last, batches);
     if (per_rank < 0) {
@@ -359,8 +502,7 @@ typedef struct task_walk {
     vf_loader_settings s;      /* checked */
     vf_plan_task *tasks;       /* the partition (owned) */
     size_t num_tasks;
-    int64_t *ranges;           /* a resolved resume state's remaining ranges (owned) */
-    size_t num_ranges;
+    vf_engine_resume resumed;  /* a resume state's remainder (owned) */
     vf_plan_epoch_settings ps;
     int64_t *ep_start;         /* [episodes + 1] first position of each selected episode */
     size_t num_episodes;
@@ -468,7 +610,7 @@ static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan
 static void walk_free(task_walk *w)
 {
     free(w->tasks);
-    free(w->ranges);
+    vf_engine_resume_free(&w->resumed);
     free(w->ep_start);
     free(w->file_base);
 }
@@ -490,10 +632,9 @@ static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, i
     if (r == 0)
         r = vf_engine_make_tasks(d, s->mode, s->partition, (size_t)s->world_size * (size_t)s->num_consumers, &w->tasks,
                                  &w->num_tasks);
-    int64_t n = total_positions(d), k = 0;
+    int64_t n = total_positions(d);
     if (r == 0 && resume && resume->epoch == epoch)
-        r = vf_engine_resolve_state(s, d, n, vf_engine_selection_hash(d), w->tasks, w->num_tasks, resume, &w->ranges,
-                                    &w->num_ranges, &k);
+        r = vf_engine_resolve_state(s, d, n, vf_engine_selection_hash(d), w->tasks, w->num_tasks, resume, &w->resumed);
     w->ps = (vf_plan_epoch_settings){
         .seed = s->seed,
         .epoch = epoch,
@@ -506,8 +647,8 @@ static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, i
         .drop_last = s->drop_last,
         .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
         .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
-        .ranges = w->ranges,
-        .num_ranges = w->num_ranges,
+        .ranges = w->resumed.ranges,
+        .num_ranges = w->resumed.num_ranges,
     };
     w->d = d;
     w->num_episodes = vf_dataset_num_episodes(d);

@@ -94,7 +94,7 @@ static void produce(void *arg)
         double t0 = vf_now_seconds();
         int r = vf_engine_batch_acquire(l->core, n, &j->batch);
         if (r == 0) {
-            memcpy(j->batch->positions, l->plan.positions + lo, n * sizeof(int64_t));
+            vf_plan_epoch_batch_positions(&l->plan, j->seq, j->batch->positions);
             vf_sample_dest dest;
             vf_engine_batch_dest(j->batch, &dest);
             r = vf_sample_assemble(l->spec, l->cache, &l->counters, j->batch->positions, n, &dest, NULL);
@@ -370,6 +370,14 @@ static void mark_wanted(vf_loader *l)
 {
     vf_sample_spec *sp = l->spec;
     pthread_mutex_lock(&sp->rows_lock);
+    if (l->settings.mode == VF_MODE_MAP) {
+        /* Map mode draws random positions: reading ahead along a data file
+         * would read rows the next batches do not need (and its positions
+         * are evaluated per batch, not stored). */
+        sp->wanted = NULL;
+        pthread_mutex_unlock(&sp->rows_lock);
+        return;
+    }
     memset(l->wanted, 0, sp->num_episodes);
     const vf_plan_epoch *p = &l->plan;
     int64_t from = p->num_batches ? p->batch_start[p->first_batch] : 0;
@@ -381,9 +389,7 @@ static void mark_wanted(vf_loader *l)
         last = vf_sample_episode_of(sp, pos);
         l->wanted[last] = 1;
     }
-    /* Map mode draws random positions: reading ahead along a data file
-     * would read rows the next batches do not need. */
-    sp->wanted = l->settings.mode == VF_MODE_MAP ? NULL : l->wanted;
+    sp->wanted = l->wanted;
     pthread_mutex_unlock(&sp->rows_lock);
 }
 
@@ -406,8 +412,9 @@ int vf_engine_plan_epoch(vf_loader *l, int64_t resume_batch)
         .shuffle_buffer = s->mode == VF_MODE_STREAM ? s->shuffle_buffer : 0,
         .pool_size = s->mode == VF_MODE_POOL ? s->episode_pool_size : 0,
         .resume_batch = resume_batch,
-        .ranges = l->ranges,
-        .num_ranges = l->num_ranges,
+        .ranges = l->resumed.ranges,
+        .num_ranges = l->resumed.num_ranges,
+        .lazy_positions = s->mode == VF_MODE_MAP,
     };
     int r = vf_plan_epoch_build(&ps, l->spec->num_positions, s->mode == VF_MODE_MAP ? NULL : l->tasks, l->num_tasks,
                                 &l->plan);

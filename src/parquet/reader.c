@@ -477,10 +477,21 @@ int vf_pq_read_fields_all(vf_pq_file *f, const int *field_index, int num_fields,
     int r = 0;
     /* Where the source can view the file (a local file: mmap), the chunks
      * are decoded in place from one view of the span they occupy. */
-    int64_t span_lo = INT64_MAX, span_hi = 0;
-    for (int g = 0; g < f->num_row_groups; g++)
-        widen_to_chunks(f, g, field_index, num_fields, &span_lo, &span_hi);
-    if (span_hi > span_lo)
+    int64_t span_lo = INT64_MAX, span_hi = 0, wanted = 0;
+    for (int g = 0; g < f->num_row_groups; g++) {
+        int64_t lo = INT64_MAX, hi = 0;
+        widen_to_chunks(f, g, field_index, num_fields, &lo, &hi);
+        if (hi > lo) {
+            wanted += hi - lo;
+            span_lo = VF_MIN(span_lo, lo);
+            span_hi = VF_MAX(span_hi, hi);
+        }
+    }
+    /* A view of a span mostly made of other columns' chunks (a wide file's
+     * small row groups: LeRobot's episodes files, whose 100 stats columns
+     * are never read) costs a page fault per row group and the unmapping
+     * of pages never used: one read per row group then does less. */
+    if (span_hi > span_lo && wanted * 4 >= span_hi - span_lo)
         scratch.view = vf_source_view(f->src, (uint64_t)span_lo, (size_t)(span_hi - span_lo), 0, &scratch.view_token);
     if (scratch.view) {
         scratch.view_src = f->src;

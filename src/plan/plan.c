@@ -570,11 +570,64 @@ static int64_t order_global(const order *o, int64_t j)
 
 /* ---- epoch ------------------------------------------------------------------------------ */
 
+/* A lazy plan's own copy of an order (map mode: no tasks), with its own ranges. */
+static int order_clone(const order *o, order **out)
+{
+    *out = NULL;
+    order *c = vf_calloc(1, sizeof *c);
+    if (!c)
+        return VF_ENOMEM;
+    *c = *o;
+    c->tasks = NULL;
+    c->task_order = c->task_prefix = c->range_prefix = NULL;
+    c->ranges = NULL;
+    if (o->ranges) {
+        int64_t *ranges = vf_malloc_array(2 * o->num_ranges, sizeof *ranges);
+        c->range_prefix = vf_malloc_array(o->num_ranges + 1, sizeof *c->range_prefix);
+        if (!ranges || !c->range_prefix) {
+            free(ranges);
+            free(c->range_prefix);
+            free(c);
+            return VF_ENOMEM;
+        }
+        memcpy(ranges, o->ranges, 2 * o->num_ranges * sizeof *ranges);
+        memcpy(c->range_prefix, o->range_prefix, (o->num_ranges + 1) * sizeof *c->range_prefix);
+        c->ranges = ranges;
+    }
+    *out = c;
+    return 0;
+}
+
+static void order_clone_free(void *p)
+{
+    order *c = p;
+    if (!c)
+        return;
+    free((void *)c->ranges);
+    free(c->range_prefix);
+    free(c);
+}
+
 void vf_plan_epoch_free(vf_plan_epoch *e)
 {
-    if (e)
-        free_arrays_and_clear(e, sizeof *e,
-                              (void *[]){e->positions, e->batch_start, e->batch_consumer, e->segments}, 4);
+    if (!e)
+        return;
+    order_clone_free(e->order);
+    free_arrays_and_clear(e, sizeof *e,
+                          (void *[]){e->positions, e->batch_start, e->batch_consumer, e->segments, e->batch_index}, 5);
+}
+
+void vf_plan_epoch_batch_positions(const vf_plan_epoch *e, size_t b, int64_t *out)
+{
+    int64_t lo = e->batch_start[b], n = e->batch_start[b + 1] - lo;
+    if (!e->order) {
+        memcpy(out, e->positions + lo, (size_t)n * sizeof *out);
+        return;
+    }
+    const order *o = e->order;
+    int64_t rn = o->rn > 0 ? o->rn : 1;
+    for (int64_t t = 0; t < n; t++)
+        out[t] = order_at(o, order_global(o, (e->batch_index[b] + t) % rn));
 }
 
 /* One consumer's part of the epoch, in emitted order. */
@@ -585,6 +638,7 @@ typedef struct consumer_part {
     vf_plan_segment *segments; /* pool mode */
     size_t num_segments;
     int64_t *batch_map;        /* [batches]: this plan's batch index of each local batch, or -1 */
+    int64_t first_index;       /* lazy (positions NULL): restricted index of the part's first sample */
 } consumer_part;
 
 static int cmp_pair(const void *pa, const void *pb)
@@ -602,6 +656,19 @@ static int build_part(const vf_plan_epoch_settings *s, const order *o, int rank,
     int64_t rank_start, rank_count, cs, cl, keep, nb;
     vf_plan_rank_slice(o->rn, rank, s->world_size, s->drop_last, &rank_start, &rank_count);
     part_slice(rank_count, c, s->num_consumers, s->batch_size, s->drop_last, &cs, &cl, &keep, &nb);
+    if (s->lazy_positions && !o->tasks && !want_rindex) {
+        /* Map mode, evaluated per batch: the part is the run of restricted
+         * indices from first_index (mod rn). */
+        p->first_index = rank_start + cs;
+        p->len = cl;
+        p->keep = keep;
+        p->batches = nb;
+        if (!(p->batch_map = vf_malloc_array(nb > 0 ? (size_t)nb : 1, sizeof *p->batch_map)))
+            return VF_ENOMEM;
+        for (int64_t b = 0; b < nb; b++)
+            p->batch_map[b] = -1;
+        return 0;
+    }
     size_t cap = cl > 0 ? (size_t)cl : 1;
     /* Only the arrays this part needs: positions, and for a local reorder
      * (pool draws, shuffle buffer) or a caller that wants them, the
@@ -807,6 +874,9 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
         r = build_part(s, &o, s->rank, first + i, 0, &parts[i]);
         total_batches += parts[i].batches;
     }
+    int lazy = s->lazy_positions && !tasks;
+    if (r == 0 && lazy)
+        r = order_clone(&o, (order **)&out->order);
     order_free(&o);
 
     /* The rank-level round-robin: one batch per consumer per round (the
@@ -851,15 +921,18 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
     /* One part delivered whole (a one-consumer plan): its positions are the
      * plan's, in order; take them instead of copying (the rank's whole
      * share at world size 1). */
-    int steal = r == 0 && np == 1 && !redeal && sel_first == 0 && sel_step == 1;
+    int steal = r == 0 && !lazy && np == 1 && !redeal && sel_first == 0 && sel_step == 1;
     if (r == 0) {
-        out->positions = steal ? parts[0].positions
-                               : vf_malloc_array(nsamples > 0 ? (size_t)nsamples : 1, sizeof *out->positions);
+        if (lazy)
+            out->batch_index = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_index);
+        else
+            out->positions = steal ? parts[0].positions
+                                   : vf_malloc_array(nsamples > 0 ? (size_t)nsamples : 1, sizeof *out->positions);
         if (steal)
             parts[0].positions = NULL;
         out->batch_start = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_start);
         out->batch_consumer = vf_malloc_array((size_t)sel_count + 1, sizeof *out->batch_consumer);
-        if (!out->positions || !out->batch_start || !out->batch_consumer)
+        if (!(lazy ? (void *)out->batch_index : (void *)out->positions) || !out->batch_start || !out->batch_consumer)
             r = VF_ENOMEM;
     }
     if (r == 0) {
@@ -872,7 +945,9 @@ int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, 
             out->batch_start[i] = k;
             out->batch_consumer[i] = first + rr_part[b];
             p->batch_map[rr_local[b]] = i;
-            if (!steal)
+            if (lazy)
+                out->batch_index[i] = p->first_index + lo;
+            else if (!steal)
                 memcpy(out->positions + k, p->positions + lo, (size_t)(hi - lo) * sizeof *out->positions);
             k += hi - lo;
         }

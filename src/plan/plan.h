@@ -155,6 +155,11 @@ typedef struct vf_plan_epoch_settings {
      * to the sequence restricted to these ranges (in global order). */
     const int64_t *ranges;
     size_t num_ranges;
+    /* Map mode: do not store the positions; vf_plan_epoch_batch_positions
+     * evaluates a batch's when it is needed (a rank's share at world size 1
+     * is every position of the dataset: 1.6 GB and a Feistel evaluation
+     * each at 2 x 10^8 frames, paid before the first batch). */
+    int lazy_positions;
 } vf_plan_epoch_settings;
 
 /* An episode segment of a pool-mode consumer: the frames of one episode in
@@ -171,7 +176,7 @@ typedef struct vf_plan_segment {
 
 /* One epoch of one loader: positions in emitted order, cut into batches. */
 typedef struct vf_plan_epoch {
-    int64_t *positions;        /* num_samples */
+    int64_t *positions;        /* num_samples; NULL with lazy_positions (vf_plan_epoch_batch_positions) */
     int64_t num_samples;
     size_t num_batches;
     int64_t *batch_start;      /* num_batches + 1 offsets into positions */
@@ -186,6 +191,12 @@ typedef struct vf_plan_epoch {
     int64_t padded_samples;    /* samples of this rank that repeat the start of the sequence */
     int64_t dropped_samples;   /* samples dropped by drop_last (the tail on the last rank, short batches) */
     int empty_consumers;       /* consumers with no samples */
+    /* lazy_positions (map mode): the restricted-sequence index of each
+     * batch's first sample (a batch is a run of consecutive indices), and
+     * the order that maps them to positions (owned, with its own copy of
+     * the ranges) */
+    int64_t *batch_index;
+    void *order;
 } vf_plan_epoch;
 
 /* Map mode (tasks == NULL): the global sequence is a permutation of
@@ -199,6 +210,9 @@ typedef struct vf_plan_epoch {
 int vf_plan_epoch_build(const vf_plan_epoch_settings *s, int64_t num_positions, const vf_plan_task *tasks,
                         size_t num_tasks, vf_plan_epoch *out);
 void vf_plan_epoch_free(vf_plan_epoch *e);
+/* The positions of the plan's batch b (batch_start[b + 1] - batch_start[b]
+ * of them) into out, stored or (lazy_positions) evaluated. Thread-safe. */
+void vf_plan_epoch_batch_positions(const vf_plan_epoch *e, size_t b, int64_t *out);
 
 /* Pool order of one consumer's part (positions in epoch order: runs of
  * episode segments; episodes = one task per selected episode, in position

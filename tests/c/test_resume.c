@@ -18,9 +18,14 @@
  * episode selection, seed, batch_size, world_size, consumers, mode, pool
  * size, shuffle, drop_last, a sample count inside a batch, another
  * version, an edited record), the loader unchanged; settings that do not
- * affect the order (threads, prefetch, image format) may change.
+ * affect the order (threads, prefetch, image format) may change; an
+ * elastic restore is recorded as generations (resolved, reported by a
+ * loader, chained), and a generation whose replay disagrees with it, a
+ * malformed one, too many, or one in a version 2 state are refused.
  */
 #include "test_pool_helpers.h"
+
+#include "engine/loader_internal.h" /* vf_engine_state_hash: a tampered generation with a valid hash */
 
 static vf_make_sample_settings g_ms;
 
@@ -405,8 +410,8 @@ static void test_refusals(vf_dataset *d, const char *root, const char *other_roo
     bad.samples_consumed = 1 << 30;
     expect_refused(d, &ls, &bad, "is not the end of a batch", NULL);
     bad = st;
-    bad.version = 3;
-    expect_refused(d, &ls, &bad, "version 3 is not supported", NULL);
+    bad.version = VF_LOADER_STATE_VERSION + 1;
+    expect_refused(d, &ls, &bad, "version 4 is not supported", NULL);
     bad = st;
     bad.epoch = -1; /* epoch is not in the hash */
     expect_refused(d, &ls, &bad, "epoch -1 is negative", NULL);
@@ -445,6 +450,86 @@ static void test_refusals(vf_dataset *d, const char *root, const char *other_roo
     CHECK_ERR(vf_loader_state_at(d, &ls, 0, 1 << 20, &st), VF_ERANGE, "past the epoch");
 }
 
+/* Elastic resume records the old layout as a generation, never the remainder:
+ * resolve, open, report and chain; a generation whose replay leaves another
+ * count than it says (hash recomputed, as an editor would), a malformed one,
+ * too many, or one in a version 2 state are refused by name. */
+static void test_generations(vf_dataset *d)
+{
+    vf_loader_settings old, mid, last;
+    mode_settings(&old, VF_MODE_POOL, 1);
+    old.world_size = 2;
+    old.batch_size = 4;
+    mid = old;
+    mid.world_size = 3;
+    mid.batch_size = 3;
+    last = old;
+    last.world_size = 1;
+    last.batch_size = 2;
+    vf_loader_state st, res, st2, res2;
+    CHECK_OK(vf_loader_state_at(d, &old, 0, 2, &st));
+    CHECK_OK(vf_loader_state_resolve(d, &mid, &st, &res));
+    CHECK_EQ_INT(res.num_ranges, 0);
+    CHECK_EQ_INT(res.num_generations, 1);
+    if (res.num_generations != 1)
+        return;
+    const vf_loader_generation *g = &res.generations[0];
+    CHECK(g->world_size == 2 && g->consumers == 1 && g->batch_size == 4 && g->batches == 2);
+    int64_t n = st.positions;
+    CHECK(g->remaining >= n - 2 * 4 * 2 && g->remaining < n);
+    /* A loader opened from it reports the same generation, and a second restore appends one. */
+    mid.resume = &res;
+    vf_loader *l = NULL;
+    CHECK_OK(vf_loader_open(&l, d, &mid));
+    vf_batch *b;
+    if (l && vf_loader_next(l, &b) == 0)
+        vf_batch_release(b);
+    if (l) {
+        CHECK_OK(vf_loader_get_state(l, &st2));
+        CHECK(st2.num_generations == 1 && !memcmp(st2.generations, g, sizeof *g) && st2.num_ranges == 0);
+        CHECK_OK(vf_loader_state_resolve(d, &last, &st2, &res2));
+        CHECK_EQ_INT(res2.num_generations, 2);
+        if (res2.num_generations == 2) {
+            CHECK(!memcmp(&res2.generations[0], g, sizeof *g));
+            CHECK(res2.generations[1].world_size == 3 && res2.generations[1].batches == 1);
+            CHECK(res2.generations[1].remaining <= g->remaining - 3);
+        }
+        free((void *)res2.ranges);
+        free((void *)res2.generations);
+        vf_loader_close(l);
+    }
+    mid.resume = NULL;
+    /* Tampered: the remaining count, with the hash made to match. */
+    vf_loader_generation bad = *g;
+    vf_loader_state t = res;
+    bad.remaining = g->remaining - 1;
+    t.generations = &bad;
+    t.settings_hash = vf_engine_state_hash(&t);
+    expect_refused(d, &mid, &t, "generations[0] leaves", "the state says");
+    bad = *g;
+    bad.world_size = 0;
+    t.settings_hash = vf_engine_state_hash(&t);
+    expect_refused(d, &mid, &t, "generations[0] (world_size 0", NULL);
+    t = res;
+    t.version = 2;
+    t.settings_hash = vf_engine_state_hash(&t);
+    expect_refused(d, &mid, &t, "a version 2 state has no generations", NULL);
+    vf_loader_generation *many = calloc(VF_LOADER_MAX_GENERATIONS + 1, sizeof *many);
+    CHECK(many != NULL);
+    if (many) {
+        for (size_t i = 0; i <= VF_LOADER_MAX_GENERATIONS; i++)
+            many[i] = *g;
+        t = res;
+        t.generations = many;
+        t.num_generations = VF_LOADER_MAX_GENERATIONS + 1;
+        t.settings_hash = vf_engine_state_hash(&t);
+        expect_refused(d, &mid, &t, "4097 generations", "at most 4096");
+        free(many);
+    }
+    free((void *)res.ranges);
+    free((void *)res.generations);
+}
+
 int main(void)
 {
     char *root = make_dataset("resume", 10, TP_FPS, 0.03, &g_ms);
@@ -455,6 +540,7 @@ int main(void)
     test_ranks_and_workers(d);
     test_hooks_resume(d);
     test_refusals(d, root, other);
+    test_generations(d);
     vf_dataset_close(d);
     remove_dataset(other);
     remove_dataset(root);

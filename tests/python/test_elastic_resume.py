@@ -4,8 +4,9 @@ restores a run at world size M (other consumers and batch size too), and
 the two runs together deliver every sample of the epoch exactly once, plus
 no more repeats than the documented wrap padding of each run (exactly once
 with drop_last, minus the documented remainder). Map, stream (with a
-shuffle buffer too) and pool modes, N and M in {1, 2, 3, 4}; a chain of
-two elastic restores; torch DataLoader workers on both sides; frames and
+shuffle buffer too) and pool modes, N and M in {1, 2, 3, 4}; chains of
+two and four elastic restores, each state one generation longer, not
+bigger with what was delivered; edited generations refused; torch DataLoader workers on both sides; frames and
 table values of a restored run equal map-mode access; refusals still name
 the order settings that differ.
 """
@@ -89,8 +90,9 @@ def remaining(root, state, mode, world, batch, consumers=1, **kw):
                  shuffle=True, drop_last=kw.get("drop_last", False), shuffle_buffer=kw.get("shuffle_buffer", 0),
                  partition="file_group", episode_pool_size=3 if mode == "pool" else 16)
     st = _native.resolve_state(_native.Dataset(str(root)), resume=state, **order)
-    if st["ranges"]:
-        return sum(b - a for a, b in st["ranges"])
+    assert not st["ranges"], "a version 3 state records generations, not the remaining ranges"
+    if st["generations"]:
+        return st["generations"][-1]["remaining"]
     return 0 if st["samples_consumed"] else total_frames(root)
 
 
@@ -133,11 +135,14 @@ def test_elastic_chain_consumers_drop_last(root, mode, extra):
         kw = dict(extra, drop_last=drop_last)
         s1 = run(root, mode, 3, 4, 2, 3, None, counts, **kw)
         s2 = run(root, mode, 2, 5, 3, 2, s1, counts, **kw)
-        assert s2["ranges"], "a state after an elastic restore carries the remaining ranges"
+        assert len(s2["generations"]) == 1 and not s2["ranges"], \
+            "a state after an elastic restore records the old layout, not the remaining ranges"
+        assert {k: s2["generations"][0][k] for k in ("world_size", "consumers", "batch_size", "batches")} == \
+            dict(world_size=3, consumers=2, batch_size=4, batches=3)
         assert s2["world_size"] == 2 and s2["consumers"] == 3 and s2["batch_size"] == 5
         run(root, mode, 4, 2, 1, None, s2, counts, **kw)
         rem1 = n
-        rem2 = sum(b - a for a, b in s2["ranges"])
+        rem2 = s2["generations"][-1]["remaining"]
         drops = 0
         pads = 0
         for rn, w, b in ((rem1, 3, 4), (rem2, 2, 5), (rem2, 4, 2)):
@@ -145,6 +150,51 @@ def test_elastic_chain_consumers_drop_last(root, mode, extra):
             drops += rn - w * b * (per // b)
             pads += padding(rn, w, False)
         check_union(counts, n, pads, drop_last, drops)
+
+
+@pytest.mark.parametrize("mode", ["map", "stream", "pool"])
+def test_elastic_chain_of_five_runs(root, mode):
+    """Four elastic restores in one epoch: exactly once (padding aside) over five runs, and each state
+    is its layout plus one small generation per earlier run, whatever was delivered."""
+    import json
+    n = total_frames(root)
+    layouts = [(3, 2, 2), (2, 1, 3), (4, 1, 1), (1, 2, 2), (2, 2, 1)]  # world, batch, consumers
+    counts, state, rn, pads, sizes = {}, None, n, 0, []
+    for g, (world, batch, consumers) in enumerate(layouts):
+        last = g == len(layouts) - 1
+        state = run(root, mode, world, batch, consumers, None if last else 2, state, counts)
+        pads += padding(rn, world, False)
+        if not last:
+            assert len(state["generations"]) == g and state["ranges"] == []
+            rest = dict(state, generations=[])
+            sizes.append((len(json.dumps(rest)), [len(json.dumps(x)) for x in state["generations"]]))
+            rn = remaining(root, state, mode, *layouts[g + 1][:2], layouts[g + 1][2]) or rn
+    check_union(counts, n, pads, False)
+    # The fields of the layout, and ~90 bytes per earlier run: five integers each.
+    assert all(base < 600 and all(x < 120 for x in gens) for base, gens in sizes), sizes
+
+
+def test_generations_checked(root):
+    """Generations are part of the state: edited, dropped, or in a version 2 state, they are refused by name."""
+    counts = {}
+    s1 = run(root, "pool", 2, 4, 1, 2, None, counts)
+    s2 = run(root, "pool", 3, 3, 1, 1, s1, counts)
+    assert len(s2["generations"]) == 1
+    bad = dict(s2, generations=[dict(s2["generations"][0], remaining=s2["generations"][0]["remaining"] - 1)])
+    with pytest.raises(ValueError, match="settings_hash"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, generations=None)
+    with pytest.raises(ValueError, match="'generations' is missing"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, generations=[{"world_size": 2}])
+    with pytest.raises(KeyError, match=r"generations\[0\] lacks 'consumers'"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, generations=[dict(s2["generations"][0], batches="2")])
+    with pytest.raises(TypeError, match=r"generations\[0\]\['batches'\] must be an integer"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
+    bad = dict(s2, version=2)
+    with pytest.raises(ValueError, match="version 2 state has no generations"):
+        open_loader(root, "pool", 3, 0, 3, state=bad)
 
 
 def test_elastic_same_layout_and_refusals(root):
@@ -217,6 +267,6 @@ def test_elastic_torch_workers(root):
         collect(dl, counts)
         if rank == 0:
             end = dl.state_dict()
-            assert end["ranges"] and end["world_size"] == 3
+            assert end["generations"] and end["world_size"] == 3
     # Wrap padding of each run: world 2 over n, world 3 over what remained (< 3).
     check_union(counts, n, padding(n, 2, False) + 2, False)

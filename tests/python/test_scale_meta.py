@@ -202,6 +202,32 @@ def test_droid_shape_and_variant_names():
     assert scale_meta.variant_name("10k", scale_meta.shape_params("10k", seed=5)) == "10k-seed=5"
 
 
+def test_lerobot_stats_columns(tmp_path, cli):
+    """stats_quantiles writes LeRobot's per-episode stats as its writer names them (compute_stats.py:
+    min, max, mean, std, count and q01, q10, q50, q90, q99 per feature), and vlafeed opens the result
+    with the same episodes as without them."""
+    assert scale_meta.variant_name("1m", scale_meta.shape_params("1m", meta_row_group=10, stats_quantiles=True)) \
+        == "1m-rg10-lr"
+    params = dict(episodes=40, seed=2, meta_row_group=10, episodes_per_meta_file=20, num_tasks=5)
+    plain, real = tmp_path / "plain", tmp_path / "real"
+    scale_meta.generate(plain, **params)
+    scale_meta.generate(real, stats_quantiles=True, **params)
+    f = pq.ParquetFile(sorted((real / "meta/episodes").glob("chunk-*/file-*.parquet"))[0])
+    names = set(f.schema_arrow.names)
+    stats = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+    for feature in ("observation.state", "action", "observation.images.a", "timestamp", "index"):
+        assert {f"stats/{feature}/{k}" for k in stats} <= names, feature
+    assert f.metadata.num_row_groups == 2 and len([n for n in names if n.startswith("stats/")]) == 10 * 10
+    t = f.read_row_group(0).to_pydict()
+    for i in range(10):   # quantiles ordered inside [min, max], per component
+        row = [t[f"stats/action/{k}"][i] for k in ("min", "q01", "q10", "q50", "q90", "q99", "max")]
+        assert all(a <= b for col in zip(*row) for a, b in zip(col, col[1:]))
+    _, a = info_json(cli, plain, "--no-file-checks")
+    _, b = info_json(cli, real, "--no-file-checks")
+    assert a["total_episodes"] == b["total_episodes"] == 40 and a["total_frames"] == b["total_frames"]
+    assert not b["problems"]
+
+
 def test_bench_harness_reports_timeouts_and_errors(tmp_path, cli):
     r = scale_bench.run_child([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
     assert r["timed_out"]

@@ -22,6 +22,7 @@ import sys
 import numpy as np
 import pytest
 
+import vlafeed
 import vlafeed.plan as vplan
 from vlafeed import _native
 
@@ -92,7 +93,7 @@ def test_coverage_after_elastic_resume(ds100k):
     state = _native.loader_state(ds100k, epoch=0, batches=batches, num_consumers=8, **old)
     new = _native.resolve_state(ds100k, resume=state, mode="stream", batch_size=16, seed=1, world_size=768,
                                 num_consumers=4)
-    rem = sum(b - a for a, b in new["ranges"])
+    rem = new["generations"][-1]["remaining"]
     # Delivered by the old run: every old consumer's first samples. Reconstruct from its pieces.
     old_pieces = vplan.consumer_tasks(ds100k, world_size=1024, workers=8, mode="stream", batch_size=16, seed=1,
                                       video_files=False)
@@ -115,6 +116,43 @@ def test_coverage_after_elastic_resume(ds100k):
     assert missing == 0
     pad_old = -(-n // 1024) * 1024 - n
     assert extra <= pad_old + (-(-rem // 768) * 768 - rem)
+
+
+def test_pool_elastic_state_size(ds100k):
+    """Pool mode, elastic restores at scale: 1,024 x 8 -> 768 x 4 after 26% of an epoch, then -> 512 x 2
+    after 30% of what remained. Each state is a few hundred bytes of JSON, one generation more per restore,
+    whatever was
+    delivered (before state version 3 the first restore alone gave 3.87M ranges, 81 MB of JSON), and each
+    generation's remainder is what was left less what its run delivered (wrap padding aside)."""
+    n = ds100k.num_frames
+    common = dict(mode="pool", seed=1, episode_pool_size=16)
+    layouts = [(1024, 8, 16, 0.26), (768, 4, 16, 0.30), (512, 2, 32, None)]
+    state, remaining, sizes = None, n, []
+    for i in range(len(layouts) - 1):
+        world, workers, batch, frac = layouts[i]
+        kw = dict(common, world_size=world, num_consumers=workers, batch_size=batch)
+        k = int(frac * (remaining // world // batch))
+        st = _native.loader_state(ds100k, epoch=0, batches=k, resume=state, **kw)
+        assert st["ranges"] == [] and len(st["generations"]) == i
+        sizes.append(len(json.dumps(st)))
+        nw, nc, nb, _ = layouts[i + 1]
+        state = _native.resolve_state(ds100k, resume=st, **dict(common, world_size=nw, num_consumers=nc,
+                                                                  batch_size=nb))
+        gens = state["generations"]
+        assert state["ranges"] == [] and len(gens) == i + 1 and gens[:i] == st["generations"]
+        left = gens[-1]["remaining"]
+        assert gens[-1] == dict(world_size=world, consumers=workers, batch_size=batch, batches=k,
+                                                remaining=left)
+        # Delivered: k batches of every rank, less the samples the last rank's wrap padding repeated.
+        pad = -(-remaining // world) * world - remaining
+        assert 0 <= left - (remaining - k * batch * world) <= pad
+        remaining = left
+    sizes.append(len(json.dumps(state)))
+    # O(restores): a generation is five integers; nothing grows with samples or consumers.
+    for g, size in enumerate(sizes):
+        assert size < 600 + 160 * g, sizes
+    # (The remainder's own pieces are not listed here: in pool mode they are millions of short runs, which
+    # is why the state no longer carries them; exactly-once over chains is test_elastic_resume's.)
 
 
 def test_droid_opens(droid, cli):
@@ -157,3 +195,26 @@ def test_task_api_errors(ds100k):
         vplan.consumer_tasks(ds100k, rank=4, worker=0, world_size=4)
     with pytest.raises(ValueError, match="give both rank and worker"):
         vplan.consumer_tasks(ds100k, rank=1)
+
+
+def test_plan_calls_on_an_open_dataset(cli, tmp_path):
+    """vlafeed.plan.* given an open dataset read no metadata again (at 1M episodes a reopen costs
+    ~1.4 CPU-s and ~440 MB per call): they work after meta/ is gone; a path still opens it."""
+    root = tmp_path / "ds"
+    r = subprocess.run([cli, "make-sample", str(root), "--episodes", "6", "--codec", "h264", "--size", "32x24",
+                        "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ds = _native.Dataset(str(root))
+    expect = vplan.plan(ds, world_size=2, workers=2)
+    (root / "meta").rename(root / "meta.moved")
+    assert vplan.plan(ds, world_size=2, workers=2) == expect
+    assert len(vplan.tasks(ds)) == expect["strategies"]["file_group"]["tasks"]
+    pieces = vplan.consumer_tasks(ds, world_size=2, workers=2, mode="pool", batch_size=4)
+    assert sum(p["rows"][1] for p in pieces) == -(-ds.num_frames // 2) * 2
+    # LeRobot's metadata object too, and episodes= as a subset of the open dataset.
+    meta = vlafeed.LeRobotDatasetMetadata(ds)
+    sub = vplan.consumer_tasks(meta, world_size=1, workers=1, episodes=[1, 4], video_files=False)
+    lengths = {e["episode_index"]: e["length"] for e in ds.episodes}
+    assert sum(p["rows"][1] for p in sub) == lengths[1] + lengths[4]
+    with pytest.raises(Exception, match="meta"):
+        vplan.plan(str(root), world_size=2, workers=2)

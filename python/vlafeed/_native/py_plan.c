@@ -32,8 +32,10 @@ static PyObject *loader_state_impl(PyObject *args, PyObject *kwargs, int want_re
         r = vf_loader_state_resolve(d, &a.s, a.s.resume, &st);
         Py_END_ALLOW_THREADS
         out = r < 0 ? vf_py_raise(r) : vf_py_state_to_dict(&st, VF_PY_STATE_LOADER);
-        if (r == 0)
+        if (r == 0) {
             free((void *)st.ranges);
+            free((void *)st.generations);
+        }
     }
     vf_py_loader_args_free(&a);
     return out;

@@ -2,8 +2,8 @@
  * py_state.c: vf_loader_state <-> dict, in the two forms Python sees: a
  * Loader's state_dict() (mode and partition by name, shuffle / drop_last as
  * bools, ranges as [start, end] pairs, read strictly: KeyError / TypeError /
- * ValueError naming the key) and a ShardLoader's (kind 'wds', ints, ranges
- * as one flat list). One table lists the fields, in dict order, with the
+ * ValueError naming the key; the elastic generations as a list of dicts)
+ * and a ShardLoader's (kind 'wds', ints, ranges as one flat list). One table lists the fields, in dict order, with the
  * forms each belongs to. Also the mode and partition names.
  */
 #include "py_loader.h"
@@ -25,6 +25,7 @@ typedef enum field_kind {
     F_MODE,      /* by name */
     F_PARTITION, /* by name, None outside stream mode */
     F_RANGES,
+    F_GENERATIONS, /* the Loader form's earlier layouts of the epoch */
 } field_kind;
 
 #define LOADER (1 << VF_PY_STATE_LOADER)
@@ -54,6 +55,7 @@ static const struct state_field {
     {"shuffle_buffer", F_SIGNED, VF_PY_FIELD(vf_loader_state, shuffle_buffer), LOADER | WDS},
     {"episode_pool_size", F_SIGNED, VF_PY_FIELD(vf_loader_state, episode_pool_size), LOADER},
     {"ranges", F_RANGES, 0, 0, LOADER | WDS},
+    {"generations", F_GENERATIONS, 0, 0, LOADER},
     {"settings_hash", F_UNSIGNED, VF_PY_FIELD(vf_loader_state, settings_hash), LOADER},
 };
 #define NUM_FIELDS (sizeof fields / sizeof fields[0])
@@ -96,6 +98,23 @@ static PyObject *range_bound(const void *ranges, size_t i)
     return PyLong_FromLongLong(((const int64_t *)ranges)[i]);
 }
 
+/* The keys of one generation's dict, in the order of vf_loader_generation's fields. */
+static const char *const generation_keys[5] = {"world_size", "consumers", "batch_size", "batches", "remaining"};
+
+static PyObject *generation_dict(const void *gens, size_t i)
+{
+    const vf_loader_generation *g = (const vf_loader_generation *)gens + i;
+    const int64_t v[5] = {g->world_size, g->consumers, g->batch_size, g->batches, g->remaining};
+    PyObject *d = PyDict_New();
+    for (int k = 0; d && k < 5; k++) {
+        PyObject *x = PyLong_FromLongLong((long long)v[k]);
+        if (!x || PyDict_SetItemString(d, generation_keys[k], x) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(x);
+    }
+    return d;
+}
+
 static PyObject *field_value(const vf_loader_state *st, const struct state_field *f, vf_py_state_form form)
 {
     const char *p = (const char *)st + f->offset;
@@ -119,6 +138,8 @@ static PyObject *field_value(const vf_loader_state *st, const struct state_field
     case F_RANGES:
         return form == VF_PY_STATE_LOADER ? vf_py_list(st->num_ranges, range_pair, st->ranges)
                                           : vf_py_list(2 * st->num_ranges, range_bound, st->ranges);
+    case F_GENERATIONS:
+        return vf_py_list(st->num_generations, generation_dict, st->generations);
     }
     return NULL;
 }
@@ -267,6 +288,72 @@ static int loader_ranges(PyObject *d, vf_loader_state *st)
     return 0;
 }
 
+/* The Loader form's generations: [{"world_size": .., "consumers": .., "batch_size": .., "batches": ..,
+ * "remaining": ..}, ...], required from version 3 on (dropping them would deliver again what the earlier
+ * runs delivered), absent before. Values are checked by the engine (vf_loader_state_batches). */
+static int loader_generations(PyObject *d, vf_loader_state *st)
+{
+    PyObject *gens = PyDict_GetItemString(d, "generations"); /* borrowed */
+    if (!gens || gens == Py_None) {
+        if (st->version < 3)
+            return 0;
+        PyErr_Format(PyExc_ValueError, "loader state: 'generations' is missing or None (a version %u state has a "
+                     "list, [] when the epoch was not resumed elastically)", (unsigned)st->version);
+        return -1;
+    }
+    if (!PyList_Check(gens) && !PyTuple_Check(gens)) {
+        PyErr_Format(PyExc_TypeError, "loader state: 'generations' must be a list of dicts, got %s",
+                     Py_TYPE(gens)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Size(gens);
+    if (n > VF_LOADER_MAX_GENERATIONS) {
+        PyErr_Format(PyExc_ValueError, "loader state: %zd generations; at most %d", n, VF_LOADER_MAX_GENERATIONS);
+        return -1;
+    }
+    vf_loader_generation *v = n > 0 ? PyMem_New(vf_loader_generation, (size_t)n) : NULL;
+    if (n > 0 && !v) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *g = PySequence_GetItem(gens, i);
+        int64_t vals[5];
+        int ok = g && PyDict_Check(g);
+        if (!ok)
+            PyErr_Format(PyExc_TypeError, "loader state: generations[%zd] must be a dict", i);
+        for (int k = 0; ok && k < 5; k++) {
+            PyObject *x = PyDict_GetItemString(g, generation_keys[k]);
+            if (!x) {
+                PyErr_Format(PyExc_KeyError, "loader state: generations[%zd] lacks '%s'", i, generation_keys[k]);
+                ok = 0;
+            } else if (!PyLong_Check(x) || PyBool_Check(x)) {
+                PyErr_Format(PyExc_TypeError, "loader state: generations[%zd]['%s'] must be an integer", i,
+                             generation_keys[k]);
+                ok = 0;
+            } else {
+                int overflow = 0;
+                vals[k] = PyLong_AsLongLongAndOverflow(x, &overflow);
+                if (overflow || PyErr_Occurred()) {
+                    PyErr_Clear();
+                    PyErr_Format(PyExc_ValueError, "loader state: generations[%zd]['%s'] is out of range", i,
+                                 generation_keys[k]);
+                    ok = 0;
+                }
+            }
+        }
+        Py_XDECREF(g);
+        if (!ok) {
+            PyMem_Free(v);
+            return -1;
+        }
+        v[i] = (vf_loader_generation){vals[0], vals[1], vals[2], vals[3], vals[4]};
+    }
+    st->num_generations = (size_t)n;
+    st->generations = v;
+    return 0;
+}
+
 /* The ShardLoader form's ranges: one flat list of [start, end) bounds. */
 static int wds_ranges(PyObject *d, vf_loader_state *st)
 {
@@ -344,6 +431,10 @@ int vf_py_state_from_dict(PyObject *d, vf_loader_state *st, vf_py_state_form for
     }
     if ((form == VF_PY_STATE_LOADER ? loader_ranges(d, st) : wds_ranges(d, st)) < 0)
         return -1;
+    if (form == VF_PY_STATE_LOADER && loader_generations(d, st) < 0) {
+        vf_py_state_clear(st);
+        return -1;
+    }
     if (form == VF_PY_STATE_WDS) { /* what a shard loader's state always holds */
         st->mode = VF_MODE_STREAM;
         st->selection = st->fingerprint;
@@ -357,6 +448,9 @@ void vf_py_state_clear(vf_loader_state *st)
     PyMem_Free((void *)st->ranges);
     st->ranges = NULL;
     st->num_ranges = 0;
+    PyMem_Free((void *)st->generations);
+    st->generations = NULL;
+    st->num_generations = 0;
 }
 
 int vf_py_resume_setting(PyObject *d, vf_py_state_form form, vf_loader_state *st, const vf_loader_state **resume)

@@ -80,6 +80,12 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
         self._info = None
         self._episodes_table = None
 
+    @property
+    def native_dataset(self):
+        """The open engine dataset (vlafeed.plan.* and vlafeed.Loader take this object
+        and use it without reading the metadata again)."""
+        return self._native
+
     # ---- LeRobot's raw info.json and the derived surface ---------------------------
 
     @property

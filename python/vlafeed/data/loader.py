@@ -200,7 +200,7 @@ def native_dataset(dataset_or_root, episodes=None, on_metadata_error="raise", vi
         return dataset_or_root, {}
     native = getattr(dataset_or_root, "native_dataset", None)
     if native is not None:
-        return native, dict(dataset_or_root.loader_defaults)
+        return native, dict(getattr(dataset_or_root, "loader_defaults", None) or {})
     return open_native_dataset(dataset_or_root, episodes, on_metadata_error, video_mismatch), {}
 
 
