@@ -36,7 +36,13 @@ RAM).
 Remote (unless --no-remote): the AV1 dataset served over HTTP on loopback
 (tests/python/remote_server.py, range requests), a map-mode loader on the
 http:// root, the bytes the server sent counted from its request log
-(every GET's range, HEADs are 0) for the timed batches. The floor for a
+(every GET's range, HEADs are 0) from the first batch on (the loader's open,
+which reads the metadata, is counted apart), over few batches
+(--remote-batches), so that most frames land in parts of the MP4s not
+fetched yet, as they would in a dataset far larger than this one.
+`Loader.stats()` has no byte counter for HTTP reads (the HTTP client counts
+them, vf_http_client_stats, but the loader does not report them), hence
+the server-side count. The floor for a
 sample is what it cannot do without: per camera, the packets from the
 keyframe at or before its frame up to the frame (decode order; from the
 MP4's packet index, read with PyAV), plus its share of the data Parquet
