@@ -419,6 +419,10 @@ static int build_columns(builder *b)
             if (r < 0)
                 return r;
         }
+        /* Batch memory is written once per batch and not read back by the
+         * engine, unless it normalizes the frames in place afterwards: store
+         * past the cache then (convert.c). */
+        c->format.streaming = norm == VF_NORM_NONE;
     }
     /* 2. Data columns, in feature order. */
     for (size_t i = 0; i < nf; i++) {

@@ -16,6 +16,15 @@
  * rgb24 path; so CHW goes through the HWC scratch.
  *
  * Depth (gray12le) is copied as raw 12-bit codes into uint16.
+ *
+ * Streaming destinations (format->streaming, set by the loader for batch
+ * memory): the CHW kernels use non-temporal stores when the three planes
+ * are aligned for them. A batch column is far larger than the cache and is
+ * written once per batch, so an ordinary store first reads each destination
+ * line from memory (read for ownership) only to overwrite it; measured on
+ * 640x480 float32 into a rotating 2 GB buffer, 0.23 -> 0.19 ms per frame
+ * (into a cache-hot buffer non-temporal stores are slower, 0.126 -> 0.137
+ * ms, hence the flag). The values written are the same either way.
  */
 #include "video/video_internal.h"
 
@@ -238,6 +247,21 @@ __attribute__((target("ssse3"))) static size_t chw_u8_ssse3(const uint8_t *src, 
     return done;
 }
 
+/* 16 bytes stored past the cache (dst 16-byte aligned). */
+__attribute__((target("ssse3"))) static inline void stream16_u8(uint8_t *dst, __m128i v)
+{
+    _mm_stream_si128((__m128i *)dst, v);
+}
+
+__attribute__((target("ssse3"))) static size_t chw_u8_ssse3_stream(const uint8_t *src, uint8_t *r, uint8_t *g,
+                                                                    uint8_t *b, size_t pixels)
+{
+    size_t done;
+    CHW_BLOCKS(done, src, r, g, b, pixels, stream16_u8)
+    _mm_sfence(); /* the stores are weakly ordered: complete them before the batch is handed on */
+    return done;
+}
+
 /* 16 bytes -> 16 floats v / 255.0f. */
 __attribute__((target("avx2"))) static inline void store16_div255(float *dst, __m128i v)
 {
@@ -255,26 +279,58 @@ __attribute__((target("avx2,ssse3"))) static size_t chw_f32_avx2(const uint8_t *
     CHW_BLOCKS(done, src, r, g, b, pixels, store16_div255)
     return done;
 }
+
+/* As store16_div255, stored past the cache (dst 32-byte aligned). */
+__attribute__((target("avx2"))) static inline void stream16_div255(float *dst, __m128i v)
+{
+    const __m256 k = _mm256_set1_ps(255.0f);
+    __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
+    _mm256_stream_ps(dst, _mm256_div_ps(lo, k));
+    _mm256_stream_ps(dst + 8, _mm256_div_ps(hi, k));
+}
+
+__attribute__((target("avx2,ssse3"))) static size_t chw_f32_avx2_stream(const uint8_t *src, float *r, float *g,
+                                                                        float *b, size_t pixels)
+{
+    size_t done;
+    CHW_BLOCKS(done, src, r, g, b, pixels, stream16_div255)
+    _mm_sfence();
+    return done;
+}
+
+/* Whether all three planes start on an `align`-byte boundary (then every
+ * 16-pixel block's stores are aligned too: 16 bytes of uint8, 64 of float). */
+static int planes_aligned(const void *r, const void *g, const void *b, uintptr_t align)
+{
+    return (((uintptr_t)r | (uintptr_t)g | (uintptr_t)b) & (align - 1)) == 0;
+}
 #endif
 
-static void hwc_to_chw_u8(const uint8_t *src, uint8_t *dst, size_t pixels)
+static void hwc_to_chw_u8(const uint8_t *src, uint8_t *dst, size_t pixels, int streaming)
 {
     uint8_t *r = dst, *g = dst + pixels, *b = dst + 2 * pixels;
     size_t done = 0;
 #ifdef VF_VID_X86
     if (__builtin_cpu_supports("ssse3"))
-        done = chw_u8_ssse3(src, r, g, b, pixels);
+        done = streaming && planes_aligned(r, g, b, 16) ? chw_u8_ssse3_stream(src, r, g, b, pixels)
+                                                        : chw_u8_ssse3(src, r, g, b, pixels);
+#else
+    (void)streaming;
 #endif
     chw_u8_scalar(src, r, g, b, done, pixels);
 }
 
-static void hwc_to_chw_f32(const uint8_t *src, float *dst, size_t pixels, const float *lut)
+static void hwc_to_chw_f32(const uint8_t *src, float *dst, size_t pixels, const float *lut, int streaming)
 {
     float *r = dst, *g = dst + pixels, *b = dst + 2 * pixels;
     size_t done = 0;
 #ifdef VF_VID_X86
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("ssse3"))
-        done = chw_f32_avx2(src, r, g, b, pixels);
+        done = streaming && planes_aligned(r, g, b, 32) ? chw_f32_avx2_stream(src, r, g, b, pixels)
+                                                        : chw_f32_avx2(src, r, g, b, pixels);
+#else
+    (void)streaming;
 #endif
     chw_f32_scalar(src, r, g, b, done, pixels, lut);
 }
@@ -329,8 +385,8 @@ int vf_vid_convert(vf_vid_converter *c, const AVFrame *frame, const vf_video_for
     if (rc < 0)
         return rc;
     if (format->layout == VF_VIDEO_RGB_CHW_U8)
-        hwc_to_chw_u8(c->scratch, dest, pixels);
+        hwc_to_chw_u8(c->scratch, dest, pixels, format->streaming);
     else
-        hwc_to_chw_f32(c->scratch, dest, pixels, c->lut);
+        hwc_to_chw_f32(c->scratch, dest, pixels, c->lut, format->streaming);
     return 0;
 }

@@ -273,10 +273,14 @@ typedef struct vf_video_format {
     vf_video_layout layout;
     int width, height;         /* output size; 0 x 0 = the stream's size */
     vf_video_scaler scaler;    /* used when resizing (and by swscale's chroma path) */
+    int streaming;             /* 1: dest is written once and not read again soon (batch memory much
+                                * larger than the cache): CHW layouts are stored with non-temporal
+                                * stores where the planes are aligned, which skips reading each
+                                * destination line into the cache first; values are the same */
 } vf_video_format;
 
 /* A zeroed vf_video_format is valid: RGB HWC uint8 at the source size,
- * bilinear. */
+ * bilinear, ordinary stores. */
 void vf_video_format_defaults(vf_video_format *format);
 
 /* Bytes one frame occupies in format for a src_width x src_height stream. */

@@ -303,7 +303,7 @@ static int nv12_difference(const char *path, int scaled, int repacked)
     vf_vid_converter_init(&a);
     vf_vid_converter_init(&b);
     int w = dec->width, h = dec->height;
-    vf_video_format f = {VF_VIDEO_RGB_HWC_U8, scaled ? w / 2 : 0, scaled ? h / 2 : 0, VF_VIDEO_SCALE_BILINEAR};
+    vf_video_format f = {VF_VIDEO_RGB_HWC_U8, scaled ? w / 2 : 0, scaled ? h / 2 : 0, VF_VIDEO_SCALE_BILINEAR, 0};
     size_t bytes = vf_video_format_bytes(&f, w, h);
     uint8_t *ra = malloc(bytes), *rb = malloc(bytes);
     int eof = 0;

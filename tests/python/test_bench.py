@@ -251,3 +251,45 @@ def test_map_mode_decoder_cache_holds_every_file_per_thread(cli, tiny, tmp_path)
     doc = bench(cli, many, tmp_path, "--mode", "single", "--loader", "stream", "--batch-size", "8",
                 "--num-batches", "2", "--threads", "2")
     assert doc["results"]["decoder_cache"]["capacity"] == 32  # stream mode: unchanged
+
+
+def _droid_bench():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import droid_bench
+    finally:
+        sys.path.remove(str(BENCH))
+    return droid_bench
+
+
+def test_droid_bench_served_bytes(tmp_path):
+    """The remote figure counts each GET's range as served (open ends clipped to the file, suffix ranges,
+    whole files without a Range), and nothing for HEADs."""
+    db = _droid_bench()
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "a.bin").write_bytes(b"x" * 1000)
+    log = [("HEAD", "/ds/a.bin", None), ("GET", "/ds/a.bin", "bytes=0-99"), ("GET", "/ds/a.bin", "bytes=900-"),
+           ("GET", "/ds/a.bin", "bytes=-50"), ("GET", "/ds/a.bin", None), ("GET", "/ds/a.bin", "bytes=990-5000")]
+    total, requests = db.served_bytes(log, str(tmp_path), "")
+    assert requests == 5
+    assert total == 100 + 100 + 50 + 1000 + 10
+
+
+def test_droid_bench_gop_floor(tiny):
+    """The floor of a frame is the bytes from its GOP's keyframe to it: a keyframe costs its own packet, every
+    frame costs at least that, and the mean over frames lies between the smallest packet and the file size."""
+    av = pytest.importorskip("av")
+    db = _droid_bench()
+    mp4 = sorted((tiny / "videos").rglob("*.mp4"))[0]
+    cost = db.packet_index(str(mp4))
+    with av.open(str(mp4)) as c:
+        pkts = [(p.pts, p.size, p.is_keyframe) for p in c.demux(c.streams.video[0]) if p.size > 0]
+    by_pts = sorted(pkts)
+    assert len(cost) == len(by_pts)
+    for (pts, size, key), c in zip(by_pts, cost):
+        assert c >= size
+        if key:
+            assert c == size
+    assert any(c > s for (_, s, _), c in zip(by_pts, cost))  # GOP 2: some frames need their keyframe too
+    video, table = db.sample_floor(str(tiny))
+    assert 0 < table < video < sum(s for _, s, _ in pkts) * 2
