@@ -35,6 +35,11 @@
  * the target did not come out of a drain (then the run is decoded again
  * without it).
  *
+ * Non-reference pictures before the target (settings.skip_nonref, map
+ * mode): their packets are sent with skip_frame = NONREF, so H.264/HEVC
+ * non-reference pictures and MPEG-4 B-VOPs shown before the target are not
+ * decoded (and do not come out); no other picture references them.
+ *
  * Decode device (settings.device, hwdecode.c): on NVDEC the decoder
  * outputs GPU surfaces; everything above (positioning, pts -> ordinal,
  * retries) is the same code, and a surface is copied to host memory only
@@ -432,6 +437,15 @@ static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left
                                 cam_name(r));
             }
             r->sent_pts[r->sent_count++ % SENT_RING] = r->pkt->pts;
+            if (r->settings.skip_nonref) {
+                /* Set per packet: the decoder reads it while decoding the
+                 * packet (within send_packet, nothing being buffered then;
+                 * frame threads copy it at submission). */
+                enum AVDiscard want = r->pkt->pts != AV_NOPTS_VALUE && r->pkt->pts < ix->pts[target]
+                                          ? AVDISCARD_NONREF
+                                          : AVDISCARD_DEFAULT;
+                r->dec->skip_frame = want;
+            }
             ar = avcodec_send_packet(r->dec, r->pkt);
             av_packet_unref(r->pkt);
             if (ar < 0 && ar != AVERROR(EAGAIN))

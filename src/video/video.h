@@ -316,6 +316,11 @@ typedef struct vf_video_settings {
                                 * of a call continues the previous call's run): there the
                                 * position is worth keeping. Frames are the same either way;
                                 * default 0 (never drain early) */
+    int skip_nonref;           /* do not decode non-reference pictures shown before the target
+                                * (skip_frame = NONREF for their packets: H.264/HEVC non-reference
+                                * pictures, MPEG-4 Part 2 B-VOPs; libdav1d has no such knob): no
+                                * other picture uses them, so the target is the same. Helps long
+                                * GOPs with B-frames; at GOP 2 there are none. default 0 */
 } vf_video_settings;
 
 void vf_video_defaults(vf_video_settings *settings);

@@ -394,12 +394,13 @@ static void test_batch_errors(const char *dir)
     free(path);
 }
 
-/* Early drain (map mode): the same frames as without it, random single
+/* Early drain and skip_nonref (map mode): the same frames as without them, random single
  * reads and random 8-frame windows; on H.264 (x264 keeps a reorder delay of
  * one picture even at GOP 2) fewer packets decoded, none on AV1 (no delay:
  * nothing to drain); sequential reads keep their position (no drain while
  * calls follow on). */
-static void check_early_drain(const char *dir, vf_video_codec codec, int gop, const char *label, int expect_drains)
+static void check_early_drain(const char *dir, vf_video_codec codec, int gop, const char *label, int expect_drains,
+                              int expect_skips)
 {
     char *path = vf_asprintf("%s/drain-%s.mp4", dir, label);
     const int64_t n = 40;
@@ -409,6 +410,7 @@ static void check_early_drain(const char *dir, vf_video_codec codec, int gop, co
     vf_video_defaults(&vs);
     CHECK_OK(vf_video_open_file(&plain, path, &vs));
     vs.early_drain = 1;
+    vs.skip_nonref = 1;
     CHECK_OK(vf_video_open_file(&drain, path, &vs));
     if (!plain || !drain) {
         vf_video_close(plain);
@@ -441,6 +443,14 @@ static void check_early_drain(const char *dir, vf_video_codec codec, int gop, co
         CHECK_EQ_INT(sd.early_drains, 0);
         CHECK_EQ_INT(sd.packets_read, sp.packets_read);
     }
+    /* Non-reference pictures before a target are not decoded, so fewer
+     * pictures come out (x264's B-frames at GOP 12; none at GOP 2). */
+    if (expect_skips)
+        CHECK(sd.frames_decoded < sp.frames_decoded);
+    else /* GOP 2: none to skip; a drained reader seeks where the plain one may continue (+1 at most) */
+        CHECK(sd.frames_decoded <= sp.frames_decoded + sd.early_drains);
+    fprintf(stderr, "%s: 120 random reads: %llu pictures out of the decoder with skip_nonref, %llu without\n", label,
+            (unsigned long long)sd.frames_decoded, (unsigned long long)sp.frames_decoded);
     /* Windows: 8 consecutive frames ending at a random one, in one batch call each. */
     uint8_t *win = malloc((size_t)8 * W * H * 3);
     for (int i = 0; i < 30; i++) {
@@ -544,9 +554,10 @@ int main(void)
     test_decoder_threads(dir);
     test_layouts(dir);
     test_batch_errors(dir);
-    check_early_drain(dir, VF_VIDEO_CODEC_H264, 2, "h264-gop2", 1);
-    check_early_drain(dir, VF_VIDEO_CODEC_H264, 12, "h264-gop12", 1);
-    check_early_drain(dir, VF_VIDEO_CODEC_AV1, 2, "av1-gop2", 0);
+    check_early_drain(dir, VF_VIDEO_CODEC_H264, 2, "h264-gop2", 1, 0);
+    check_early_drain(dir, VF_VIDEO_CODEC_H264, 12, "h264-gop12", 1, 1);
+    check_early_drain(dir, VF_VIDEO_CODEC_HEVC, 12, "hevc-gop12", 1, 1);
+    check_early_drain(dir, VF_VIDEO_CODEC_AV1, 2, "av1-gop2", 0, 0);
     test_early_drain_counts(dir);
     test_float_kernel_exact();
     vf_test_rmtree(dir);
