@@ -54,6 +54,10 @@
 
 #include <libavutil/pixdesc.h>
 
+/* Packets remembered for the early drain: more than the largest reorder
+ * delay (H.264 and HEVC allow 16). */
+#define SENT_RING 16
+
 struct vf_video_reader {
     vf_vid_demux demux;
     AVCodecContext *dec;
@@ -78,12 +82,10 @@ struct vf_video_reader {
     /* Early drain (see the top of the file). */
     int64_t drain_target;       /* the ordinal whose reorder delay may be cut, or -1 */
     int64_t last_call_end;      /* the last target of the previous read call, or -1 */
-    int64_t sent_pts[16];       /* pts of the last packets sent since the flush (a ring) */
+    int64_t sent_pts[SENT_RING]; /* pts of the last packets sent since the flush (a ring) */
     unsigned sent_count;        /* packets sent since the flush */
     int early_drained;          /* the decoder was drained early: position unknown afterwards */
 };
-
-#define SENT_RING 16
 
 void vf_video_defaults(vf_video_settings *s)
 {

@@ -540,6 +540,42 @@ static void test_float_kernel_exact(void)
 #endif
 }
 
+/* Frames of 640x480 and more take the kernel's non-temporal store path
+ * (convert.c): float32 CHW there equals HWC uint8 / 255 too, at a size
+ * just past the threshold and at an odd one. */
+static void test_float_large_frames(const char *dir)
+{
+    char *path = vf_asprintf("%s/large.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_H264, 160, 128, 2, 2, 3, 4));
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, path, NULL));
+    const int sizes[][2] = {{640, 480}, {656, 408}};
+    for (int k = 0; r && k < 2; k++) {
+        int w = sizes[k][0], h = sizes[k][1];
+        size_t px = (size_t)w * h;
+        uint8_t *hwc = malloc(px * 3);
+        float *f32 = aligned_alloc(64, px * 3 * sizeof(float));
+        vf_video_format f;
+        vf_video_format_defaults(&f);
+        f.width = w;
+        f.height = h;
+        CHECK_OK(vf_video_read_frame(r, 1, &f, hwc));
+        CHECK(has_identity(hwc, w, h, 2, 1, 4));
+        f.layout = VF_VIDEO_RGB_CHW_F32;
+        CHECK_OK(vf_video_read_frame(r, 1, &f, f32));
+        int mismatch = 0;
+        for (size_t p = 0; p < px; p++)
+            for (int c = 0; c < 3; c++)
+                mismatch += f32[(size_t)c * px + p] != (float)hwc[p * 3 + (size_t)c] / 255.0f;
+        CHECK_EQ_INT(mismatch, 0);
+        free(hwc);
+        free(f32);
+    }
+    vf_video_close(r);
+    remove(path);
+    free(path);
+}
+
 int main(void)
 {
     vf_video_set_ffmpeg_log_level(vf_log_level() >= VF_LOG_DEBUG ? VF_LOG_INFO : -1);
@@ -560,6 +596,7 @@ int main(void)
     check_early_drain(dir, VF_VIDEO_CODEC_AV1, 2, "av1-gop2", 0, 0);
     test_early_drain_counts(dir);
     test_float_kernel_exact();
+    test_float_large_frames(dir);
     vf_test_rmtree(dir);
     free(dir);
     return vf_test_finish("test_video_access");
