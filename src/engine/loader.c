@@ -375,6 +375,11 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
         l->cache_capacity = vf_engine_cache_entries(s, vf_dataset_num_cameras(dataset), files, l->nthreads);
         cs.max_entries = l->cache_capacity;
         cs.video.decode_threads = l->decode_threads;
+        /* Map mode reads random positions: cut the reorder delay of each
+         * call's last target instead of decoding past it, and skip the
+         * non-reference pictures before a target (reader.c). */
+        cs.video.early_drain = s->mode == VF_MODE_MAP;
+        cs.video.skip_nonref = s->mode == VF_MODE_MAP;
         vf_engine_devices_configure(l->devices, &cs);
         l->opener.dataset = dataset;
         if (s->prefetch_cache_dir && s->prefetch_cache_bytes > 0 && s->mode == VF_MODE_POOL) {

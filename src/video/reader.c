@@ -22,6 +22,24 @@
  * The last decoded frame is kept, so asking again for the same ordinal
  * (delta windows clamp at episode edges) converts it again without decoding.
  *
+ * Early drain (settings.early_drain, map mode): decoders with a reorder
+ * delay (H.264/HEVC that allow B-frames, x264's default even at GOP 2) hold
+ * a decoded picture back until more packets come. For the last target of a
+ * read call, once its packet has been sent (its pts is among the last
+ * SENT_RING packets since the flush), the reader sends the end-of-stream
+ * packet instead of decoding the next ones: the held pictures come out in
+ * order, decoded exactly as before, and the packets after the target are
+ * never decoded. The position is then unknown (the next call seeks). It is
+ * not done while calls follow on from one another (the first target of a
+ * call continues the previous call's run: sequential map access), nor when
+ * the target did not come out of a drain (then the run is decoded again
+ * without it).
+ *
+ * Non-reference pictures before the target (settings.skip_nonref, map
+ * mode): their packets are sent with skip_frame = NONREF, so H.264/HEVC
+ * non-reference pictures and MPEG-4 B-VOPs shown before the target are not
+ * decoded (and do not come out); no other picture references them.
+ *
  * Decode device (settings.device, hwdecode.c): on NVDEC the decoder
  * outputs GPU surfaces; everything above (positioning, pts -> ordinal,
  * retries) is the same code, and a surface is copied to host memory only
@@ -35,6 +53,10 @@
 #include <string.h>
 
 #include <libavutil/pixdesc.h>
+
+/* Packets remembered for the early drain: more than the largest reorder
+ * delay (H.264 and HEVC allow 16). */
+#define SENT_RING 16
 
 struct vf_video_reader {
     vf_vid_demux demux;
@@ -57,6 +79,12 @@ struct vf_video_reader {
     AVFrame *host;              /* NVDEC: `frame` copied to host memory */
     AVFrame *staging;           /* NVDEC: the transfer before the planar repack */
     int64_t host_ordinal;       /* the ordinal host holds, -1 when none */
+    /* Early drain (see the top of the file). */
+    int64_t drain_target;       /* the ordinal whose reorder delay may be cut, or -1 */
+    int64_t last_call_end;      /* the last target of the previous read call, or -1 */
+    int64_t sent_pts[SENT_RING]; /* pts of the last packets sent since the flush (a ring) */
+    unsigned sent_count;        /* packets sent since the flush */
+    int early_drained;          /* the decoder was drained early: position unknown afterwards */
 };
 
 void vf_video_defaults(vf_video_settings *s)
@@ -221,6 +249,8 @@ int vf_video_open(vf_video_reader **out, vf_source *src, const vf_video_settings
     r->settings.camera = r->camera;
     r->frame_ordinal = -1;
     r->next_ordinal = -1;
+    r->drain_target = -1;
+    r->last_call_end = -1;
     r->debug = vf_log_level() >= VF_LOG_DEBUG;
     vf_vid_converter_init(&r->conv);
     r->demux.stream_index = -1;
@@ -290,6 +320,8 @@ static int seek_to(vf_video_reader *r, int64_t key_ordinal)
     }
     avcodec_flush_buffers(r->dec);
     r->draining = 0;
+    r->early_drained = 0;
+    r->sent_count = 0;
     r->next_ordinal = -1;
     r->stats.seeks++;
     d->io_error = 0;
@@ -298,6 +330,18 @@ static int seek_to(vf_video_reader *r, int64_t key_ordinal)
     int ar = av_seek_frame(d->fmt, d->stream_index, ts, flags);
     if (ar < 0)
         return vf_vid_av_error(d, ar, "seek failed");
+    return 0;
+}
+
+/* Whether a packet with this pts went to the decoder among the last
+ * SENT_RING since the flush (a picture held back by a reorder delay was
+ * sent at most the delay, <= 16, packets ago). */
+static int target_was_sent(const vf_video_reader *r, int64_t pts)
+{
+    unsigned n = r->sent_count < SENT_RING ? r->sent_count : SENT_RING;
+    for (unsigned i = 0; i < n; i++)
+        if (r->sent_pts[(r->sent_count - 1 - i) % SENT_RING] == pts)
+            return 1;
     return 0;
 }
 
@@ -350,6 +394,16 @@ static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left
         if (r->draining)
             return VF_EOF; /* EAGAIN while draining should not happen; end the run */
         /* The decoder wants input. */
+        if (target == r->drain_target && target_was_sent(r, ix->pts[target])) {
+            /* The target is inside the decoder, held back by its reorder
+             * delay: let it out without decoding the packets after it. */
+            ar = avcodec_send_packet(r->dec, NULL);
+            if (ar < 0 && ar != AVERROR_EOF)
+                return vf_vid_av_error(d, ar, "decoder flush failed");
+            r->draining = 1;
+            r->early_drained = 1;
+            continue;
+        }
         for (;;) {
             if (*packets_left <= 0)
                 return vf_error(VF_ECORRUPT, "%s%s%s: decoder produced no frame after too many packets", d->name,
@@ -383,6 +437,16 @@ static int decode_next(vf_video_reader *r, int64_t target, int64_t *packets_left
                     return vf_vid_av_error(d, AVERROR(EIO), "cannot read a video packet");
                 return vf_error(VF_ECORRUPT, "%s%s%s: corrupt (truncated?) video packet", d->name, cam_sep(r),
                                 cam_name(r));
+            }
+            r->sent_pts[r->sent_count++ % SENT_RING] = r->pkt->pts;
+            if (r->settings.skip_nonref) {
+                /* Set per packet: the decoder reads it while decoding the
+                 * packet (within send_packet, nothing being buffered then;
+                 * frame threads copy it at submission). */
+                enum AVDiscard want = r->pkt->pts != AV_NOPTS_VALUE && r->pkt->pts < ix->pts[target]
+                                          ? AVDISCARD_NONREF
+                                          : AVDISCARD_DEFAULT;
+                r->dec->skip_frame = want;
             }
             ar = avcodec_send_packet(r->dec, r->pkt);
             av_packet_unref(r->pkt);
@@ -422,6 +486,18 @@ static int reach(vf_video_reader *r, int64_t target)
     int64_t packets_left = ix->frame_count + 64;
     for (;;) {
         rc = decode_next(r, target, &packets_left);
+        if (rc == VF_EOF && r->early_drained) {
+            /* The drain ended the run without the target (a decoder that
+             * waits for a recovery point): decode the run again, this time
+             * through the packets after it. */
+            r->drain_target = -1;
+            if ((rc = seek_to(r, key)) < 0)
+                goto fail;
+            packets_left = ix->frame_count + 64;
+            first_after_seek = 1;
+            seeked = 1;
+            continue;
+        }
         if (rc == VF_EOF && seeked && key > 0 && retries < 4) {
             /* After a seek to a keyframe that is not an IDR picture (open
              * GOPs), H.264 decoders hold back pictures until a recovery
@@ -443,8 +519,13 @@ static int reach(vf_video_reader *r, int64_t target)
         }
         if (rc < 0)
             goto fail;
-        if (r->frame_ordinal == target)
+        if (r->frame_ordinal == target) {
+            if (r->early_drained) {
+                r->stats.early_drains++;
+                forget_position(r); /* drained: the next target needs a seek */
+            }
             return 0;
+        }
         if (r->frame_ordinal > target) {
             if (first_after_seek && retries < 3 && key > 0) {
                 /* The seek landed after the target: start from an earlier keyframe. */
@@ -520,6 +601,18 @@ static int deliver(vf_video_reader *r, const vf_video_format *format, void *dest
     return 0;
 }
 
+/* Called at the start of a read call whose targets span [first, last]:
+ * sets drain_target to `last` when early drain is on and this call does
+ * not follow on from the previous one (random access), else to -1. */
+static void plan_early_drain(vf_video_reader *r, int64_t first, int64_t last)
+{
+    int64_t prev = r->last_call_end;
+    int follows = prev >= 0 && first >= prev &&
+                  (first == prev + 1 || vf_video_index_keyframe_before(r->index, first) <= prev);
+    r->drain_target = r->settings.early_drain && !follows ? last : -1;
+    r->last_call_end = last;
+}
+
 int vf_video_read_frame(vf_video_reader *r, int64_t ordinal, const vf_video_format *format, void *dest)
 {
     int rc = check_format(r, format);
@@ -528,7 +621,9 @@ int vf_video_read_frame(vf_video_reader *r, int64_t ordinal, const vf_video_form
     if (ordinal < 0 || ordinal >= r->index->frame_count)
         return vf_error(VF_ERANGE, "%s%s%s: frame %lld out of range (the file has %lld frames)", r->index->name,
                         cam_sep(r), cam_name(r), (long long)ordinal, (long long)r->index->frame_count);
+    plan_early_drain(r, ordinal, ordinal);
     rc = reach(r, ordinal);
+    r->drain_target = -1;
     if (rc < 0)
         return rc;
     return deliver(r, format, dest);
@@ -588,6 +683,7 @@ int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t 
         format = &def;
     }
     size_t bytes = vf_video_format_bytes(format, r->index->width, r->index->height);
+    plan_early_drain(r, requests[pos[0]].frame_ordinal, requests[pos[count - 1]].frame_ordinal);
     int first_error = 0;
     char first_message[512] = "";
     for (size_t i = 0; i < count;) {
@@ -621,6 +717,7 @@ int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t 
             requests[pos[k]].status = rc;
         i = j;
     }
+    r->drain_target = -1;
     free(pos);
     if (first_error)
         return vf_error(first_error, "%s", first_message);

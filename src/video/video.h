@@ -311,6 +311,20 @@ typedef struct vf_video_settings {
     vf_video_hwdevice *hwdevice; /* the CUDA device to decode on (not owned; the reader takes its
                                 * own reference, so it may be closed first), or NULL: a reader
                                 * that wants NVDEC opens a device of its own */
+    int early_drain;           /* random access (map mode): when the last target of a read call
+                                * is decoded but held back by the decoder's reorder delay (H.264
+                                * and HEVC streams that allow B-frames delay every picture, even
+                                * at GOP 2), drain the decoder instead of decoding the packets
+                                * after it, which the next, random, call would not use. Not done
+                                * while the calls run forward through the file (the first target
+                                * of a call continues the previous call's run): there the
+                                * position is worth keeping. Frames are the same either way;
+                                * default 0 (never drain early) */
+    int skip_nonref;           /* do not decode non-reference pictures shown before the target
+                                * (skip_frame = NONREF for their packets: H.264/HEVC non-reference
+                                * pictures, MPEG-4 Part 2 B-VOPs; libdav1d has no such knob): no
+                                * other picture uses them, so the target is the same. Helps long
+                                * GOPs with B-frames; at GOP 2 there are none. default 0 */
 } vf_video_settings;
 
 void vf_video_defaults(vf_video_settings *settings);
@@ -360,6 +374,7 @@ typedef struct vf_video_stats {
     uint64_t seeks;
     uint64_t continued;        /* targets reached by decoding forward without a seek */
     uint64_t reused;           /* targets served from the frame already decoded */
+    uint64_t early_drains;     /* calls whose last target came out by an early drain */
 } vf_video_stats;
 
 void vf_video_get_stats(const vf_video_reader *reader, vf_video_stats *stats);

@@ -70,6 +70,7 @@ typedef struct vf_vid_converter {
     uint8_t *scratch;           /* HWC RGB24 staging for CHW layouts */
     size_t scratch_size;
     float lut[256];             /* v / 255.0f, exact like torch's uint8 / 255 */
+    int fma_exact;              /* the FMA float kernel equals lut here (checked at init) */
 } vf_vid_converter;
 
 void vf_vid_converter_init(vf_vid_converter *c);

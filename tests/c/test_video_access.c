@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "test_video_helpers.h"
+#include "video/video_internal.h"
 
 #define W 96
 #define H 64
@@ -449,6 +450,188 @@ static void test_batch_errors(const char *dir)
     free(path);
 }
 
+/* Early drain and skip_nonref (map mode): the same frames as without them, random single
+ * reads and random 8-frame windows; on H.264 (x264 keeps a reorder delay of
+ * one picture even at GOP 2) fewer packets decoded, none on AV1 (no delay:
+ * nothing to drain); sequential reads keep their position (no drain while
+ * calls follow on). */
+static void check_early_drain(const char *dir, vf_video_codec codec, int gop, const char *label, int expect_drains,
+                              int expect_skips)
+{
+    char *path = vf_asprintf("%s/drain-%s.mp4", dir, label);
+    const int64_t n = 40;
+    CHECK_OK(write_stamped(path, codec, W, H, gop, 5, n, 1));
+    vf_video_reader *plain = NULL, *drain = NULL;
+    vf_video_settings vs;
+    vf_video_defaults(&vs);
+    CHECK_OK(vf_video_open_file(&plain, path, &vs));
+    vs.early_drain = 1;
+    vs.skip_nonref = 1;
+    CHECK_OK(vf_video_open_file(&drain, path, &vs));
+    if (!plain || !drain) {
+        vf_video_close(plain);
+        vf_video_close(drain);
+        free(path);
+        return;
+    }
+    int64_t order[120];
+    for (int i = 0; i < 120; i++)
+        order[i] = i % n;
+    shuffle_i64(order, 120, 3);
+    uint8_t *a = malloc(W * H * 3), *b = malloc(W * H * 3);
+    int wrong = 0;
+    for (int i = 0; i < 120; i++) {
+        CHECK_OK(vf_video_read_frame(plain, order[i], NULL, a));
+        CHECK_OK(vf_video_read_frame(drain, order[i], NULL, b));
+        if (!has_identity(b, W, H, 5, order[i], 1) || memcmp(a, b, W * H * 3) != 0)
+            wrong++;
+    }
+    vf_video_stats sp, sd;
+    vf_video_get_stats(plain, &sp);
+    vf_video_get_stats(drain, &sd);
+    CHECK_EQ_INT(sp.early_drains, 0);
+    if (expect_drains) {
+        CHECK(sd.early_drains > 0);
+        CHECK(sd.packets_read < sp.packets_read);
+        fprintf(stderr, "%s: 120 random reads: %llu packets with early drain, %llu without\n", label,
+                (unsigned long long)sd.packets_read, (unsigned long long)sp.packets_read);
+    } else {
+        CHECK_EQ_INT(sd.early_drains, 0);
+        CHECK_EQ_INT(sd.packets_read, sp.packets_read);
+    }
+    /* Non-reference pictures before a target are not decoded, so fewer
+     * pictures come out (x264's B-frames at GOP 12; none at GOP 2). */
+    if (expect_skips)
+        CHECK(sd.frames_decoded < sp.frames_decoded);
+    else /* GOP 2: none to skip; a drained reader seeks where the plain one may continue (+1 at most) */
+        CHECK(sd.frames_decoded <= sp.frames_decoded + sd.early_drains);
+    fprintf(stderr, "%s: 120 random reads: %llu pictures out of the decoder with skip_nonref, %llu without\n", label,
+            (unsigned long long)sd.frames_decoded, (unsigned long long)sp.frames_decoded);
+    /* Windows: 8 consecutive frames ending at a random one, in one batch call each. */
+    uint8_t *win = malloc((size_t)8 * W * H * 3);
+    for (int i = 0; i < 30; i++) {
+        vf_video_request req[8];
+        int64_t end = 7 + order[i] % (n - 7);
+        for (int s = 0; s < 8; s++)
+            req[s] = (vf_video_request){.frame_ordinal = end - 7 + s, .dest = win + (size_t)s * W * H * 3,
+                                        .episode = 5, .frame_in_episode = end - 7 + s};
+        CHECK_OK(vf_video_read_frames(drain, req, 8, NULL));
+        for (int s = 0; s < 8; s++)
+            if (req[s].status != 0 || !has_identity(req[s].dest, W, H, 5, end - 7 + s, 1))
+                wrong++;
+    }
+    if (wrong)
+        fprintf(stderr, "%s: %d frames wrong with early drain\n", label, wrong);
+    CHECK_EQ_INT(wrong, 0);
+
+    /* Sequential calls keep the position: at most one drain (the first call)
+     * and one seek after it. */
+    vf_video_close(drain);
+    drain = NULL;
+    CHECK_OK(vf_video_open_file(&drain, path, &vs));
+    for (int64_t k = 0; drain && k < n; k++) {
+        CHECK_OK(vf_video_read_frame(drain, k, NULL, b));
+        CHECK(has_identity(b, W, H, 5, k, 1));
+    }
+    if (drain) {
+        vf_video_get_stats(drain, &sd);
+        CHECK(sd.early_drains <= 1);
+        CHECK(sd.seeks <= 2);
+        CHECK(sd.frames_decoded <= (uint64_t)n + 1);
+    }
+    free(a);
+    free(b);
+    free(win);
+    vf_video_close(plain);
+    vf_video_close(drain);
+    remove(path);
+    free(path);
+}
+
+/* Fewer packets by early drain, counted exactly on a GOP-2 H.264 file with
+ * a one-picture reorder delay: reading keyframe k needs its packet alone
+ * (not k+1's); reading frame k+1 needs k and k+1 (not k+2's). */
+static void test_early_drain_counts(const char *dir)
+{
+    char *path = vf_asprintf("%s/drain-count.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_H264, W, H, 2, 0, 20, 0));
+    vf_video_settings vs;
+    vf_video_defaults(&vs);
+    vs.early_drain = 1;
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, path, &vs));
+    uint8_t buf[W * H * 3];
+    const int64_t targets[] = {10, 3, 16, 7};
+    const uint64_t packets[] = {1, 2, 1, 2};
+    for (int i = 0; r && i < 4; i++) {
+        vf_video_stats before, after;
+        vf_video_get_stats(r, &before);
+        CHECK_OK(vf_video_read_frame(r, targets[i], NULL, buf));
+        CHECK(has_identity(buf, W, H, 0, targets[i], 0));
+        vf_video_get_stats(r, &after);
+        CHECK_EQ_INT(after.packets_read - before.packets_read, packets[i]);
+        CHECK_EQ_INT(after.early_drains - before.early_drains, 1);
+    }
+    vf_video_close(r);
+    remove(path);
+    free(path);
+}
+
+/* The float32 kernel without division (convert.c) is exact for all 256
+ * byte values on this CPU (the converter checks it exhaustively at init and
+ * otherwise divides): on a machine with AVX2 and FMA the fast path is the
+ * one the layout test above exercised. */
+static void test_float_kernel_exact(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    vf_vid_converter c;
+    vf_vid_converter_init(&c);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("ssse3"))
+        CHECK_EQ_INT(c.fma_exact, 1);
+    else
+        CHECK_EQ_INT(c.fma_exact, 0);
+    for (int v = 0; v < 256; v++)
+        CHECK(c.lut[v] == (float)v / 255.0f);
+    vf_vid_converter_free(&c);
+#endif
+}
+
+/* Frames of 640x480 and more take the kernel's non-temporal store path
+ * (convert.c): float32 CHW there equals HWC uint8 / 255 too, at a size
+ * just past the threshold and at an odd one. */
+static void test_float_large_frames(const char *dir)
+{
+    char *path = vf_asprintf("%s/large.mp4", dir);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_H264, 160, 128, 2, 2, 3, 4));
+    vf_video_reader *r = NULL;
+    CHECK_OK(vf_video_open_file(&r, path, NULL));
+    const int sizes[][2] = {{640, 480}, {656, 408}};
+    for (int k = 0; r && k < 2; k++) {
+        int w = sizes[k][0], h = sizes[k][1];
+        size_t px = (size_t)w * h;
+        uint8_t *hwc = malloc(px * 3);
+        float *f32 = aligned_alloc(64, px * 3 * sizeof(float));
+        vf_video_format f;
+        vf_video_format_defaults(&f);
+        f.width = w;
+        f.height = h;
+        CHECK_OK(vf_video_read_frame(r, 1, &f, hwc));
+        CHECK(has_identity(hwc, w, h, 2, 1, 4));
+        f.layout = VF_VIDEO_RGB_CHW_F32;
+        CHECK_OK(vf_video_read_frame(r, 1, &f, f32));
+        int mismatch = 0;
+        for (size_t p = 0; p < px; p++)
+            for (int c = 0; c < 3; c++)
+                mismatch += f32[(size_t)c * px + p] != (float)hwc[p * 3 + (size_t)c] / 255.0f;
+        CHECK_EQ_INT(mismatch, 0);
+        free(hwc);
+        free(f32);
+    }
+    vf_video_close(r);
+    remove(path);
+    free(path);
+}
+
 int main(void)
 {
     vf_video_set_ffmpeg_log_level(vf_log_level() >= VF_LOG_DEBUG ? VF_LOG_INFO : -1);
@@ -463,6 +646,13 @@ int main(void)
     test_decoder_threads(dir);
     test_layouts(dir);
     test_batch_errors(dir);
+    check_early_drain(dir, VF_VIDEO_CODEC_H264, 2, "h264-gop2", 1, 0);
+    check_early_drain(dir, VF_VIDEO_CODEC_H264, 12, "h264-gop12", 1, 1);
+    check_early_drain(dir, VF_VIDEO_CODEC_HEVC, 12, "hevc-gop12", 1, 1);
+    check_early_drain(dir, VF_VIDEO_CODEC_AV1, 2, "av1-gop2", 0, 0);
+    test_early_drain_counts(dir);
+    test_float_kernel_exact();
+    test_float_large_frames(dir);
     vf_test_rmtree(dir);
     free(dir);
     return vf_test_finish("test_video_access");
