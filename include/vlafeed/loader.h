@@ -599,11 +599,13 @@ typedef struct vf_plan_opens {
     size_t task_opens;         /* reading every task once on its own (a task-per-worker executor, e.g.
                                 * Ray Data): the sum over tasks and cameras of the files each touches */
     size_t consumer_opens;     /* what the loaders do: the sum over consumers of the files each opens
-                                * reading its part in order through a decoder cache of cache_entries
-                                * (simulated LRU; one consumer per loader, one engine thread) */
+                                * reading its part in order (pool mode: its episodes in admission
+                                * order) through a decoder cache of cache_entries (simulated LRU; one
+                                * consumer per loader; any number of engine threads, which share one
+                                * reader per file). A run's vf_loader_stats.video_opens */
     size_t cache_entries;      /* the decoder cache capacity simulated */
-    size_t lower_bound;        /* no plan can do better: max(distinct_files, the sum over consumers of
-                                * the cameras they read, i.e. one file per camera each) */
+    size_t lower_bound;        /* no plan can do better: the sum over consumers of the distinct files
+                                * their share of the epoch uses */
     int64_t samples;           /* rows the consumers read this epoch */
 } vf_plan_opens;
 

@@ -127,8 +127,8 @@ static int ensure_map(vf_sample_spec *spec, vf_sample_video_file *f, vf_video_re
     return r;
 }
 
-/* Decodes one file group. */
-static int run_group(assemble_ctx *x, size_t g)
+/* Decodes one file group with the file's reader (lock held). */
+static int run_group_locked(assemble_ctx *x, size_t g)
 {
     size_t lo = x->group_start[g], hi = x->group_start[g + 1];
     vf_sample_video_file *f = x->jobs[lo].file;
@@ -173,6 +173,24 @@ static int run_group(assemble_ctx *x, size_t g)
         vf_video_cache_discard(x->cache, reader); /* its decoder state is unknown after a failure */
     else
         vf_video_cache_return(x->cache, reader);
+    return r;
+}
+
+/* Decodes one file group. One reader per file serves every thread, in
+ * turn: the thread takes the file's reader_lock before its checkout and
+ * lets go after giving the reader back, so the decoder cache never opens a
+ * second reader of a file because the first is busy. Threads that would
+ * each have opened their own (2-4x the opens of one, and a second forward
+ * decode from the keyframe in stream mode) wait instead, and the MP4 opens
+ * of a run are those of one reader per file: what `vlafeed plan` counts.
+ * A thread holds at most one file's lock and never waits for anything else
+ * while holding it. */
+static int run_group(assemble_ctx *x, size_t g)
+{
+    vf_sample_video_file *f = x->jobs[x->group_start[g]].file;
+    pthread_mutex_lock(&f->reader_lock);
+    int r = run_group_locked(x, g);
+    pthread_mutex_unlock(&f->reader_lock);
     return r;
 }
 

@@ -103,6 +103,7 @@ typedef struct vf_sample_video_file {
     int camera;
     size_t id;                 /* unique over all cameras' files */
     pthread_mutex_t lock;
+    pthread_mutex_t reader_lock; /* held by the one thread using this file's reader (assemble.c) */
     atomic_int state;          /* 0 not mapped yet, 1 mapped, < 0 mapping failed (that code) */
     char *error;               /* message of a failed mapping */
     vf_video_episode *episodes;/* every episode of the metadata stored in this file: built when the

@@ -99,6 +99,7 @@ void vf_sample_spec_free(vf_sample_spec *s)
         for (size_t i = 0; i < s->num_files[c]; i++) {
             vf_sample_video_file *f = &s->files[c][i];
             pthread_mutex_destroy(&f->lock);
+            pthread_mutex_destroy(&f->reader_lock);
             if (f->episodes)
                 vf_video_map_free(&f->map, f->episodes, f->num_episodes);
             free(f->episodes);
@@ -598,6 +599,7 @@ static int build_video(builder *b)
         for (size_t i = 0; i < nfiles; i++) {
             vf_sample_video_file *f = &s->files[cam][i];
             pthread_mutex_init(&f->lock, NULL);
+            pthread_mutex_init(&f->reader_lock, NULL);
             f->path = dc->files[i].path;
             f->camera_key = dc->pub.key;
             f->camera = (int)cam;
