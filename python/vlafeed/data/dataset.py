@@ -222,6 +222,24 @@ class LeRobotDatasetMetadata:
                 f"total_frames={self.total_frames}, camera_keys={self.camera_keys})")
 
 
+def _tabular_only(meta, keys, delta_timestamps):
+    """keys and delta_timestamps without the camera keys (download_videos=False). A camera
+    key asked for by name is refused: there are no videos to read it from."""
+    video = set(meta.video_keys) | set(meta.camera_keys)
+    if keys is None:
+        keys = [name for name in meta.features if name not in video]
+    else:
+        asked = [k for k in keys if k in video]
+        if asked:
+            raise ValueError(f"download_videos=False reads no video, but keys asks for {asked[0]!r}; leave "
+                             f"the camera keys out of keys or set download_videos=True")
+    if delta_timestamps is not None:
+        asked = [k for k in delta_timestamps if k in video]
+        if asked:
+            raise ValueError(f"download_videos=False reads no video, but delta_timestamps has {asked[0]!r}")
+    return keys, delta_timestamps
+
+
 class LeRobotDataset:
     """Map-style LeRobot dataset: ``len(ds)``, ``ds[i]`` -> dict of torch tensors.
 
@@ -239,7 +257,10 @@ class LeRobotDataset:
     LeRobot 0.6's signature is accepted (repo_id, root, episodes,
     image_transforms, delta_timestamps, tolerance_s, revision,
     force_cache_sync, download_videos, video_backend, batch_encoding_size;
-    the download and backend knobs have no effect). on_metadata_error="warn"
+    the other download and backend knobs have no effect). download_videos=False
+    means LeRobot's tabular only: items hold no camera key, no MP4 is opened
+    or checked (the videos need not be there), and a camera key named in keys
+    or delta_timestamps is refused. on_metadata_error="warn"
     loads inconsistent metadata with a warning per problem;
     on_error="skip" leaves out episodes the open found unservable (listed in
     skipped_episodes); check_videos=0 skips the open-time video check.
@@ -260,6 +281,8 @@ class LeRobotDataset:
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
         root, repo_id = compat.resolve_root(repo_id, root)
+        if not download_videos and check_videos == 1:
+            check_videos = 0  # tabular only: the MP4s are not read (and may not be there)
         # LeRobot's download/backend knobs have no effect here: vlafeed reads the
         # files in place (local or by URL) with its own decoders, whose frames
         # equal PyAV's and torchcodec's.
@@ -288,12 +311,15 @@ class LeRobotDataset:
             self._skip_bad_episodes()
         self.meta = LeRobotDatasetMetadata(self.native_dataset)
         self.meta.repo_id, self.meta.revision = self.repo_id, self.revision
+        keys, delta_timestamps = c["keys"], c["delta_timestamps"]
+        if not self.download_videos:  # LeRobot's "tabular only": no camera key is read
+            keys, delta_timestamps = _tabular_only(self.meta, keys, delta_timestamps)
         threads = c["threads"]
         if threads is None:  # get_items spreads the cameras over threads; more do not help
             threads = max(1, min(os.cpu_count() or 1, len(self.native_dataset.camera_keys) or 1))
         self._loader = _native.Loader(
             self.native_dataset, mode="map", batch_size=1, shuffle=False, threads=threads, prefetch=1,
-            delta_timestamps=c["delta_timestamps"], keys=c["keys"], renames=c["renames"],
+            delta_timestamps=delta_timestamps, keys=keys, renames=c["renames"],
             image_format=c["image_format"], resize=c["resize"], normalize=c["normalize"],
             lerobot_shapes=c["lerobot_shapes"], include_task=c["include_task"], tolerance_s=c["tolerance_s"],
             decoder_cache_entries=32, log_warnings=False)
