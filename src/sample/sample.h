@@ -163,6 +163,8 @@ typedef struct vf_sample_spec {
      * groups it decodes anyway: a bounded row-group cache at episode
      * granularity (under rows_lock; rg_known: 0 unknown, 1 known, 2 not
      * available, 3 being read). */
+    vf_ds_pq_cache *data_files;    /* the open data files (footers decoded once), shared by the threads;
+                                    * NULL: each read opens its files */
     int64_t **rg_ends;             /* [num_data_files] */
     int *rg_count;
     uint8_t *rg_known;

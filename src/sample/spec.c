@@ -82,6 +82,7 @@ void vf_sample_spec_free(vf_sample_spec *s)
     }
     free(s->windows);
     vf_sample_rows_free_all(s);
+    vf_ds_pq_cache_close(s->data_files);
     for (size_t i = 0; s->rg_ends && i < s->num_data_files; i++)
         free(s->rg_ends[i]);
     free(s->rg_ends);
@@ -544,6 +545,9 @@ static int setup_table(builder *b)
         !(s->rg_known = vf_calloc(s->num_data_files ? s->num_data_files : 1, 1)))
         return VF_ENOMEM;
     s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
+    int r0 = s->num_table > 0 ? vf_ds_pq_cache_open(&s->data_files, b->d, 0, 0) : 0;
+    if (r0 < 0)
+        return r0;
     /* Every table column must exist with a readable type (checked here, from
      * info.json, so that a bad key fails at open rather than at a batch). */
     for (size_t i = 0; i < s->num_table; i++) {
