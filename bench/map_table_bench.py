@@ -43,6 +43,10 @@ CHILD = r'''
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 import _inplace  # the in-place build if there is one
+if sys.argv[3]:
+    sys.path.insert(0, sys.argv[3])  # --package: another build (a baseline)
+else:
+    _inplace.use()
 import vlafeed
 spec = json.loads(sys.argv[1])
 def cpu():
@@ -69,7 +73,8 @@ loader.close()
 def measure(root, mode, args):
     spec = dict(root=str(root), mode=mode, keys=KEYS, batch=args.batch_size, threads=args.threads,
                 warmup=args.warmup, samples=args.samples)
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE), args.package or ""],
+                       capture_output=True, text=True,
                        timeout=args.timeout)
     if r.returncode:
         return dict(error=(r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200])
@@ -90,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--cache", default=scale_meta.DEFAULT_CACHE)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--package", metavar="DIR", help="the python/ folder of another checkout's in-place build to "
+                                                    "measure instead of this one's (e.g. a baseline)")
     args = ap.parse_args(argv)
     rows = []
     print("| size | layout | mode | samples/CPU-s | CPU s | wall s | table reads | pages decoded | pages skipped |")

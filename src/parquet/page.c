@@ -94,7 +94,7 @@ static int fetch(vf_pq_chunk_ctx *c, int64_t off, int64_t len, const uint8_t **p
         return 0;
     }
     if (!(s->window && off >= s->window_start && off + len <= s->window_start + s->window_len)) {
-        int64_t want = VF_MAX(len, VF_MIN(WINDOW_BYTES, c->chunk_end - off));
+        int64_t want = VF_MAX(len, VF_MIN(c->window_bytes > 0 ? c->window_bytes : WINDOW_BYTES, c->chunk_end - off));
         if ((size_t)want > s->window_cap) {
             if (want > c->f->max_bytes)
                 return vf_pq_fail(c, VF_EUNSUPPORTED, "page of %lld bytes is above the reader limit", (long long)want);
@@ -547,7 +547,7 @@ static int dictionary_page(vf_pq_chunk_ctx *c, const page_header *h, const uint8
 {
     if (c->has_dict)
         return vf_pq_fail(c, VF_ECORRUPT, "second dictionary page in a column chunk");
-    if (c->col->num_entries > c->entries_start)
+    if (c->col->num_entries > c->entries_start && !c->dict_deferred)
         return vf_pq_fail(c, VF_ECORRUPT, "dictionary page after data pages");
     if (h->encoding != VF_PQ_ENC_PLAIN && h->encoding != VF_PQ_ENC_PLAIN_DICTIONARY)
         return vf_pq_fail(c, VF_EUNSUPPORTED, "dictionary page encoding %s (%d) is not supported",
@@ -646,7 +646,7 @@ static int build_page_index(vf_pq_chunk_ctx *c, int64_t start, vf_pq_chunk_pages
                 }
                 p = grown;
             }
-            p->loc[n++] = (vf_pq_page_loc){pos, rows, done, ordinal};
+            p->loc[n++] = (vf_pq_page_loc){pos, rows, done, hlen + h.compressed_size, ordinal};
             rows += prows;
             done += h.num_values;
         }
@@ -861,6 +861,12 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
         goto out;
     int64_t pos = start, done = 0;
     int64_t skipped = 0; /* rows of the pages skipped before the first decoded one */
+    /* With a page index the dictionary page is decoded only when a data
+     * page of the range is dictionary-encoded: a writer falls back to PLAIN
+     * once the dictionary is full (a float column's later pages), and a
+     * random read then needs no dictionary. */
+    page_header dict_h;
+    int64_t dict_at = -1;      /* the deferred dictionary page's payload offset */
     int ranged = row_lo > 0 || row_hi < rg->num_rows, stopped = 0;
     /* A big chunk read from past its start: go to the page holding row_lo
      * through the chunk's page index (after the dictionary page, which is
@@ -868,6 +874,8 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
     const vf_pq_chunk_pages *index = NULL;
     if (row_lo > 0 && len >= VF_PQ_PAGE_INDEX_MIN_BYTES && (r = chunk_page_index(c, start, &index)) < 0)
         goto out;
+    if (index)
+        c->window_bytes = 64 * 1024; /* the dictionary page, then a jump: no read-ahead of the chunk */
     while (done < m->num_values) {
         c->page++;
         if (pos >= c->chunk_end) {
@@ -903,6 +911,9 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                 skipped = to->first_row;
                 s->pages_skipped += lo;
                 c->page = to->ordinal - 1;
+                /* Random reads take a page or two: read each page alone, not
+                 * WINDOW_BYTES of the chunk after it. */
+                c->window_bytes = VF_MAX(to->span, (int64_t)4096);
                 if (leaf->max_rep > 0)
                     c->mid_row = 1; /* the page may continue the row before it */
                 continue;
@@ -945,6 +956,29 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                     continue;
                 }
             }
+        }
+        if (h.type == VF_PQ_PAGE_DICTIONARY && c->window_bytes > 0 && h.has_dict && dict_at < 0 && !c->has_dict) {
+            dict_h = h; /* deferred (see dict_at) */
+            dict_at = pos;
+            pos += h.compressed_size;
+            continue;
+        }
+        if (dict_at >= 0 && !c->has_dict && (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2) &&
+            (h.encoding == VF_PQ_ENC_RLE_DICTIONARY || h.encoding == VF_PQ_ENC_PLAIN_DICTIONARY)) {
+            const uint8_t *dict;
+            int64_t dict_avail;
+            if ((r = fetch(c, dict_at, dict_h.compressed_size, &dict, &dict_avail)) < 0)
+                break;
+            if (dict_h.has_crc && dict_h.compressed_size > 0 &&
+                (uint32_t)crc32(0L, dict, (uInt)dict_h.compressed_size) != dict_h.crc) {
+                r = vf_pq_fail(c, VF_ECORRUPT, "dictionary page CRC mismatch: the page is damaged");
+                break;
+            }
+            c->dict_deferred = 1;
+            r = dictionary_page(c, &dict_h, dict);
+            c->dict_deferred = 0;
+            if (r < 0)
+                break;
         }
         const uint8_t *payload;
         int64_t avail;

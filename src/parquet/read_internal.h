@@ -159,6 +159,7 @@ struct vf_pq_file {
  * level entries before it. */
 typedef struct vf_pq_page_loc {
     int64_t offset, first_row, entries_before;
+    int64_t span;              /* header and payload bytes */
     int ordinal;               /* page number in the chunk (dictionary page counted) */
 } vf_pq_page_loc;
 typedef struct vf_pq_chunk_pages {
