@@ -872,7 +872,7 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
      * through the chunk's page index (after the dictionary page, which is
      * read first as always). */
     const vf_pq_chunk_pages *index = NULL;
-    if (row_lo > 0 && len >= VF_PQ_PAGE_INDEX_MIN_BYTES && (r = chunk_page_index(c, start, &index)) < 0)
+    if (row_lo > 0 && len >= f->page_index_min && (r = chunk_page_index(c, start, &index)) < 0)
         goto out;
     if (index)
         c->window_bytes = 64 * 1024; /* the dictionary page, then a jump: no read-ahead of the chunk */

@@ -257,6 +257,10 @@ typedef struct vf_pq_page_counts {
  * holding their first row, whatever the column, and decode only the pages
  * of their range. */
 #define VF_PQ_PAGE_INDEX_MIN_BYTES (128 * 1024)
+/* Sets the chunk size from which page-level reads build a page index (0:
+ * VF_PQ_PAGE_INDEX_MIN_BYTES); the fuzzer lowers it to reach the index
+ * with small inputs. Call before reading. */
+void vf_pq_set_page_index_min(vf_pq_file *f, int64_t bytes);
 int vf_pq_read_field_rows(vf_pq_file *f, int row_group, int field_index, int64_t first_row, int64_t num_rows,
                           vf_pq_array *out, vf_pq_page_counts *pages);
 /* The same over every row group, concatenated. */

@@ -146,6 +146,7 @@ struct vf_pq_file {
     int64_t max_entries;       /* per leaf per read (vf_pq_set_limits) */
     int64_t max_bytes;
     size_t footer_len;
+    int64_t page_index_min;    /* chunk bytes from which reads build a page index (vf_pq_set_page_index_min) */
     /* Page indexes of big column chunks (page.c), built by the first
      * page-level read that needs one and kept: [num_row_groups *
      * num_leaves] pointers, allocated on first use; under index_lock. */

@@ -71,6 +71,7 @@ int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fi
     f->src = vf_source_ref(src);
     f->name = vf_source_name(src);
     f->footer_len = footer_len;
+    f->page_index_min = VF_PQ_PAGE_INDEX_MIN_BYTES;
     f->size = size;
     f->max_entries = DEFAULT_MAX_ENTRIES;
     f->max_bytes = DEFAULT_MAX_BYTES;
@@ -106,6 +107,11 @@ void vf_pq_close(vf_pq_file *f)
     vf_pq_free_metadata(f);
     vf_source_close(f->src);
     free(f);
+}
+
+void vf_pq_set_page_index_min(vf_pq_file *f, int64_t bytes)
+{
+    f->page_index_min = bytes > 0 ? bytes : VF_PQ_PAGE_INDEX_MIN_BYTES;
 }
 
 size_t vf_pq_memory_bytes(vf_pq_file *f)
