@@ -331,15 +331,19 @@ void vf_ds_table_free(vf_ds_table *t);
  * by estimated bytes (vf_pq_memory_bytes), least recently used first; an
  * entry in use is never closed. The dataset must outlive it. */
 typedef struct vf_ds_pq_cache vf_ds_pq_cache;
-#define VF_DS_PQ_CACHE_DEFAULT_BYTES ((size_t)64 << 20)
+#define VF_DS_PQ_CACHE_DEFAULT_BYTES ((size_t)256 << 20)
 #define VF_DS_PQ_CACHE_DEFAULT_ENTRIES 64
 typedef struct vf_ds_pq_cache_stats {
     uint64_t hits, misses, evictions, uncached; /* uncached: opened while every entry was in use */
     size_t entries, bytes;
 } vf_ds_pq_cache_stats;
-/* max_bytes / max_entries 0: the defaults. *out is NULL (and the result 0)
- * when d's file hooks are not thread-safe: callers then read uncached. */
-int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_bytes, size_t max_entries);
+/* max_bytes / max_entries 0: the defaults. fields (num_fields names, or
+ * NULL for every column): the columns reads will use; only their footer
+ * entries are kept (`index` and `episode_index` are added: reads locate
+ * and verify by them). *out is NULL (and the result 0) when d's file hooks
+ * are not thread-safe: callers then read uncached. */
+int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_bytes, size_t max_entries,
+                        const char *const *fields, int num_fields);
 void vf_ds_pq_cache_close(vf_ds_pq_cache *c);
 /* Data file `file` (index into d->data_files), opened on a miss; the
  * caller reads it (concurrently with others) and gives it back with

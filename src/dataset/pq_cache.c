@@ -9,6 +9,9 @@
  * vf_pq_file is immutable and safe for concurrent reads, so one per data
  * file serves every thread.
  *
+ * With a projection (the loader's table columns) only their footer entries
+ * are decoded and kept, so a wide file costs what its used columns cost.
+ *
  * Invariants: entries are bounded by count and by estimated bytes
  * (vf_pq_memory_bytes: footer, chunk metadata, page indexes); an entry in
  * use (refs > 0) is never closed, so the bound can be exceeded while
@@ -31,6 +34,8 @@ typedef struct pq_entry {
 
 struct vf_ds_pq_cache {
     const vf_dataset *dataset;
+    char **fields;             /* the projection (owned), or NULL: every column */
+    int num_fields;
     pthread_mutex_t lock;
     size_t max_bytes, max_entries;
     pq_entry *entries;         /* [max_entries] */
@@ -41,7 +46,8 @@ struct vf_ds_pq_cache {
     vf_ds_pq_cache_stats stats;
 };
 
-int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_bytes, size_t max_entries)
+int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_bytes, size_t max_entries,
+                        const char *const *fields, int num_fields)
 {
     *out = NULL;
     if (!d->fs.thread_safe)
@@ -63,8 +69,42 @@ int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_by
     }
     for (size_t i = 0; i < c->num_files; i++)
         c->slot[i] = -1;
+    if (fields) {
+        /* The projection, with the columns every read verifies and
+         * locates by. */
+        static const char *const always[] = {"index", "episode_index"};
+        if (!(c->fields = vf_calloc((size_t)num_fields + 2, sizeof *c->fields))) {
+            vf_ds_pq_cache_close(c);
+            return VF_ENOMEM;
+        }
+        for (int i = 0; i < num_fields + 2; i++) {
+            if (!(c->fields[i] = vf_strdup(i < num_fields ? fields[i] : always[i - num_fields]))) {
+                c->num_fields = i;
+                vf_ds_pq_cache_close(c);
+                return VF_ENOMEM;
+            }
+        }
+        c->num_fields = num_fields + 2;
+    }
     *out = c;
     return 0;
+}
+
+/* Opens data file `file` keeping the footer entries of the projection only. */
+static int open_file(vf_ds_pq_cache *c, size_t file, vf_pq_file **out)
+{
+    const vf_dataset *d = c->dataset;
+    if (!c->fields)
+        return vf_ds_open_parquet(d, d->data_files[file].rel, out);
+    vf_source *src;
+    int r = d->fs.open_source(d->fs.ctx, d->data_files[file].rel, &src);
+    if (r < 0)
+        return r;
+    r = vf_pq_open_projected(out, src, (const char *const *)c->fields, c->num_fields);
+    vf_source_close(src);
+    if (r == 0 && (d->fs.pq_max_entries || d->fs.pq_max_bytes))
+        vf_pq_set_limits(*out, d->fs.pq_max_entries, d->fs.pq_max_bytes);
+    return r;
 }
 
 void vf_ds_pq_cache_close(vf_ds_pq_cache *c)
@@ -73,6 +113,9 @@ void vf_ds_pq_cache_close(vf_ds_pq_cache *c)
         return;
     for (size_t i = 0; i < c->num_entries; i++)
         vf_pq_close(c->entries[i].pq);
+    for (int i = 0; i < c->num_fields; i++)
+        free(c->fields[i]);
+    free(c->fields);
     pthread_mutex_destroy(&c->lock);
     free(c->entries);
     free(c->slot);
@@ -146,7 +189,7 @@ int vf_ds_pq_cache_get(vf_ds_pq_cache *c, size_t file, vf_pq_file **out)
     pthread_mutex_unlock(&c->lock);
 
     vf_pq_file *pq;
-    int r = vf_ds_open_parquet(c->dataset, c->dataset->data_files[file].rel, &pq);
+    int r = open_file(c, file, &pq);
     if (r < 0)
         return r;
     size_t bytes = vf_pq_memory_bytes(pq);

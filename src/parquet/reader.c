@@ -116,9 +116,15 @@ void vf_pq_set_page_index_min(vf_pq_file *f, int64_t bytes)
 
 size_t vf_pq_memory_bytes(vf_pq_file *f)
 {
-    size_t b = sizeof *f + f->footer_len + (size_t)f->num_nodes * sizeof *f->nodes;
-    for (int g = 0; g < f->num_row_groups; g++)
+    /* The decoded footer: nodes, chunk metadata, about a third of the
+     * footer's bytes for names, statistics and key-value metadata. */
+    size_t b = sizeof *f + (size_t)f->num_nodes * sizeof *f->nodes, kept = 0, listed = 0;
+    for (int g = 0; g < f->num_row_groups; g++) {
         b += sizeof *f->row_groups + (size_t)f->row_groups[g].num_columns * sizeof(vf_pq_chunk_meta);
+        kept += (size_t)f->row_groups[g].num_columns;
+        listed += (size_t)f->row_groups[g].num_chunks;
+    }
+    b += listed ? (size_t)((double)f->footer_len / 3.0 * (double)kept / (double)listed) : f->footer_len / 3;
     pthread_mutex_lock(&f->index_lock);
     b += f->page_index_bytes;
     pthread_mutex_unlock(&f->index_lock);

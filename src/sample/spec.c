@@ -545,7 +545,8 @@ static int setup_table(builder *b)
         !(s->rg_known = vf_calloc(s->num_data_files ? s->num_data_files : 1, 1)))
         return VF_ENOMEM;
     s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
-    int r0 = s->num_table > 0 ? vf_ds_pq_cache_open(&s->data_files, b->d, 0, 0) : 0;
+    int r0 = s->num_table > 0 ? vf_ds_pq_cache_open(&s->data_files, b->d, 0, 0, s->table_names, (int)s->num_table)
+                              : 0;
     if (r0 < 0)
         return r0;
     /* Every table column must exist with a readable type (checked here, from

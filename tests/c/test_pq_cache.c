@@ -215,7 +215,7 @@ static void test_data_file_cache(const char *dir)
     CHECK(nfiles >= 3);
 
     vf_ds_pq_cache *c;
-    CHECK_OK(vf_ds_pq_cache_open(&c, d, 0, 2));
+    CHECK_OK(vf_ds_pq_cache_open(&c, d, 0, 2, NULL, 0));
     vf_ds_pq_cache_stats st;
     vf_pq_file *a, *b, *e, *g;
     CHECK_OK(vf_ds_pq_cache_get(c, 0, &a));
@@ -258,7 +258,7 @@ static void test_data_file_cache(const char *dir)
     vf_ds_pq_cache_close(c);
 
     /* A byte bound smaller than one file: every entry goes once released. */
-    CHECK_OK(vf_ds_pq_cache_open(&c, d, 1, 0));
+    CHECK_OK(vf_ds_pq_cache_open(&c, d, 1, 0, NULL, 0));
     CHECK_OK(vf_ds_pq_cache_get(c, 0, &a));
     vf_ds_pq_cache_get_stats(c, &st);
     CHECK_EQ_INT(st.entries, 1); /* held: kept above the bound */
@@ -270,7 +270,7 @@ static void test_data_file_cache(const char *dir)
 
     /* Table reads through a small cache equal uncached ones, in any order
      * of episodes over the files, with the row counts and row-group ends. */
-    CHECK_OK(vf_ds_pq_cache_open(&c, d, 0, 2));
+    CHECK_OK(vf_ds_pq_cache_open(&c, d, 0, 2, NULL, 0));
     const char *cols[] = {"observation.state", "action", "index", "task_index"};
     size_t ne = vf_dataset_num_episodes(d);
     int bad = 0;
@@ -310,6 +310,32 @@ static void test_data_file_cache(const char *dir)
     CHECK_EQ_INT(st2.hits, st1.hits + 1);
     CHECK_EQ_INT(st2.misses, st1.misses);
     vf_ds_pq_cache_close(c);
+
+    /* A projected cache keeps the footer entries of its columns only (and
+     * index, episode_index): less memory, the same rows; a column outside
+     * it is refused by name. */
+    vf_ds_pq_cache *full, *proj;
+    const char *some[] = {"action", "task_index"};
+    CHECK_OK(vf_ds_pq_cache_open(&full, d, 0, 0, NULL, 0));
+    CHECK_OK(vf_ds_pq_cache_open(&proj, d, 0, 0, some, 2));
+    CHECK_OK(vf_ds_pq_cache_get(full, 0, &a));
+    CHECK_OK(vf_ds_pq_cache_get(proj, 0, &b));
+    CHECK(vf_pq_memory_bytes(b) < vf_pq_memory_bytes(a));
+    vf_ds_pq_cache_release(full, a);
+    vf_ds_pq_cache_release(proj, b);
+    size_t pos3[3] = {0, ne / 2, ne - 1};
+    vf_ds_table t2;
+    CHECK_OK(vf_ds_read_table_cached(d, proj, pos3, 3, cols + 1, 3, VF_DS_VERIFY_INDEX, &t1));
+    CHECK_OK(vf_ds_read_table(d, pos3, 3, cols + 1, 3, VF_DS_VERIFY_INDEX, &t2));
+    bad = 0;
+    same_table(&t1, &t2, &bad);
+    CHECK_EQ_INT(bad, 0);
+    vf_ds_table_free(&t1);
+    vf_ds_table_free(&t2);
+    const char *outside[] = {"observation.state"};
+    CHECK_ERR(vf_ds_read_table_cached(d, proj, pos3, 1, outside, 1, 0, &t1), VF_EINVAL, "observation.state");
+    vf_ds_pq_cache_close(full);
+    vf_ds_pq_cache_close(proj);
     vf_dataset_close(d);
     free(root);
 }
