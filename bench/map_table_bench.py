@@ -72,7 +72,7 @@ loader.close()
 
 def measure(root, mode, args):
     spec = dict(root=str(root), mode=mode, keys=KEYS, batch=args.batch_size, threads=args.threads,
-                warmup=args.warmup, samples=args.samples)
+                warmup=args.warmup, samples=args.stream_samples if mode == "stream" else args.samples)
     r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE), args.package or ""],
                        capture_output=True, text=True,
                        timeout=args.timeout)
@@ -89,6 +89,9 @@ def main(argv=None):
     ap.add_argument("--layouts", default="file,episode", help="comma list of file,episode")
     ap.add_argument("--modes", default="map,stream")
     ap.add_argument("--samples", type=int, default=6400, help="samples measured per run (default 6400)")
+    ap.add_argument("--stream-samples", type=int, default=400000,
+                    help="samples measured per stream-mode run (default 400000: its table cost per sample is "
+                         "tiny)")
     ap.add_argument("--warmup", type=int, default=4, help="batches before the measurement (default 4)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
