@@ -255,7 +255,8 @@ typedef struct vf_pq_page_counts {
  * and first row (a repeated column's v1 pages decompressed once for their
  * repetition levels), so later reads of the chunk go straight to the page
  * holding their first row, whatever the column, and decode only the pages
- * of their range. */
+ * of their range. The environment variable VF_PQ_PAGE_INDEX_MIN_BYTES
+ * overrides the size at open (tests). */
 #define VF_PQ_PAGE_INDEX_MIN_BYTES (128 * 1024)
 /* Sets the chunk size from which page-level reads build a page index (0:
  * VF_PQ_PAGE_INDEX_MIN_BYTES); the fuzzer lowers it to reach the index

@@ -71,7 +71,11 @@ int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fi
     f->src = vf_source_ref(src);
     f->name = vf_source_name(src);
     f->footer_len = footer_len;
-    f->page_index_min = VF_PQ_PAGE_INDEX_MIN_BYTES;
+    /* VF_PQ_PAGE_INDEX_MIN_BYTES in the environment lowers (or raises) the
+     * size from which chunks get a page index: tests reach the index with
+     * small files written by pyarrow. */
+    const char *env = getenv("VF_PQ_PAGE_INDEX_MIN_BYTES");
+    f->page_index_min = env && atoll(env) > 0 ? (int64_t)atoll(env) : VF_PQ_PAGE_INDEX_MIN_BYTES;
     f->size = size;
     f->max_entries = DEFAULT_MAX_ENTRIES;
     f->max_bytes = DEFAULT_MAX_BYTES;
