@@ -160,10 +160,10 @@ def test_page_index_over_pyarrow_pages(datasets, tmp_path_factory, monkeypatch, 
     index, action, st = epoch(root, table_cache_bytes=2048, seed=3)
     assert_exact(index, action, want)
     assert st["table_pages_skipped"] > 0
-    # Without the index (threshold above the files): the same rows and the same pages decoded
-    # (the index saves reading, decompressing and counting the pages before a range, which the
-    # counters do not show; tests/c/test_pq_cache.c checks that it is built and used).
+    # Without the index (threshold above the files): the same rows, and no fewer pages decoded
+    # (the index mostly saves reading, decompressing and counting the pages before a range,
+    # which the counters do not show; tests/c/test_pq_cache.c checks that it is built and used).
     monkeypatch.setenv("VF_PQ_PAGE_INDEX_MIN_BYTES", str(1 << 40))
     index2, action2, st2 = epoch(root, table_cache_bytes=2048, seed=3)
     assert index2 == index and np.array_equal(action2, action)
-    assert st["table_pages_decoded"] == st2["table_pages_decoded"]
+    assert st["table_pages_decoded"] <= st2["table_pages_decoded"]
