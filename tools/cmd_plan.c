@@ -24,8 +24,8 @@ static int partition_from_name(const char *n)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: vlafeed plan PATH [--json] [--world-size N] [--workers N] [--episodes A,B,...]\n"
-            "                    [--mode stream|pool] [--partition file_group|episode|sequential]\n"
+            "usage: vlafeed plan PATH [--json] [-w|--world-size N] [--workers N] [--episodes A,B,...]\n"
+            "                    [--mode stream|pool|map] [--partition file_group|episode|sequential]\n"
             "                    [--batch-size B] [--seed S] [--epoch E] [--tasks] [--rank R --worker W]\n"
             "\n"
             "Shows how the loader splits the dataset at PATH into tasks and over consumers\n"
@@ -40,9 +40,13 @@ static void usage(FILE *f)
             "               `stream` mode)\n"
             "the tasks and the MP4 opens needed to read every task once (the sum over tasks\n"
             "and cameras of the distinct files a task uses). Then the MP4 opens one epoch\n"
-            "really makes at this world size and worker count (each consumer opens each\n"
-            "file of its part once), against the lower bound no plan can beat: every file\n"
-            "once, and every consumer at least one file per camera.\n"
+            "really makes at this world size and worker count (the loaders'\n"
+            "stats()[\"video_opens\"] over the epoch, with one engine thread, or any number\n"
+            "sharing one reader per file: share_video_readers, the default in map mode),\n"
+            "against the lower bound: the distinct files of each consumer's share.\n"
+            "Stream mode reads its file groups in order;\n"
+            "pool mode admits the episodes of its (random) share in file order; map mode\n"
+            "walks every consumer's random order batch by batch (time in the frames).\n"
             "\n"
             "Samples per rank: without drop_last every rank gets ceil(frames / world size),\n"
             "the last ranks repeating the first samples of the epoch (padded); with\n"
@@ -51,11 +55,12 @@ static void usage(FILE *f)
             "\n"
             "options:\n"
             "  --json           print the plan as one JSON document\n"
-            "  --world-size N   number of ranks (default 1)\n"
+            "  -w, --world-size N   number of ranks (default 1)\n"
             "  --workers N      consumers (engine workers or DataLoader workers) per rank\n"
             "                   (default 1)\n"
             "  --episodes LIST  only these episode indices (comma separated)\n"
-            "  --mode M         stream (default) or pool, for the opens and task lists\n"
+            "  --mode M         stream (default), pool or map, for the opens; stream or pool\n"
+            "                   for the task lists\n"
             "  --partition P    stream mode's partition (default file_group)\n"
             "  --batch-size B   for the drop_last remainder (default 32)\n"
             "  --seed S, --epoch E   the epoch whose order is planned (default 0, 0)\n"
@@ -82,7 +87,7 @@ int vf_cmd_plan(int argc, char **argv)
             return 0;
         } else if (vf_cli_is(a, "--json", NULL)) {
             json = 1;
-        } else if (vf_cli_is(a, "--world-size", NULL)) {
+        } else if (vf_cli_is(a, "--world-size", "-w")) {
             if (vf_cli_int("--world-size", v, 1, 1 << 20, &world_size) < 0)
                 goto usage_error;
             i++;
@@ -113,8 +118,8 @@ int vf_cmd_plan(int argc, char **argv)
         } else if (vf_cli_is(a, "--tasks", NULL)) {
             list_tasks = 1;
         } else if (vf_cli_is(a, "--mode", NULL)) {
-            if (!v || (strcmp(v, "stream") && strcmp(v, "pool"))) {
-                fprintf(stderr, "vlafeed plan: --mode takes stream or pool\n");
+            if (!v || (strcmp(v, "stream") && strcmp(v, "pool") && strcmp(v, "map"))) {
+                fprintf(stderr, "vlafeed plan: --mode takes stream, pool or map\n");
                 goto usage_error;
             }
             mode = v;
@@ -161,7 +166,7 @@ int vf_cmd_plan(int argc, char **argv)
     }
     vf_loader_settings ls;
     vf_loader_defaults(&ls);
-    ls.mode = strcmp(mode, "pool") == 0 ? VF_MODE_POOL : VF_MODE_STREAM;
+    ls.mode = !strcmp(mode, "pool") ? VF_MODE_POOL : !strcmp(mode, "map") ? VF_MODE_MAP : VF_MODE_STREAM;
     ls.partition = (vf_partition)partition_from_name(partition);
     ls.world_size = (int)world_size;
     ls.num_consumers = (int)workers;

@@ -350,8 +350,16 @@ typedef struct vf_loader_settings {
     size_t episode_pool_size;  /* pool mode: episode segments per consumer, default 16 */
     size_t decoder_cache_entries; /* open decoders kept; 0 (default) = 32, or in pool mode
                                    * the pool's working set: episode_pool_size x cameras x
-                                   * consumers of this loader x threads, at most 128; in map
-                                   * mode video files x threads, at least 32, at most 128 */
+                                   * consumers of this loader x threads (x 1 with
+                                   * share_video_readers), at most 128; in map mode video
+                                   * files, at least 32, at most 128 */
+    int share_video_readers;   /* 1: one reader per video file serves every engine thread in
+                                * turn (a thread waits for a file another is decoding), so a
+                                * run opens what vf_plan_count_opens counts at any thread
+                                * count; 0: each thread opens its own reader of a file it
+                                * needs while another decodes it (more opens, no waiting).
+                                * -1 (default): 1 in map mode, 0 in stream and pool modes,
+                                * which read a file forward from many threads at once */
     vf_pool_hooks pool_hooks;  /* pool mode: admission / eviction callbacks (none by default) */
     /* Pool mode over a remote (http/https/s3) root: prefetch-on-admit. When
      * both are set, admitting an episode starts background downloads of its
@@ -624,11 +632,13 @@ typedef struct vf_plan_opens {
     size_t task_opens;         /* reading every task once on its own (a task-per-worker executor, e.g.
                                 * Ray Data): the sum over tasks and cameras of the files each touches */
     size_t consumer_opens;     /* what the loaders do: the sum over consumers of the files each opens
-                                * reading its part in order through a decoder cache of cache_entries
-                                * (simulated LRU; one consumer per loader, one engine thread) */
+                                * reading its part in order (pool mode: its episodes in admission
+                                * order) through a decoder cache of cache_entries (simulated LRU; one
+                                * consumer per loader; any number of engine threads, which share one
+                                * reader per file). A run's vf_loader_stats.video_opens */
     size_t cache_entries;      /* the decoder cache capacity simulated */
-    size_t lower_bound;        /* no plan can do better: max(distinct_files, the sum over consumers of
-                                * the cameras they read, i.e. one file per camera each) */
+    size_t lower_bound;        /* no plan can do better: the sum over consumers of the distinct files
+                                * their share of the epoch uses */
     int64_t samples;           /* rows the consumers read this epoch */
 } vf_plan_opens;
 

@@ -324,6 +324,42 @@ int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_po
                      const char *const *columns, size_t num_columns, int flags, vf_ds_table *out);
 void vf_ds_table_free(vf_ds_table *t);
 
+/* ---- data file cache (pq_cache.c) ------------------------------------------ */
+
+/* A bounded cache of open data files (their Parquet footers decoded once)
+ * for the table reads of one loader; thread-safe. Bounded by entries and
+ * by estimated bytes (vf_pq_memory_bytes), least recently used first; an
+ * entry in use is never closed. The dataset must outlive it. */
+typedef struct vf_ds_pq_cache vf_ds_pq_cache;
+#define VF_DS_PQ_CACHE_DEFAULT_BYTES ((size_t)256 << 20)
+#define VF_DS_PQ_CACHE_DEFAULT_ENTRIES 64
+typedef struct vf_ds_pq_cache_stats {
+    uint64_t hits, misses, evictions, uncached; /* uncached: opened while every entry was in use */
+    size_t entries, bytes;
+} vf_ds_pq_cache_stats;
+/* max_bytes / max_entries 0: the defaults. fields (num_fields names, or
+ * NULL for every column): the columns reads will use; only their footer
+ * entries are kept (`index` and `episode_index` are added: reads locate
+ * and verify by them). *out is NULL (and the result 0) when d's file hooks
+ * are not thread-safe: callers then read uncached. */
+int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_bytes, size_t max_entries,
+                        const char *const *fields, int num_fields);
+void vf_ds_pq_cache_close(vf_ds_pq_cache *c);
+/* Data file `file` (index into d->data_files), opened on a miss; the
+ * caller reads it (concurrently with others) and gives it back with
+ * vf_ds_pq_cache_release. Errors name the file. */
+int vf_ds_pq_cache_get(vf_ds_pq_cache *c, size_t file, vf_pq_file **out);
+void vf_ds_pq_cache_release(vf_ds_pq_cache *c, vf_pq_file *pq);
+void vf_ds_pq_cache_get_stats(vf_ds_pq_cache *c, vf_ds_pq_cache_stats *out);
+
+/* vf_ds_read_table and vf_ds_data_file_row_groups through a cache of the
+ * data files (NULL: each read opens its files, as the functions above). */
+int vf_ds_read_table_cached(const vf_dataset *d, vf_ds_pq_cache *cache, const size_t *positions,
+                            size_t num_positions, const char *const *columns, size_t num_columns, int flags,
+                            vf_ds_table *out);
+int vf_ds_data_file_row_groups_cached(const vf_dataset *d, vf_ds_pq_cache *cache, size_t file, int64_t **ends,
+                                      int *count);
+
 /* Value type a feature reads as (VF_DS_F32 / I64 / STRING), or -1 for
  * features that have no table column (video, image, language, unknown). */
 int vf_ds_feature_value_type(const vf_feature *f);

@@ -12,9 +12,11 @@
  * files have one big row group in which an episode starts mid-group; both
  * work the same way here.
  *
- * Reading: each data file of the requested episodes is opened once, each
- * needed row group is decoded once per requested column (only the pages
- * holding the rows the episodes need: vf_pq_read_field_rows), and the rows are
+ * Reading: each data file of the requested episodes is opened once (or
+ * taken from the loader's cache of open data files, pq_cache.c), each
+ * needed row group is read per requested column in runs of nearby
+ * episodes (only the pages holding the rows they need:
+ * vf_pq_read_field_rows, which finds them from a page index), and the rows are
  * copied (with conversion: float features -> float32, integer and bool
  * features -> int64) into contiguous [rows, width] arrays. Every vector row
  * must hold exactly the feature's size (product of shape) elements, nested
@@ -352,12 +354,75 @@ static int cmp_int(const void *a, const void *b)
 
 /* Reads one data file's share of the table. pass 0: values (and string
  * lengths), pass 1: string bytes. */
-static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, size_t num_plans,
-                          vf_ds_table *t, int flags, int pass)
+/* Spans of one row group nearer than this many rows are read as one run
+ * (a page holds thousands of rows: two reads of one page cost two
+ * decodes of it). */
+#define RUN_GAP 4096
+
+typedef struct run {
+    int group;
+    int64_t lo, hi;            /* rows of the row group */
+} run;
+
+static int cmp_run(const void *a, const void *b)
 {
-    const vf_ds_file *df = &d->data_files[file_id];
+    const run *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The runs of rows to read: every span of the plans, sorted by (group,
+ * first row), neighbours nearer than RUN_GAP merged. *runs newly
+ * allocated. */
+static int make_runs(ep_plan **plans, size_t num_plans, run **runs, size_t *count)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < num_plans; i++)
+        n += (size_t)plans[i]->num_spans;
+    run *v = vf_malloc_array(n ? n : 1, sizeof *v);
+    if (!v)
+        return VF_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < num_plans; i++)
+        for (int s = 0; s < plans[i]->num_spans; s++) {
+            const vf_ds_rg_span *sp = &plans[i]->spans[s];
+            if (sp->count > 0)
+                v[k++] = (run){sp->row_group, sp->first_row, sp->first_row + sp->count};
+        }
+    qsort(v, k, sizeof *v, cmp_run);
+    size_t out = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (out > 0 && v[out - 1].group == v[i].group && v[i].lo - v[out - 1].hi <= RUN_GAP)
+            v[out - 1].hi = VF_MAX(v[out - 1].hi, v[i].hi);
+        else
+            v[out++] = v[i];
+    }
+    *runs = v;
+    *count = out;
+    return 0;
+}
+
+static int open_data_file(const vf_dataset *d, vf_ds_pq_cache *cache, size_t file_id, vf_pq_file **f)
+{
+    if (cache)
+        return vf_ds_pq_cache_get(cache, file_id, f);
+    return vf_ds_open_parquet(d, d->data_files[file_id].rel, f);
+}
+
+static void close_data_file(vf_ds_pq_cache *cache, vf_pq_file *f)
+{
+    if (cache)
+        vf_ds_pq_cache_release(cache, f);
+    else
+        vf_pq_close(f);
+}
+
+static int read_file_part(const vf_dataset *d, vf_ds_pq_cache *cache, size_t file_id, ep_plan **plans,
+                          size_t num_plans, vf_ds_table *t, int flags, int pass)
+{
     vf_pq_file *f;
-    int r = vf_ds_open_parquet(d, df->rel, &f);
+    int r = open_data_file(d, cache, file_id, &f);
     if (r < 0)
         return r;
     /* The row groups this file's episodes need. */
@@ -384,24 +449,17 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
         if (pass == 0)
             t->row_groups_read += (int64_t)ng;
     }
-    /* The rows each of those groups must give, [lo, hi): only they are
-     * read, through page-level reads (a converter's file is one row group
-     * of hundreds of episodes: decoding it whole per miss or per rank was
-     * the cost of the file, not of the share). */
-    int64_t *range = r == 0 ? vf_malloc_array(ng ? 2 * ng : 1, sizeof *range) : NULL;
-    if (r == 0 && !range)
-        r = VF_ENOMEM;
-    for (size_t gi = 0; gi < ng && r == 0; gi++) {
-        int64_t lo = INT64_MAX, hi = 0;
-        for (size_t i = 0; i < num_plans; i++)
-            for (int sp = 0; sp < plans[i]->num_spans; sp++)
-                if (plans[i]->spans[sp].row_group == groups[gi]) {
-                    lo = VF_MIN(lo, plans[i]->spans[sp].first_row);
-                    hi = VF_MAX(hi, plans[i]->spans[sp].first_row + plans[i]->spans[sp].count);
-                }
-        range[2 * gi] = lo;
-        range[2 * gi + 1] = hi;
-    }
+    /* The rows each of those groups must give, as runs [lo, hi) of the
+     * episodes' spans: spans closer than RUN_GAP rows join one run, farther
+     * ones are read apart, so only the pages holding rows the episodes need
+     * are read (page-level reads; a converter's file is one row group of
+     * hundreds of episodes, and a map-mode miss takes a few random episodes
+     * of it: one range from the first to the last decoded most of the file
+     * for each of them). */
+    run *runs = NULL;
+    size_t nruns = 0;
+    if (r == 0)
+        r = make_runs(plans, num_plans, &runs, &nruns);
     /* Columns: the requested ones, plus `index` and `episode_index` for
      * verification (verify = 1 and 2). */
     size_t ncols = t->num_columns + ((flags & VF_DS_VERIFY_INDEX) && pass == 0 ? 2 : 0);
@@ -418,16 +476,15 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
             r = vf_error(VF_ENOENT, "%s: missing column '%s' (declared in info.json)", vf_pq_name(f), cname);
             break;
         }
-        for (size_t gi = 0; gi < ng && r == 0; gi++) {
-            int64_t lo = range[2 * gi], hi = range[2 * gi + 1];
-            if (lo >= hi)
-                continue;
+        for (size_t ri = 0; ri < nruns && r == 0; ri++) {
+            int group = runs[ri].group;
+            int64_t lo = runs[ri].lo, hi = runs[ri].hi;
             vf_pq_array a;
             memset(&a, 0, sizeof a);
             vf_pq_page_counts pages = {0, 0};
-            r = vf_pq_read_field_rows(f, groups[gi], field, lo, hi - lo, &a, &pages);
+            r = vf_pq_read_field_rows(f, group, field, lo, hi - lo, &a, &pages);
             if (r < 0) {
-                r = vf_error_context(r, "column '%s', row group %d", cname, groups[gi]);
+                r = vf_error_context(r, "column '%s', row group %d", cname, group);
                 break;
             }
             t->pages_decoded += pages.decoded;
@@ -437,7 +494,7 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
                 read_ctx x = {vf_pq_name(f), e->pub.episode_index, cname, 0};
                 for (int s = 0; s < plans[i]->num_spans && r == 0; s++) {
                     const vf_ds_rg_span *sp = &plans[i]->spans[s];
-                    if (sp->row_group != groups[gi])
+                    if (sp->row_group != group || sp->first_row < lo || sp->first_row + sp->count > hi)
                         continue;
                     int64_t out_row = plans[i]->out_row + sp->episode_row;
                     x.episode_row = sp->episode_row;
@@ -455,26 +512,32 @@ static int read_file_part(const vf_dataset *d, size_t file_id, ep_plan **plans, 
             vf_pq_array_free(&a);
         }
     }
-    free(range);
+    free(runs);
     free(groups);
-    vf_pq_close(f);
+    close_data_file(cache, f);
     return r;
 }
 
 int vf_ds_data_file_row_groups(const vf_dataset *d, size_t file, int64_t **ends, int *count)
+{
+    return vf_ds_data_file_row_groups_cached(d, NULL, file, ends, count);
+}
+
+int vf_ds_data_file_row_groups_cached(const vf_dataset *d, vf_ds_pq_cache *cache, size_t file, int64_t **ends,
+                                      int *count)
 {
     *ends = NULL;
     *count = 0;
     if (file >= d->num_data_files)
         return vf_error(VF_ERANGE, "%s: data file %zu out of range (%zu files)", d->root, file, d->num_data_files);
     vf_pq_file *f;
-    int r = vf_ds_open_parquet(d, d->data_files[file].rel, &f);
+    int r = open_data_file(d, cache, file, &f);
     if (r < 0)
         return r;
     int n = vf_pq_num_row_groups(f);
     int64_t *e = vf_malloc_array(n > 0 ? (size_t)n : 1, sizeof *e);
     if (!e) {
-        vf_pq_close(f);
+        close_data_file(cache, f);
         return VF_ENOMEM;
     }
     int64_t acc = 0;
@@ -482,7 +545,7 @@ int vf_ds_data_file_row_groups(const vf_dataset *d, size_t file, int64_t **ends,
         acc += vf_pq_row_group_rows(f, g);
         e[g] = acc;
     }
-    vf_pq_close(f);
+    close_data_file(cache, f);
     *ends = e;
     *count = n;
     return 0;
@@ -490,6 +553,13 @@ int vf_ds_data_file_row_groups(const vf_dataset *d, size_t file, int64_t **ends,
 
 int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_positions, const char *const *columns,
                      size_t num_columns, int flags, vf_ds_table *out)
+{
+    return vf_ds_read_table_cached(d, NULL, positions, num_positions, columns, num_columns, flags, out);
+}
+
+int vf_ds_read_table_cached(const vf_dataset *d, vf_ds_pq_cache *cache, const size_t *positions,
+                            size_t num_positions, const char *const *columns, size_t num_columns, int flags,
+                            vf_ds_table *out)
 {
     memset(out, 0, sizeof *out);
     ep_plan *plans = vf_calloc(num_positions ? num_positions : 1, sizeof *plans);
@@ -579,7 +649,7 @@ int vf_ds_read_table(const vf_dataset *d, const size_t *positions, size_t num_po
             size_t j = i;
             while (j < num_positions && by_file[j]->file == by_file[i]->file)
                 j++;
-            r = read_file_part(d, (size_t)by_file[i]->file, by_file + i, j - i, out, flags, pass);
+            r = read_file_part(d, cache, (size_t)by_file[i]->file, by_file + i, j - i, out, flags, pass);
             i = j;
         }
     }

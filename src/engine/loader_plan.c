@@ -563,6 +563,41 @@ static int collect_pieces(void *ctx, int rank, int consumer, const vf_plan_piece
     return 0;
 }
 
+static int cmp_size_t(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One file access of a consumer's simulated decoder cache (LRU with the
+ * loader's capacity): 1 when it opens the file. */
+static int lru_touch(task_walk *w, size_t key, size_t *used, uint64_t *clock)
+{
+    size_t hit = SIZE_MAX, oldest = 0;
+    ++*clock;
+    for (size_t k = 0; k < *used; k++) {
+        if (w->lru_key[k] == key)
+            hit = k;
+        if (w->lru_time[k] < w->lru_time[oldest])
+            oldest = k;
+    }
+    if (hit != SIZE_MAX) {
+        w->lru_time[hit] = *clock;
+        return 0;
+    }
+    size_t slot = *used < w->lru_cap ? (*used)++ : oldest;
+    w->lru_key[slot] = key;
+    w->lru_time[slot] = *clock;
+    return 1;
+}
+
+/* The MP4 opens of one consumer: its episodes in the order the loader
+ * reads them (stream: its part's order; pool: admission order, which is
+ * position order, see src/plan/pool.c) through the simulated decoder cache,
+ * each (episode, camera) one access. A run uses one reader per file shared
+ * by its engine threads (src/sample/assemble.c), so this is the count at
+ * any thread count while the cache holds the working set. The lower bound
+ * is the distinct files of the consumer's share. */
 static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan_piece *p, size_t n)
 {
     (void)rank;
@@ -570,41 +605,112 @@ static int count_consumer_opens(void *ctx, int rank, int consumer, const vf_plan
     task_walk *w = ctx;
     size_t nc = vf_dataset_num_cameras(w->d);
     int64_t samples = 0;
-    /* The decoder cache of one consumer, simulated: LRU over the files of
-     * its part in reading order, with the loader's capacity. */
-    size_t cap = w->lru_cap, used = 0, opens = 0;
-    uint64_t clock = 0;
+    size_t num_eps = 0;
     for (size_t i = 0; i < n; i++) {
         samples += p[i].num_samples;
-        size_t e0 = episode_at(w, p[i].first_position);
-        size_t e1 = episode_at(w, p[i].first_position + p[i].num_samples - 1);
-        for (size_t e = e0; e <= e1; e++)
-            for (size_t c = 0; c < nc; c++) {
-                vf_video_span vs;
-                if (vf_dataset_episode_video(w->d, e, c, &vs) < 0)
-                    return VF_EINVAL;
-                size_t key = w->file_base[c] + vs.file, hit = SIZE_MAX, oldest = 0;
-                clock++;
-                for (size_t k = 0; k < used; k++) {
-                    if (w->lru_key[k] == key)
-                        hit = k;
-                    if (w->lru_time[k] < w->lru_time[oldest])
-                        oldest = k;
-                }
-                if (hit != SIZE_MAX) {
-                    w->lru_time[hit] = clock;
-                    continue;
-                }
-                opens++;
-                size_t slot = used < cap ? used++ : oldest;
-                w->lru_key[slot] = key;
-                w->lru_time[slot] = clock;
-            }
+        num_eps += episode_at(w, p[i].first_position + p[i].num_samples - 1) - episode_at(w, p[i].first_position) + 1;
     }
+    size_t *eps = vf_malloc_array(num_eps ? num_eps : 1, sizeof *eps);
+    size_t *keys = vf_malloc_array(num_eps * nc > 0 ? num_eps * nc : 1, sizeof *keys);
+    if (!eps || !keys) {
+        free(eps);
+        free(keys);
+        return VF_ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t e1 = episode_at(w, p[i].first_position + p[i].num_samples - 1);
+        for (size_t e = episode_at(w, p[i].first_position); e <= e1; e++)
+            eps[k++] = e;
+    }
+    if (w->s.mode == VF_MODE_POOL && w->s.shuffle)
+        qsort(eps, k, sizeof *eps, cmp_size_t);
+    size_t used = 0, opens = 0, nk = 0;
+    uint64_t clock = 0;
+    int r = 0;
+    for (size_t i = 0; i < k && r == 0; i++)
+        for (size_t c = 0; c < nc; c++) {
+            vf_video_span vs;
+            if ((r = vf_dataset_episode_video(w->d, eps[i], c, &vs)) < 0)
+                break;
+            size_t key = w->file_base[c] + vs.file;
+            keys[nk++] = key;
+            opens += (size_t)lru_touch(w, key, &used, &clock);
+        }
+    size_t distinct = 0;
+    if (r == 0) {
+        qsort(keys, nk, sizeof *keys, cmp_size_t);
+        for (size_t i = 0; i < nk; i++)
+            distinct += i == 0 || keys[i] != keys[i - 1];
+    }
+    free(eps);
+    free(keys);
+    if (r < 0)
+        return r;
     w->opens->consumer_opens += opens;
-    w->opens->lower_bound += samples > 0 ? nc : 0;
+    w->opens->lower_bound += distinct;
     w->opens->samples += samples;
     return 0;
+}
+
+/* Map mode: every consumer's epoch order (vf_plan_epoch_build, O(its
+ * samples)), batch by batch as the engine assembles one: the batch's
+ * distinct files in file order (src/sample/assemble.c runs its file groups
+ * sorted by file), each one access of the simulated cache. */
+static int count_map_opens(task_walk *w)
+{
+    size_t nc = vf_dataset_num_cameras(w->d);
+    int r = 0;
+    for (int rank = 0; rank < w->s.world_size && r == 0; rank++)
+        for (int c = 0; c < w->s.num_consumers && r == 0; c++) {
+            vf_plan_epoch_settings ps = w->ps;
+            ps.rank = rank;
+            ps.consumer = c;
+            vf_plan_epoch ep;
+            if ((r = vf_plan_epoch_build(&ps, w->ep_start[w->num_episodes], NULL, 0, &ep)) < 0)
+                break;
+            size_t max_batch = 0;
+            for (size_t b = 0; b < ep.num_batches; b++)
+                max_batch = VF_MAX(max_batch, (size_t)(ep.batch_start[b + 1] - ep.batch_start[b]));
+            size_t *keys = vf_malloc_array(max_batch * nc > 0 ? max_batch * nc : 1, sizeof *keys);
+            size_t *all = vf_malloc_array(ep.num_samples * (int64_t)nc > 0 ? (size_t)ep.num_samples * nc : 1,
+                                          sizeof *all);
+            if (!keys || !all)
+                r = VF_ENOMEM;
+            size_t used = 0, opens = 0, na = 0;
+            uint64_t clock = 0;
+            for (size_t b = 0; b < ep.num_batches && r == 0; b++) {
+                size_t nk = 0;
+                for (int64_t i = ep.batch_start[b]; i < ep.batch_start[b + 1] && r == 0; i++) {
+                    size_t e = episode_at(w, ep.positions[i]);
+                    for (size_t cam = 0; cam < nc; cam++) {
+                        vf_video_span vs;
+                        if ((r = vf_dataset_episode_video(w->d, e, cam, &vs)) < 0)
+                            break;
+                        keys[nk++] = w->file_base[cam] + vs.file;
+                    }
+                }
+                qsort(keys, nk, sizeof *keys, cmp_size_t);
+                for (size_t i = 0; i < nk; i++)
+                    if (i == 0 || keys[i] != keys[i - 1]) {
+                        opens += (size_t)lru_touch(w, keys[i], &used, &clock);
+                        all[na++] = keys[i];
+                    }
+            }
+            size_t distinct = 0;
+            if (r == 0) {
+                qsort(all, na, sizeof *all, cmp_size_t);
+                for (size_t i = 0; i < na; i++)
+                    distinct += i == 0 || all[i] != all[i - 1];
+                w->opens->consumer_opens += opens;
+                w->opens->lower_bound += distinct;
+                w->opens->samples += ep.num_samples;
+            }
+            free(keys);
+            free(all);
+            vf_plan_epoch_free(&ep);
+        }
+    return r;
 }
 
 static void walk_free(task_walk *w)
@@ -618,7 +724,8 @@ static void walk_free(task_walk *w)
 /* The walk over a dataset's consumers for these settings: checked
  * settings, tasks, plan settings (with the remaining ranges of a resolved
  * resume state of that epoch). */
-static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, task_walk *w)
+static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, int64_t epoch, int allow_map,
+                      task_walk *w)
 {
     memset(w, 0, sizeof *w);
     w->s = *settings;
@@ -626,7 +733,7 @@ static int walk_setup(const vf_dataset *d, const vf_loader_settings *settings, i
     const vf_loader_state *resume = s->resume;
     s->resume = NULL;
     int r = vf_engine_check_settings(s);
-    if (r == 0 && s->mode == VF_MODE_MAP)
+    if (r == 0 && s->mode == VF_MODE_MAP && !allow_map)
         r = vf_error(VF_EINVAL, "plan: map mode has no tasks (its samples are random positions); use mode "
                                 "'stream' or 'pool'");
     if (r == 0)
@@ -673,7 +780,7 @@ int vf_plan_consumer_tasks(const vf_dataset *d, const vf_loader_settings *settin
     *out = NULL;
     *count = 0;
     task_walk w;
-    int r = walk_setup(d, settings, epoch, &w);
+    int r = walk_setup(d, settings, epoch, 0, &w);
     if (r < 0)
         return r;
     if (rank < -1 || rank >= w.s.world_size || consumer < -1 || consumer >= w.s.num_consumers)
@@ -697,7 +804,7 @@ int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings,
 {
     memset(out, 0, sizeof *out);
     task_walk w;
-    int r = walk_setup(d, settings, epoch, &w);
+    int r = walk_setup(d, settings, epoch, 1, &w);
     if (r < 0)
         return r;
     size_t nc = vf_dataset_num_cameras(d);
@@ -708,13 +815,13 @@ int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings,
         out->distinct_files += vf_dataset_num_video_files(d, c);
     }
     out->consumers = (size_t)w.s.world_size * (size_t)w.s.num_consumers;
-    /* One consumer per loader (a DataLoader worker), one engine thread. */
+    /* One consumer per loader (a DataLoader worker); any thread count. */
     vf_loader_settings one = w.s;
     one.consumer = 0;
     w.lru_cap = vf_engine_cache_entries(&one, nc, out->distinct_files, 1);
     w.lru_cap = w.lru_cap < 1 ? 1 : w.lru_cap > 128 ? 128 : w.lru_cap;
     out->cache_entries = w.lru_cap;
-    if (r == 0) {
+    if (r == 0 && w.s.mode != VF_MODE_MAP) {
         vf_plan_input in;
         r = vf_plan_input_from_dataset(d, &in);
         if (r == 0) {
@@ -723,11 +830,11 @@ int vf_plan_count_opens(const vf_dataset *d, const vf_loader_settings *settings,
         }
     }
     w.opens = out;
-    if (r == 0)
+    if (r == 0 && w.s.mode == VF_MODE_MAP)
+        r = count_map_opens(&w);
+    else if (r == 0)
         r = vf_plan_each_consumer(&w.ps, w.ep_start[w.num_episodes], w.tasks, w.num_tasks, count_consumer_opens,
                                   &w);
-    if (r == 0 && out->lower_bound < out->distinct_files)
-        out->lower_bound = out->distinct_files;
     walk_free(&w);
     return r;
 }

@@ -68,9 +68,11 @@ int vf_plan_report_json(const vf_dataset *d, const vf_loader_settings *s, int64_
     int64_t frames = json_integer_value(json_object_get(doc, "frames"));
     int64_t w = s->world_size, bs = (int64_t)s->batch_size;
     int64_t kept_per_rank = frames / w / bs * bs;
-    json_object_set_new(doc, "mode", json_string(s->mode == VF_MODE_POOL ? "pool" : "stream"));
-    json_object_set_new(doc, "partition", json_string(s->mode == VF_MODE_POOL ? "episode"
-                                                                              : vf_plan_partition_name(s->partition)));
+    json_object_set_new(doc, "mode",
+                        json_string(s->mode == VF_MODE_POOL ? "pool" : s->mode == VF_MODE_MAP ? "map" : "stream"));
+    json_object_set_new(doc, "partition", s->mode == VF_MODE_MAP ? json_null()
+                                          : json_string(s->mode == VF_MODE_POOL ? "episode"
+                                                                                : vf_plan_partition_name(s->partition)));
     json_object_set_new(doc, "batch_size", json_integer(bs));
     json_object_set_new(doc, "samples_per_rank_drop_last", json_integer(kept_per_rank));
     json_object_set_new(doc, "dropped_drop_last", json_integer(frames - kept_per_rank * w));

@@ -94,7 +94,7 @@ static int fetch(vf_pq_chunk_ctx *c, int64_t off, int64_t len, const uint8_t **p
         return 0;
     }
     if (!(s->window && off >= s->window_start && off + len <= s->window_start + s->window_len)) {
-        int64_t want = VF_MAX(len, VF_MIN(WINDOW_BYTES, c->chunk_end - off));
+        int64_t want = VF_MAX(len, VF_MIN(c->window_bytes > 0 ? c->window_bytes : WINDOW_BYTES, c->chunk_end - off));
         if ((size_t)want > s->window_cap) {
             if (want > c->f->max_bytes)
                 return vf_pq_fail(c, VF_EUNSUPPORTED, "page of %lld bytes is above the reader limit", (long long)want);
@@ -547,7 +547,7 @@ static int dictionary_page(vf_pq_chunk_ctx *c, const page_header *h, const uint8
 {
     if (c->has_dict)
         return vf_pq_fail(c, VF_ECORRUPT, "second dictionary page in a column chunk");
-    if (c->col->num_entries > c->entries_start)
+    if (c->col->num_entries > c->entries_start && !c->dict_deferred)
         return vf_pq_fail(c, VF_ECORRUPT, "dictionary page after data pages");
     if (h->encoding != VF_PQ_ENC_PLAIN && h->encoding != VF_PQ_ENC_PLAIN_DICTIONARY)
         return vf_pq_fail(c, VF_EUNSUPPORTED, "dictionary page encoding %s (%d) is not supported",
@@ -591,6 +591,123 @@ static int read_page_header(vf_pq_chunk_ctx *c, int64_t off, page_header *h, int
         if ((r = fetch(c, off, more, &p, &avail)) < 0)
             return r;
     }
+}
+
+/* ---- page index ------------------------------------------------------------------------ */
+
+/* Scans a column chunk's page headers from start (c set up for the chunk)
+ * and records where each data page is and the rows and entries before it.
+ * A repeated column's v1 page is decompressed for its repetition levels
+ * (its rows), once; the other pages' rows are in their headers. */
+static int build_page_index(vf_pq_chunk_ctx *c, int64_t start, vf_pq_chunk_pages **out)
+{
+    const vf_pq_chunk_meta *m = c->meta;
+    int cap = 16, n = 0, r = 0, saved_page = c->page;
+    vf_pq_chunk_pages *p = vf_malloc(sizeof *p + (size_t)cap * sizeof p->loc[0]);
+    if (!p)
+        return VF_ENOMEM;
+    int64_t pos = start, done = 0, rows = 0;
+    for (int ordinal = 0; done < m->num_values && r == 0; ordinal++) {
+        c->page = ordinal;
+        if (pos >= c->chunk_end) {
+            r = vf_pq_fail(c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
+                           (long long)m->num_values);
+            break;
+        }
+        page_header h;
+        int64_t hlen = 0;
+        if ((r = read_page_header(c, pos, &h, &hlen, "page header")) < 0)
+            break;
+        if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos - hlen) {
+            r = vf_pq_fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
+            break;
+        }
+        if (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2) {
+            int v2 = h.type == VF_PQ_PAGE_DATA_V2;
+            if (!(v2 ? h.has_v2 : h.has_data) || h.num_values < 0 || h.num_values > m->num_values - done) {
+                r = vf_pq_fail(c, VF_ECORRUPT, "data page header of %d values does not fit the chunk's %lld",
+                               h.num_values, (long long)m->num_values);
+                break;
+            }
+            int64_t prows = h.num_values;
+            if (c->leaf->max_rep > 0) {
+                const uint8_t *payload;
+                int64_t avail;
+                if ((r = fetch(c, pos + hlen, h.compressed_size, &payload, &avail)) < 0 ||
+                    (r = page_rows(c, &h, payload, &prows)) < 0)
+                    break;
+            }
+            if (n == cap) {
+                cap *= 2;
+                vf_pq_chunk_pages *grown = vf_realloc(p, sizeof *p + (size_t)cap * sizeof p->loc[0]);
+                if (!grown) {
+                    r = VF_ENOMEM;
+                    break;
+                }
+                p = grown;
+            }
+            p->loc[n++] = (vf_pq_page_loc){pos, rows, done, hlen + h.compressed_size, ordinal};
+            rows += prows;
+            done += h.num_values;
+        }
+        pos += hlen + h.compressed_size;
+    }
+    c->page = saved_page;
+    if (r < 0) {
+        free(p);
+        return r;
+    }
+    p->count = n;
+    *out = p;
+    return 0;
+}
+
+/* The chunk's page index, built on first use (outside the lock; a second
+ * builder's copy is dropped). NULL without an error when it cannot be
+ * built for lack of memory for the table of chunks. */
+static int chunk_page_index(vf_pq_chunk_ctx *c, int64_t start, const vf_pq_chunk_pages **out)
+{
+    vf_pq_file *f = c->f;
+    size_t slot = (size_t)c->row_group * (size_t)f->num_leaves + (size_t)c->leaf->leaf_index;
+    *out = NULL;
+    pthread_mutex_lock(&f->index_lock);
+    if (!f->page_index) {
+        f->page_index = vf_calloc((size_t)f->num_row_groups * (size_t)f->num_leaves, sizeof *f->page_index);
+        if (f->page_index)
+            f->page_index_bytes += (size_t)f->num_row_groups * (size_t)f->num_leaves * sizeof *f->page_index;
+    }
+    const vf_pq_chunk_pages *have = f->page_index ? f->page_index[slot] : NULL;
+    int table = f->page_index != NULL;
+    pthread_mutex_unlock(&f->index_lock);
+    if (!table || have) {
+        *out = have;
+        return 0;
+    }
+    vf_pq_chunk_pages *built;
+    int r = build_page_index(c, start, &built);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&f->index_lock);
+    if (f->page_index[slot]) {
+        free(built);
+    } else {
+        f->page_index[slot] = built;
+        f->page_index_bytes += sizeof *built + (size_t)built->count * sizeof built->loc[0];
+    }
+    *out = f->page_index[slot];
+    pthread_mutex_unlock(&f->index_lock);
+    return 0;
+}
+
+void vf_pq_free_page_index(vf_pq_file *f)
+{
+    if (!f->page_index)
+        return;
+    for (size_t i = 0; i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++)
+        free(f->page_index[i]);
+    free(f->page_index);
+    f->page_index = NULL;
+    f->page_index_bytes = 0;
 }
 
 /* ---- chunk --------------------------------------------------------------------------- */
@@ -744,7 +861,21 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
         goto out;
     int64_t pos = start, done = 0;
     int64_t skipped = 0; /* rows of the pages skipped before the first decoded one */
+    /* With a page index the dictionary page is decoded only when a data
+     * page of the range is dictionary-encoded: a writer falls back to PLAIN
+     * once the dictionary is full (a float column's later pages), and a
+     * random read then needs no dictionary. */
+    page_header dict_h;
+    int64_t dict_at = -1;      /* the deferred dictionary page's payload offset */
     int ranged = row_lo > 0 || row_hi < rg->num_rows, stopped = 0;
+    /* A big chunk read from past its start: go to the page holding row_lo
+     * through the chunk's page index (after the dictionary page, which is
+     * read first as always). */
+    const vf_pq_chunk_pages *index = NULL;
+    if (row_lo > 0 && len >= f->page_index_min && (r = chunk_page_index(c, start, &index)) < 0)
+        goto out;
+    if (index)
+        c->window_bytes = 64 * 1024; /* the dictionary page, then a jump: no read-ahead of the chunk */
     while (done < m->num_values) {
         c->page++;
         if (pos >= c->chunk_end) {
@@ -760,6 +891,33 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
         if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos) {
             r = vf_pq_fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
             break;
+        }
+        if (index && index->count > 0 && (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2)) {
+            /* The last page starting at or before row_lo (its rows are in
+             * the index: the rows started before each page ascend). */
+            int lo = 0, hi = index->count;
+            while (hi - lo > 1) {
+                int mid = lo + (hi - lo) / 2;
+                if (index->loc[mid].first_row <= row_lo)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            const vf_pq_page_loc *to = &index->loc[lo];
+            index = NULL; /* once */
+            if (to->offset > pos - hlen && done == 0 && col->rows == rows_start) {
+                pos = to->offset;
+                done = to->entries_before;
+                skipped = to->first_row;
+                s->pages_skipped += lo;
+                c->page = to->ordinal - 1;
+                /* Random reads take a page or two: read each page alone, not
+                 * WINDOW_BYTES of the chunk after it. */
+                c->window_bytes = VF_MAX(to->span, (int64_t)4096);
+                if (leaf->max_rep > 0)
+                    c->mid_row = 1; /* the page may continue the row before it */
+                continue;
+            }
         }
         if (ranged && (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2)) {
             int v2 = h.type == VF_PQ_PAGE_DATA_V2;
@@ -798,6 +956,29 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                     continue;
                 }
             }
+        }
+        if (h.type == VF_PQ_PAGE_DICTIONARY && c->window_bytes > 0 && h.has_dict && dict_at < 0 && !c->has_dict) {
+            dict_h = h; /* deferred (see dict_at) */
+            dict_at = pos;
+            pos += h.compressed_size;
+            continue;
+        }
+        if (dict_at >= 0 && !c->has_dict && (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2) &&
+            (h.encoding == VF_PQ_ENC_RLE_DICTIONARY || h.encoding == VF_PQ_ENC_PLAIN_DICTIONARY)) {
+            const uint8_t *dict;
+            int64_t dict_avail;
+            if ((r = fetch(c, dict_at, dict_h.compressed_size, &dict, &dict_avail)) < 0)
+                break;
+            if (dict_h.has_crc && dict_h.compressed_size > 0 &&
+                (uint32_t)crc32(0L, dict, (uInt)dict_h.compressed_size) != dict_h.crc) {
+                r = vf_pq_fail(c, VF_ECORRUPT, "dictionary page CRC mismatch: the page is damaged");
+                break;
+            }
+            c->dict_deferred = 1;
+            r = dictionary_page(c, &dict_h, dict);
+            c->dict_deferred = 0;
+            if (r < 0)
+                break;
         }
         const uint8_t *payload;
         int64_t avail;

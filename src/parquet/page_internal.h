@@ -37,6 +37,9 @@ typedef struct vf_pq_chunk_ctx {
     int maxbuf_len;            /* leading bytes of maxbuf filled so far */
     int mid_row;               /* pages of a repeated column were skipped: the first decoded page may
                                   continue the row before it (page-level reads) */
+    int dict_deferred;         /* decoding a dictionary page deferred past data pages (page index reads) */
+    int64_t window_bytes;      /* bytes one fetch reads ahead (0: WINDOW_BYTES); a read that jumped to a
+                                  page through the page index reads page by page */
     /* Scratch arrays (not zeroed: each chunk writes before it reads). */
     uint32_t idx[VF_PQ_IDX_BATCH];
     uint8_t lv[VF_PQ_LEVEL_BATCH];

@@ -163,6 +163,10 @@ int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fi
 /* Convenience: opens a local path. */
 int vf_pq_open_path(vf_pq_file **out, const char *path);
 void vf_pq_close(vf_pq_file *f);
+/* Estimated memory the open file holds: the footer's size, its decoded
+ * metadata and the page indexes reads built (see vf_pq_read_field_rows);
+ * for caches of open files. Thread-safe. */
+size_t vf_pq_memory_bytes(vf_pq_file *f);
 
 const char *vf_pq_name(const vf_pq_file *f);       /* the source name */
 int64_t vf_pq_num_rows(const vf_pq_file *f);
@@ -245,7 +249,19 @@ typedef struct vf_pq_page_counts {
  * when it lies before the range, and no page after the range is read; a
  * repeated column in v1 pages is decoded from the chunk's first page up
  * to the range's end. *out holds exactly the range. *pages (optional)
- * gets the page counts. */
+ * gets the page counts. A big column chunk (at least
+ * VF_PQ_PAGE_INDEX_MIN_BYTES) read from a row past its start gets a page
+ * index the first time, kept with the open file: each data page's offset
+ * and first row (a repeated column's v1 pages decompressed once for their
+ * repetition levels), so later reads of the chunk go straight to the page
+ * holding their first row, whatever the column, and decode only the pages
+ * of their range. The environment variable VF_PQ_PAGE_INDEX_MIN_BYTES
+ * overrides the size at open (tests). */
+#define VF_PQ_PAGE_INDEX_MIN_BYTES (128 * 1024)
+/* Sets the chunk size from which page-level reads build a page index (0:
+ * VF_PQ_PAGE_INDEX_MIN_BYTES); the fuzzer lowers it to reach the index
+ * with small inputs. Call before reading. */
+void vf_pq_set_page_index_min(vf_pq_file *f, int64_t bytes);
 int vf_pq_read_field_rows(vf_pq_file *f, int row_group, int field_index, int64_t first_row, int64_t num_rows,
                           vf_pq_array *out, vf_pq_page_counts *pages);
 /* The same over every row group, concatenated. */

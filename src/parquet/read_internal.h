@@ -20,6 +20,8 @@
 #ifndef VF_PQ_READ_INTERNAL_H
 #define VF_PQ_READ_INTERNAL_H
 
+#include <pthread.h>
+
 #include "parquet/parquet.h"
 #include "parquet/thrift.h"
 
@@ -143,7 +145,30 @@ struct vf_pq_file {
     uint8_t *stats_arena;      /* every chunk's statistics bytes, one allocation */
     int64_t max_entries;       /* per leaf per read (vf_pq_set_limits) */
     int64_t max_bytes;
+    size_t footer_len;
+    int64_t page_index_min;    /* chunk bytes from which reads build a page index (vf_pq_set_page_index_min) */
+    /* Page indexes of big column chunks (page.c), built by the first
+     * page-level read that needs one and kept: [num_row_groups *
+     * num_leaves] pointers, allocated on first use; under index_lock. */
+    pthread_mutex_t index_lock;
+    struct vf_pq_chunk_pages **page_index;
+    size_t page_index_bytes;
 };
+
+/* Where a column chunk's data pages are (page.c): the header offset of
+ * each, the rows started before it (repetition level 0 entries) and the
+ * level entries before it. */
+typedef struct vf_pq_page_loc {
+    int64_t offset, first_row, entries_before;
+    int64_t span;              /* header and payload bytes */
+    int ordinal;               /* page number in the chunk (dictionary page counted) */
+} vf_pq_page_loc;
+typedef struct vf_pq_chunk_pages {
+    int count;
+    vf_pq_page_loc loc[];
+} vf_pq_chunk_pages;
+/* Frees the page indexes (vf_pq_close). */
+void vf_pq_free_page_index(vf_pq_file *f);
 
 /* Decodes the footer (FileMetaData bytes) into f and builds the schema
  * tree, leaves and plans. Errors name f->name. With fields (num_fields

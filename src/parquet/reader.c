@@ -62,8 +62,20 @@ int vf_pq_open_projected(vf_pq_file **out, vf_source *src, const char *const *fi
         vf_source_unview(src, view_token);
         return VF_ENOMEM;
     }
+    if (pthread_mutex_init(&f->index_lock, NULL) != 0) {
+        free(f);
+        free(footer);
+        vf_source_unview(src, view_token);
+        return vf_error(VF_ENOMEM, "%s: cannot create a mutex", name);
+    }
     f->src = vf_source_ref(src);
     f->name = vf_source_name(src);
+    f->footer_len = footer_len;
+    /* VF_PQ_PAGE_INDEX_MIN_BYTES in the environment lowers (or raises) the
+     * size from which chunks get a page index: tests reach the index with
+     * small files written by pyarrow. */
+    const char *env = getenv("VF_PQ_PAGE_INDEX_MIN_BYTES");
+    f->page_index_min = env && atoll(env) > 0 ? (int64_t)atoll(env) : VF_PQ_PAGE_INDEX_MIN_BYTES;
     f->size = size;
     f->max_entries = DEFAULT_MAX_ENTRIES;
     f->max_bytes = DEFAULT_MAX_BYTES;
@@ -94,9 +106,33 @@ void vf_pq_close(vf_pq_file *f)
 {
     if (!f)
         return;
+    vf_pq_free_page_index(f);
+    pthread_mutex_destroy(&f->index_lock);
     vf_pq_free_metadata(f);
     vf_source_close(f->src);
     free(f);
+}
+
+void vf_pq_set_page_index_min(vf_pq_file *f, int64_t bytes)
+{
+    f->page_index_min = bytes > 0 ? bytes : VF_PQ_PAGE_INDEX_MIN_BYTES;
+}
+
+size_t vf_pq_memory_bytes(vf_pq_file *f)
+{
+    /* The decoded footer: nodes, chunk metadata, about a third of the
+     * footer's bytes for names, statistics and key-value metadata. */
+    size_t b = sizeof *f + (size_t)f->num_nodes * sizeof *f->nodes, kept = 0, listed = 0;
+    for (int g = 0; g < f->num_row_groups; g++) {
+        b += sizeof *f->row_groups + (size_t)f->row_groups[g].num_columns * sizeof(vf_pq_chunk_meta);
+        kept += (size_t)f->row_groups[g].num_columns;
+        listed += (size_t)f->row_groups[g].num_chunks;
+    }
+    b += listed ? (size_t)((double)f->footer_len / 3.0 * (double)kept / (double)listed) : f->footer_len / 3;
+    pthread_mutex_lock(&f->index_lock);
+    b += f->page_index_bytes;
+    pthread_mutex_unlock(&f->index_lock);
+    return b;
 }
 
 void vf_pq_set_limits(vf_pq_file *f, int64_t max_entries, int64_t max_bytes)

@@ -28,7 +28,8 @@
  * part). The consumer's pool holds pool_size segments at a time and emits a
  * uniformly drawn remaining frame of the pool (each remaining frame equally
  * likely); an exhausted segment is evicted and the next segment of the part
- * admitted. Its random stream is vf_rng_derive(seed, VF_PLAN_RNG_POOL,
+ * admitted, segments being admitted in position order, which is file order
+ * (pool.c): the share is random, its admission walks its files once. Its random stream is vf_rng_derive(seed, VF_PLAN_RNG_POOL,
  * epoch, rank, consumer).
  *
  * Resume: batch sizes do not depend on the order, so "k batches of a rank

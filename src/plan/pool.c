@@ -12,8 +12,19 @@
  * its slot to the next segment of the part. Everything here is a pure
  * function of (part, pool_size, the random stream).
  *
+ * Admission order (shuffled pools): the part's segments in position order,
+ * which is file order (a LeRobot dataset stores episodes in its data and
+ * video files in episode order). The part itself is a random share of the
+ * epoch's episode permutation, so which episodes a consumer serves stays
+ * random; admitting them in file order makes the pool hold neighbours in
+ * the same few MP4s, so each file of the share is opened about once
+ * instead of about once per episode and camera (the part order spread an
+ * episode's neighbours over the whole epoch). Without shuffling the part is
+ * emitted in part order, as before.
+ *
  * Invariants: every position of the part is emitted exactly once; segments
- * are admitted in part order; at most pool_size segments are in the pool.
+ * are admitted in position order (part order without shuffling); at most
+ * pool_size segments are in the pool.
  */
 #include "plan/plan.h"
 
@@ -54,6 +65,12 @@ static size_t fenwick_find(const int64_t *tree, size_t n, int64_t *u)
         }
     }
     return pos;
+}
+
+static int cmp_segment_position(const void *a, const void *b)
+{
+    const vf_plan_segment *x = a, *y = b;
+    return x->first_position < y->first_position ? -1 : x->first_position > y->first_position;
 }
 
 /* Splits the part into segments (newly allocated, in part order). */
@@ -129,6 +146,8 @@ int vf_plan_pool_order(const int64_t *part, int64_t n, const vf_plan_task *episo
         *num_segments = ns;
         return 0;
     }
+    /* File order (see the top of the file); segments never overlap. */
+    qsort(segs, ns, sizeof *segs, cmp_segment_position);
     size_t k = VF_MIN(pool_size, ns);
     int64_t *scratch = vf_malloc_array(n > 0 ? (size_t)n : 1, sizeof *scratch);
     int64_t *offset = vf_malloc_array(ns ? ns : 1, sizeof *offset);
@@ -144,10 +163,12 @@ int vf_plan_pool_order(const int64_t *part, int64_t n, const vf_plan_task *episo
         free(segs);
         return VF_ENOMEM;
     }
-    memcpy(scratch, part, (size_t)n * sizeof *scratch);
+    /* Each segment's frames (consecutive positions), in admission order. */
     int64_t at = 0;
     for (size_t s = 0; s < ns; s++) {
         offset[s] = at;
+        for (int64_t i = 0; i < segs[s].num_samples; i++)
+            scratch[at + i] = segs[s].first_position + i;
         at += segs[s].num_samples;
     }
     size_t next = 0;

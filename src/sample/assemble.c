@@ -127,8 +127,8 @@ static int ensure_map(vf_sample_spec *spec, vf_sample_video_file *f, vf_video_re
     return r;
 }
 
-/* Decodes one file group. */
-static int run_group(assemble_ctx *x, size_t g)
+/* Decodes one file group with the file's reader (lock held). */
+static int run_group_locked(assemble_ctx *x, size_t g)
 {
     size_t lo = x->group_start[g], hi = x->group_start[g + 1];
     vf_sample_video_file *f = x->jobs[lo].file;
@@ -173,6 +173,30 @@ static int run_group(assemble_ctx *x, size_t g)
         vf_video_cache_discard(x->cache, reader); /* its decoder state is unknown after a failure */
     else
         vf_video_cache_return(x->cache, reader);
+    return r;
+}
+
+/* Decodes one file group. With spec->share_readers (map mode), one reader
+ * per file serves every thread, in turn: the thread takes the file's
+ * reader_lock before its checkout and lets go after giving the reader back,
+ * so the decoder cache never opens a second reader of a file because the
+ * first is busy, and a run opens each file once while the cache holds it,
+ * at any thread count (what `vlafeed plan` counts). Random batches rarely
+ * want one file on two threads at once, so little is lost to waiting.
+ * Stream and pool modes read a file forward from many threads at once
+ * (consecutive batches of one file group, or of a pool of neighbouring
+ * episodes): sharing one reader there serialized the decode of a file, half
+ * the throughput with one camera and two threads (measured), so each
+ * thread checks out its own. A thread holds at most one file's lock and
+ * never waits for anything else while holding it. */
+static int run_group(assemble_ctx *x, size_t g)
+{
+    if (!x->spec->share_readers)
+        return run_group_locked(x, g);
+    vf_sample_video_file *f = x->jobs[x->group_start[g]].file;
+    pthread_mutex_lock(&f->reader_lock);
+    int r = run_group_locked(x, g);
+    pthread_mutex_unlock(&f->reader_lock);
     return r;
 }
 

@@ -3,7 +3,8 @@
  *
  * A batch acquires the rows of the episodes it draws from. Missing
  * episodes are read together in one vf_ds_read_table call (each data file
- * opened once, each needed row group decoded once, `index` and
+ * taken from the spec's cache of open data files, its footer decoded once
+ * per loader, each needed row group read once, `index` and
  * `episode_index` verified), together with read-ahead: the episodes that
  * follow a missing one in the same data file and that the loader will emit
  * this epoch (spec->wanted), up to a row budget, so a data file written
@@ -220,7 +221,7 @@ static void learn_row_groups(vf_sample_spec *s, const size_t *eps, size_t n)
             continue;
         int64_t *ends = NULL;
         int count = 0;
-        int r = vf_ds_data_file_row_groups(s->dataset, ds.file, &ends, &count);
+        int r = vf_ds_data_file_row_groups_cached(s->dataset, s->data_files, ds.file, &ends, &count);
         pthread_mutex_lock(&s->rows_lock);
         if (r == 0) {
             s->rg_ends[ds.file] = ends;
@@ -377,7 +378,8 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
             vf_sample_rows **got = vf_calloc(nw, sizeof *got);
             vf_ds_table t;
             uint64_t groups = 0, pages_decoded = 0, pages_skipped = 0;
-            r = got ? vf_ds_read_table(s->dataset, want, nw, s->table_names, s->num_table, VF_DS_VERIFY_INDEX, &t)
+            r = got ? vf_ds_read_table_cached(s->dataset, s->data_files, want, nw, s->table_names, s->num_table,
+                                              VF_DS_VERIFY_INDEX, &t)
                     : VF_ENOMEM;
             if (r == 0) {
                 groups = (uint64_t)t.row_groups_read;

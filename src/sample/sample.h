@@ -103,6 +103,7 @@ typedef struct vf_sample_video_file {
     int camera;
     size_t id;                 /* unique over all cameras' files */
     pthread_mutex_t lock;
+    pthread_mutex_t reader_lock; /* held by the one thread using this file's reader (assemble.c) */
     atomic_int state;          /* 0 not mapped yet, 1 mapped, < 0 mapping failed (that code) */
     char *error;               /* message of a failed mapping */
     vf_video_episode *episodes;/* every episode of the metadata stored in this file: built when the
@@ -162,6 +163,10 @@ typedef struct vf_sample_spec {
      * groups it decodes anyway: a bounded row-group cache at episode
      * granularity (under rows_lock; rg_known: 0 unknown, 1 known, 2 not
      * available, 3 being read). */
+    int share_readers;             /* 1: one reader per video file serves every thread in turn (map mode;
+                                    * assemble.c); 0: each thread checks out its own */
+    vf_ds_pq_cache *data_files;    /* the open data files (footers decoded once), shared by the threads;
+                                    * NULL: each read opens its files */
     int64_t **rg_ends;             /* [num_data_files] */
     int *rg_count;
     uint8_t *rg_known;

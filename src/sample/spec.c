@@ -82,6 +82,7 @@ void vf_sample_spec_free(vf_sample_spec *s)
     }
     free(s->windows);
     vf_sample_rows_free_all(s);
+    vf_ds_pq_cache_close(s->data_files);
     for (size_t i = 0; s->rg_ends && i < s->num_data_files; i++)
         free(s->rg_ends[i]);
     free(s->rg_ends);
@@ -99,6 +100,7 @@ void vf_sample_spec_free(vf_sample_spec *s)
         for (size_t i = 0; i < s->num_files[c]; i++) {
             vf_sample_video_file *f = &s->files[c][i];
             pthread_mutex_destroy(&f->lock);
+            pthread_mutex_destroy(&f->reader_lock);
             if (f->episodes)
                 vf_video_map_free(&f->map, f->episodes, f->num_episodes);
             free(f->episodes);
@@ -547,6 +549,10 @@ static int setup_table(builder *b)
         !(s->rg_known = vf_calloc(s->num_data_files ? s->num_data_files : 1, 1)))
         return VF_ENOMEM;
     s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
+    int r0 = s->num_table > 0 ? vf_ds_pq_cache_open(&s->data_files, b->d, 0, 0, s->table_names, (int)s->num_table)
+                              : 0;
+    if (r0 < 0)
+        return r0;
     /* Every table column must exist with a readable type (checked here, from
      * info.json, so that a bad key fails at open rather than at a batch). */
     for (size_t i = 0; i < s->num_table; i++) {
@@ -602,6 +608,7 @@ static int build_video(builder *b)
         for (size_t i = 0; i < nfiles; i++) {
             vf_sample_video_file *f = &s->files[cam][i];
             pthread_mutex_init(&f->lock, NULL);
+            pthread_mutex_init(&f->reader_lock, NULL);
             f->path = dc->files[i].path;
             f->camera_key = dc->pub.key;
             f->camera = (int)cam;

@@ -452,8 +452,10 @@ static void test_task_api(void)
     ls.num_consumers = 3;
     CHECK_OK(vf_plan_count_opens(d, &ls, 0, &o));
     CHECK(o.consumer_opens >= o.lower_bound && o.lower_bound >= 12 * 2);
-    ls.mode = VF_MODE_MAP;
-    CHECK_ERR(vf_plan_count_opens(d, &ls, 0, &o), VF_EINVAL, "map mode has no tasks");
+    ls.mode = VF_MODE_MAP; /* counted too: every consumer's random order, batch by batch */
+    CHECK_OK(vf_plan_count_opens(d, &ls, 0, &o));
+    CHECK(o.consumer_opens >= o.lower_bound && o.lower_bound >= 12 * 2 && o.task_opens == 0);
+    CHECK_ERR(vf_plan_consumer_tasks(d, &ls, 0, 0, 0, &t, &n), VF_EINVAL, "map mode has no tasks");
     ls.mode = VF_MODE_POOL;
     CHECK_ERR(vf_plan_consumer_tasks(d, &ls, 0, 4, 0, &t, &n), VF_EINVAL, "rank 4, consumer 0 is not in");
     vf_dataset_close(d);

@@ -94,22 +94,27 @@ static void test_pool_order_rules(void)
         qsort(sorted_in, (size_t)n, sizeof(int64_t), cmp_i64);
         qsort(sorted_out, (size_t)n, sizeof(int64_t), cmp_i64);
         CHECK(memcmp(sorted_in, sorted_out, (size_t)n * sizeof(int64_t)) == 0);
-        /* Segments in part order, each inside one episode. */
-        CHECK_EQ_INT(segs[0].first_position, 19);
+        /* Segments in position (file) order, whatever the part's order,
+         * each inside one episode: 0, 1, 2-head, 3-tail, 5. */
+        CHECK_EQ_INT(segs[0].first_position, 0);
         CHECK_EQ_INT(segs[0].num_samples, 5);
-        CHECK_EQ_INT(segs[0].episode, 3);
-        CHECK_EQ_INT(segs[1].first_position, 0);
-        CHECK_EQ_INT(segs[1].num_samples, 5);
-        CHECK_EQ_INT(segs[2].first_position, 5);
-        CHECK_EQ_INT(segs[2].num_samples, 7);
-        CHECK_EQ_INT(segs[2].episode, 1);
-        CHECK_EQ_INT(segs[3].episode, 5);
-        CHECK_EQ_INT(segs[4].num_samples, 2);
+        CHECK_EQ_INT(segs[0].episode, 0);
+        CHECK_EQ_INT(segs[1].first_position, 5);
+        CHECK_EQ_INT(segs[1].num_samples, 7);
+        CHECK_EQ_INT(segs[1].episode, 1);
+        CHECK_EQ_INT(segs[2].first_position, 12);
+        CHECK_EQ_INT(segs[2].num_samples, 2);
+        CHECK_EQ_INT(segs[2].episode, 2);
+        CHECK_EQ_INT(segs[3].first_position, 19);
+        CHECK_EQ_INT(segs[3].num_samples, 5);
+        CHECK_EQ_INT(segs[3].episode, 3);
+        CHECK_EQ_INT(segs[4].first_position, 28);
+        CHECK_EQ_INT(segs[4].episode, 5);
         for (size_t i = 0; i < ns; i++)
             CHECK_EQ_INT(segs[i].consumer, 3);
         /* Admission and eviction: evict = the last draw of the segment;
          * the first k admitted at 0, later ones right after an eviction; at
-         * most k live; admitted in part order. */
+         * most k live; admitted in position order. */
         int64_t last_draw[5] = {-1, -1, -1, -1, -1};
         int ok = 1;
         for (int64_t i = 0; i < n; i++) {

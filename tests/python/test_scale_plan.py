@@ -163,7 +163,9 @@ def test_droid_opens(droid, cli):
     report = json.loads(out.stdout)
     opens = report["opens"]
     assert opens["distinct_files"] > 2000
-    assert opens["lower_bound"] == max(opens["distinct_files"], world * workers * 3)
+    # The lower bound: the distinct files of each consumer's share, summed (at least one file per camera
+    # each, so more than the 2.2K distinct files at 8,192 consumers).
+    assert opens["lower_bound"] >= max(opens["distinct_files"], world * workers * 3)
     # Count from the task lists: each consumer opens the distinct files of its pieces
     # (its part touches far fewer files than its decoder cache holds).
     pieces = vplan.consumer_tasks(str(droid), world_size=world, workers=workers)
@@ -174,14 +176,20 @@ def test_droid_opens(droid, cli):
             s.update(paths)
     assert max(len(s) for s in files.values()) < opens["decoder_cache_entries"]
     counted = sum(len(s) for s in files.values())
-    assert counted == opens["consumer_opens"]
-    assert counted <= 1.5 * opens["lower_bound"]
+    assert counted == opens["consumer_opens"] == opens["lower_bound"]
     text = subprocess.run([cli, "plan", str(droid), "--world-size", str(world), "--workers", str(workers)],
                           capture_output=True, text=True, timeout=300).stdout
     assert f": {counted};" in text
     # One rank with 8 workers: within 1.5x of the distinct files.
     small = vplan.plan(str(droid), world_size=1, workers=8)["opens"]
     assert small["consumer_opens"] <= 1.5 * small["distinct_files"]
+    # Pool and map modes within 1.5x of their lower bounds too (pool: the share admitted in file
+    # order; it was about one open per episode and camera).
+    for mode in ("pool",):
+        o = vplan.plan(str(droid), world_size=world, workers=workers, mode=mode)["opens"]
+        assert o["consumer_opens"] <= 1.5 * o["lower_bound"], (mode, o)
+        o = vplan.plan(str(droid), world_size=1, workers=8, mode=mode)["opens"]
+        assert o["consumer_opens"] <= 1.5 * o["lower_bound"], (mode, o)
     # The file-group tasks follow the primary camera: about one task per file of it.
     tasks = vplan.tasks(str(droid), world_size=world, workers=workers)
     cams = report["cameras"]
@@ -190,7 +198,7 @@ def test_droid_opens(droid, cli):
 
 def test_task_api_errors(ds100k):
     with pytest.raises(ValueError, match="map mode has no tasks"):
-        vplan.plan(ds100k, mode="map")
+        vplan.consumer_tasks(ds100k, mode="map", rank=0, worker=0)
     with pytest.raises(ValueError, match="rank 4, consumer 0 is not in world_size 4 x 1"):
         vplan.consumer_tasks(ds100k, rank=4, worker=0, world_size=4)
     with pytest.raises(ValueError, match="give both rank and worker"):

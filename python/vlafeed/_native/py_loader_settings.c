@@ -293,6 +293,7 @@ static const vf_py_setting loader_list[] = {
     FLAG("include_task", s.sample.include_task),
     {"tolerance_s", VF_PY_DOUBLE, VF_PY_FIELD(A, s.sample.tolerance_s)},
     COUNT("decoder_cache_entries", s.decoder_cache_entries, 0),
+    {"share_video_readers", VF_PY_INT, VF_PY_FIELD(A, s.share_video_readers), VF_PY_MIN(-1)},
     PARSED("state", parse_state),
     PARSED("prefetch_cache_dir", parse_cache_dir),
     UINT64("prefetch_cache_bytes", s.prefetch_cache_bytes),

@@ -343,6 +343,24 @@ class LeRobotDatasetMetadata(RecordingMetadataMixin):
                 f"total_frames={self.total_frames}, camera_keys={self.camera_keys})")
 
 
+def _tabular_only(meta, keys, delta_timestamps):
+    """keys and delta_timestamps without the camera keys (download_videos=False). A camera
+    key asked for by name is refused: there are no videos to read it from."""
+    video = set(meta.video_keys) | set(meta.camera_keys)
+    if keys is None:
+        keys = [name for name in meta.features if name not in video]
+    else:
+        asked = [k for k in keys if k in video]
+        if asked:
+            raise ValueError(f"download_videos=False reads no video, but keys asks for {asked[0]!r}; leave "
+                             f"the camera keys out of keys or set download_videos=True")
+    if delta_timestamps is not None:
+        asked = [k for k in delta_timestamps if k in video]
+        if asked:
+            raise ValueError(f"download_videos=False reads no video, but delta_timestamps has {asked[0]!r}")
+    return keys, delta_timestamps
+
+
 class LeRobotDataset(RecordingDatasetMixin, _TorchDataset):
     """Map-style LeRobot dataset: ``len(ds)``, ``ds[i]`` -> dict of torch tensors.
 
@@ -360,10 +378,12 @@ class LeRobotDataset(RecordingDatasetMixin, _TorchDataset):
     LeRobot 0.6's constructor is LeRobotDataset's own, keyword for keyword
     and in its order: episode_filter (a predicate over meta.episodes rows,
     intersected with episodes), return_uint8, depth_output_unit, token; a
-    duplicate in episodes is read once, as LeRobot does. download_videos,
-    video_backend and the encoder settings have no effect on reading (vlafeed
-    reads the files in place with its own decoders, whose frames equal
-    PyAV's and torchcodec's). What needs the Hub is refused with an error
+    duplicate in episodes is read once, as LeRobot does. video_backend and
+    the encoder settings have no effect on reading (vlafeed reads the files
+    in place with its own decoders, whose frames equal PyAV's and
+    torchcodec's); download_videos=False means LeRobot's tabular only: items
+    hold no camera key, no MP4 is opened or checked (the videos need not be
+    there), and a camera key named in keys or delta_timestamps is refused. What needs the Hub is refused with an error
     naming the keyword: force_cache_sync=True, and a repo_id with no local
     copy; so are the deprecated write-mode settings (streaming_encoding,
     batch_encoding_size != 1); a depth-map camera is refused by the engine
@@ -398,6 +418,8 @@ class LeRobotDataset(RecordingDatasetMixin, _TorchDataset):
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError("image_transforms must be callable or None.")
         root, repo_id = compat.resolve_root(repo_id, root)
+        if not download_videos and check_videos == 1:
+            check_videos = 0  # tabular only: the MP4s are not read (and may not be there)
         # LeRobot's download/backend knobs have no effect here: vlafeed reads the
         # files in place (local or by URL) with its own decoders, whose frames
         # equal PyAV's and torchcodec's.
@@ -442,12 +464,15 @@ class LeRobotDataset(RecordingDatasetMixin, _TorchDataset):
         self.meta = LeRobotDatasetMetadata(self.native_dataset)
         self.meta.repo_id, self.meta.revision = self.repo_id, self.revision
         self._index_map = None
+        keys, delta_timestamps = c["keys"], c["delta_timestamps"]
+        if not self.download_videos:  # LeRobot's "tabular only": no camera key is read
+            keys, delta_timestamps = _tabular_only(self.meta, keys, delta_timestamps)
         threads = c["threads"]
         if threads is None:  # get_items spreads the cameras over threads; more do not help
             threads = max(1, min(os.cpu_count() or 1, len(self.native_dataset.camera_keys) or 1))
         self._loader = _native.Loader(
             self.native_dataset, mode="map", batch_size=1, shuffle=False, threads=threads, prefetch=1,
-            delta_timestamps=c["delta_timestamps"], keys=c["keys"], renames=c["renames"],
+            delta_timestamps=delta_timestamps, keys=keys, renames=c["renames"],
             image_format=c["image_format"], resize=c["resize"], normalize=c["normalize"],
             lerobot_shapes=c["lerobot_shapes"], include_task=c["include_task"], tolerance_s=c["tolerance_s"],
             decoder_cache_entries=32, log_warnings=False)

@@ -357,6 +357,11 @@ class Loader(EnginePasses):
     frames, LeRobot's random access). Other arguments mirror
     ``vlafeed._native.Loader``: seed, shuffle, drop_last, epoch, rank,
     world_size, num_consumers, consumer, threads, decode_threads, prefetch,
+    share_video_readers (None: in map mode only; True: the engine threads share one
+    reader per video file, taking turns, so the MP4 opens are what vlafeed.plan.plan
+    counts at any thread count; False: a thread opens its own reader of a file another
+    thread is decoding, more opens but no waiting, the better choice when a consumer
+    reads few files at a time, as stream and pool modes do),
     shuffle_buffer, partition, episode_pool_size, decoder_cache_entries (0:
     sized to the mode), delta_timestamps, keys, renames, image_format
     ("float32" | "uint8" | "uint8_hwc"), resize ((width, height)), normalize
@@ -402,7 +407,8 @@ class Loader(EnginePasses):
                  threads=0, decode_threads=1, prefetch=4, shuffle_buffer=0, partition="file_group",
                  delta_timestamps=None, keys=None, renames=None, image_format=None, resize=None,
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
-                 decoder_cache_entries=0, episode_pool_size=16, state=None, prefetch_cache_dir=None,
+                 decoder_cache_entries=0, share_video_readers=None, episode_pool_size=16, state=None,
+                 prefetch_cache_dir=None,
                  prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise",
                  video_mismatch=None, affinity="none", decode_device=None, decode_device_cameras=None,
                  device=None):
@@ -447,6 +453,7 @@ class Loader(EnginePasses):
             delta_timestamps=delta_timestamps, keys=keys, renames=renames, image_format=image_format,
             resize=resize, normalize=normalize, lerobot_shapes=lerobot_shapes, include_task=include_task,
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
+            share_video_readers=-1 if share_video_readers is None else int(bool(share_video_readers)),
             episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
             prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes, on_error=on_error,
             log_warnings=False, cpus=cpus,

@@ -42,11 +42,18 @@ def _report(dataset_or_root, episodes, **kw):
 
 
 def plan(dataset_or_root, *, world_size=1, workers=1, mode="stream", partition="file_group", batch_size=32,
-         seed=0, epoch=0, shuffle=True, drop_last=False, episodes=None, state=None):
-    """The `vlafeed plan --json` document: strategies, remainder rule, MP4 opens of `epoch`."""
+         seed=0, epoch=0, shuffle=True, drop_last=False, shuffle_buffer=0, episode_pool_size=16, episodes=None,
+         state=None):
+    """The `vlafeed plan --json` document: strategies, remainder rule, MP4 opens of `epoch`.
+
+    mode "stream", "pool" or "map". ``opens["consumer_opens"]`` is the sum over the
+    world_size x workers consumers of the MP4 opens a ``vlafeed.Loader`` with these
+    settings makes in the epoch (its ``stats()["video_opens"]``), at any thread count;
+    ``opens["lower_bound"]`` the distinct files of each consumer's share, summed."""
     return _report(dataset_or_root, episodes, world_size=world_size, workers=workers, mode=mode,
                    partition=partition, batch_size=batch_size, seed=seed, epoch=epoch, shuffle=shuffle,
-                   drop_last=drop_last, resume=state)
+                   drop_last=drop_last, shuffle_buffer=shuffle_buffer, episode_pool_size=episode_pool_size,
+                   resume=state)
 
 
 def tasks(dataset_or_root, *, partition="file_group", world_size=1, workers=1, episodes=None, video_files=True):

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Map mode's table cost per sample against the dataset's size (issue 26, part 3).
+
+Tabular-only loaders (keys observation.state and action, no video) over the
+synthetic LeRobot datasets of bench/scale_meta.py, with data files in the
+two layouts LeRobot writes:
+
+  file     one row group per data file (the v2.1 -> v3.0 converter; ~100 MB files)
+  episode  one row group per episode (the recorder), 10-row meta/episodes row groups
+
+For each size and layout, map mode (a global shuffle: random positions over
+the whole dataset) and stream mode deliver --samples samples after a
+--warmup of batches; the figure is samples per CPU-second of the process
+(user + system time of every thread, resource.getrusage), so it holds while
+other work shares the machine. Map mode's cost should not grow with the
+dataset: the data files' footers are kept in a bounded cache per loader,
+and a random row costs the pages holding it, found from a page index built
+once per column chunk, not every page before it.
+
+Each measurement runs in a fresh process. The datasets are generated (once)
+under --cache; 100K episodes take several minutes and ~2 GB per layout.
+
+usage:
+  python3 bench/map_table_bench.py                         # 10k and 100k, both layouts
+  python3 bench/map_table_bench.py --sizes 10k --samples 2000
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import scale_meta  # noqa: E402
+
+LAYOUTS = {"file": dict(with_data=True, data_row_groups="file"),
+           "episode": dict(with_data=True, data_row_groups="episode", meta_row_group=10)}
+KEYS = ["observation.state", "action"]
+
+CHILD = r'''
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+import _inplace  # the in-place build if there is one
+if sys.argv[3]:
+    sys.path.insert(0, sys.argv[3])  # --package: another build (a baseline)
+else:
+    _inplace.use()
+import vlafeed
+spec = json.loads(sys.argv[1])
+def cpu():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+loader = vlafeed.Loader(spec["root"], mode=spec["mode"], keys=spec["keys"], batch_size=spec["batch"],
+                        threads=spec["threads"], seed=1, output="numpy")
+it = iter(loader)
+for _ in range(spec["warmup"]):
+    next(it)
+c0, t0, n = cpu(), time.perf_counter(), 0
+while n < spec["samples"]:
+    n += len(next(it)["action"])
+c1, t1 = cpu(), time.perf_counter()
+st = loader.stats()
+print(json.dumps(dict(samples=n, cpu_s=c1 - c0, wall_s=t1 - t0, table_reads=st.get("table_reads"),
+                      table_pages_decoded=st.get("table_pages_decoded"),
+                      table_pages_skipped=st.get("table_pages_skipped"),
+                      table_cache_bytes=st.get("table_cache_bytes"))))
+loader.close()
+'''
+
+
+def measure(root, mode, args):
+    spec = dict(root=str(root), mode=mode, keys=KEYS, batch=args.batch_size, threads=args.threads,
+                warmup=args.warmup, samples=args.stream_samples if mode == "stream" else args.samples)
+    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE), args.package or ""],
+                       capture_output=True, text=True,
+                       timeout=args.timeout)
+    if r.returncode:
+        return dict(error=(r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["per_cpu_s"] = out["samples"] / out["cpu_s"] if out["cpu_s"] > 0 else float("inf")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10k,100k", help="comma list of scale_meta shapes (default 10k,100k)")
+    ap.add_argument("--layouts", default="file,episode", help="comma list of file,episode")
+    ap.add_argument("--modes", default="map,stream")
+    ap.add_argument("--samples", type=int, default=6400, help="samples measured per run (default 6400)")
+    ap.add_argument("--stream-samples", type=int, default=400000,
+                    help="samples measured per stream-mode run (default 400000: its table cost per sample is "
+                         "tiny)")
+    ap.add_argument("--warmup", type=int, default=4, help="batches before the measurement (default 4)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--cache", default=scale_meta.DEFAULT_CACHE)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--package", metavar="DIR", help="the python/ folder of another checkout's in-place build to "
+                                                    "measure instead of this one's (e.g. a baseline)")
+    args = ap.parse_args(argv)
+    rows = []
+    print("| size | layout | mode | samples/CPU-s | CPU s | wall s | table reads | pages decoded | pages skipped |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for size in args.sizes.split(","):
+        for layout in args.layouts.split(","):
+            params = scale_meta.shape_params(size, **LAYOUTS[layout])
+            root = pathlib.Path(args.cache) / scale_meta.variant_name(size, params)
+            scale_meta.generate(root, quiet=True, **params)
+            for mode in args.modes.split(","):
+                m = measure(root, mode, args)
+                rows.append(dict(size=size, layout=layout, mode=mode, **m))
+                if "error" in m:
+                    print(f"| {size} | {layout} | {mode} | error: {m['error']} | | | | | |", flush=True)
+                    continue
+                print(f"| {size} | {layout} | {mode} | {m['per_cpu_s']:.0f} | {m['cpu_s']:.2f} | {m['wall_s']:.2f} | "
+                      f"{m['table_reads']} | {m['table_pages_decoded']} | {m['table_pages_skipped']} |", flush=True)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
