@@ -65,7 +65,7 @@ def test_reencoded_dataset_reads_pixel_exactly(cli, base, tmp_path, name):
     assert info.returncode == 0, info.stdout
     if codec != "h264":
         assert f"{VIDEO_FILE} [{CAM}]: codec is {codec} in the file, info.json says h264" in info.stdout
-    report = vlafeed.LeRobotDatasetMetadata(root).info
+    report = vlafeed.LeRobotDatasetMetadata(root).vf_info
     assert report["cameras"][0]["codec"] == codec  # the file's truth
     ref = ffmpeg_frames(root / VIDEO_FILE, 64, 48)
     ds = vlafeed.LeRobotDataset(root, image_format="uint8_hwc", output="numpy")
