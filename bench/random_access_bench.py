@@ -3,7 +3,7 @@
 vlafeed.LeRobotDataset against upstream LeRobot 0.6's LeRobotDataset on its
 torchcodec backend, both at one thread, on the same shuffled positions.
 
-    PYTHONPATH=python python3 bench/random_access_bench.py [--size 320x240]
+    python3 bench/random_access_bench.py [--size 320x240]   (after make py-inplace)
         [--episodes 20] [--items 400] [--warmup 40] [--codecs h264,mpeg4,av1] [--repeat 2]
         [--out bench/random-access]
 
@@ -35,6 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import _inplace  # noqa: E402  (the in-place build for the vlafeed side, when there is one)
 
 
 def make_datasets(cli, work, size, episodes, codecs):
@@ -66,8 +68,7 @@ def run_side(side, python, requests, work):
     req.write_text(json.dumps(requests))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if side == "vlafeed":
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
-                                                                       else []))
+        env = _inplace.child_env(env)
     subprocess.run([python, str(HERE / "peers" / "random_access.py"), side, str(req), str(out)], check=True, env=env)
     return json.loads(out.read_text())
 

@@ -3,7 +3,7 @@
 Run the same command once in each environment (the frames are the same:
 numpy's PCG64 stream with a fixed seed):
 
-  PYTHONPATH=python python3 bench/record_bench.py --impl vlafeed OUT_DIR
+  python3 bench/record_bench.py --impl vlafeed OUT_DIR   (the in-place build after make py-inplace)
   build-lerobot/venv312/bin/python bench/record_bench.py --impl lerobot OUT_DIR
 
 Records EPISODES episodes of FRAMES frames with two 480x640 cameras (a
@@ -15,8 +15,10 @@ seconds of this process and its children (LeRobot encodes in a process
 pool), and the encoder thread setting.
 """
 import argparse
+import os
 import resource
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -50,6 +52,9 @@ def main():
                 "observation.state": {"dtype": "float32", "shape": (6,), "names": None},
                 "action": {"dtype": "float32", "shape": (6,), "names": None}}
     if args.impl == "vlafeed":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import _inplace
+        _inplace.use()
         from vlafeed import LeRobotDataset
         encoder = {"vcodec": args.codec}
     else:
