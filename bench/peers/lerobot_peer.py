@@ -39,6 +39,18 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+def prepare_offline_lerobot():
+    """Before LeRobot is imported: a private Hugging Face cache, offline, and torchvision's
+    CUDA-linked registrations stubbed (torchvision's PyPI build for torch 2.13 is CUDA-linked;
+    LeRobot only needs its transforms, see tests/python/lerobot_upstream.py)."""
+    cache = tempfile.mkdtemp(prefix="vlafeed-bench-hf-")
+    os.environ.setdefault("HF_HOME", cache)
+    os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(cache, "datasets"))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root")
@@ -55,14 +67,7 @@ def main(argv=None):
     ap.add_argument("--out-dir")
     a = ap.parse_args(argv)
 
-    cache = tempfile.mkdtemp(prefix="vlafeed-bench-hf-")
-    os.environ.setdefault("HF_HOME", cache)
-    os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(cache, "datasets"))
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    # torchvision's PyPI build for torch 2.13 is CUDA-linked; LeRobot only
-    # needs its transforms (see tests/python/lerobot_upstream.py).
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    prepare_offline_lerobot()
     import lerobot
     import numpy as np
     import torch

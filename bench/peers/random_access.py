@@ -23,9 +23,7 @@ import json
 import os
 import resource
 import sys
-import tempfile
 import time
-import types
 
 
 def _cpu_s():
@@ -69,13 +67,8 @@ def main(argv):
     req = json.load(open(req_path))
     threads = int(req.get("threads", 1))
     if side == "lerobot":
-        cache = tempfile.mkdtemp(prefix="vlafeed-bench-hf-")
-        os.environ.setdefault("HF_HOME", cache)
-        os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(cache, "datasets"))
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
-        # as lerobot_peer.py: LeRobot only needs torchvision's transforms
-        sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+        from lerobot_peer import prepare_offline_lerobot
+        prepare_offline_lerobot()
     import torch
     torch.set_num_threads(threads)
     opener = _open_vlafeed if side == "vlafeed" else _open_lerobot

@@ -593,6 +593,21 @@ static int read_page_header(vf_pq_chunk_ctx *c, int64_t off, page_header *h, int
     }
 }
 
+/* The header of the next page, at pos, after `done` of the chunk's values:
+ * refused when the chunk ends first or the page would pass its end. */
+static int next_page_header(vf_pq_chunk_ctx *c, int64_t pos, int64_t done, page_header *h, int64_t *hlen)
+{
+    if (pos >= c->chunk_end)
+        return vf_pq_fail(c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
+                          (long long)c->meta->num_values);
+    int r = read_page_header(c, pos, h, hlen, "page header");
+    if (r < 0)
+        return r;
+    if (h->compressed_size < 0 || h->uncompressed_size < 0 || h->compressed_size > c->chunk_end - pos - *hlen)
+        return vf_pq_fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h->compressed_size);
+    return 0;
+}
+
 /* ---- page index ------------------------------------------------------------------------ */
 
 /* Scans a column chunk's page headers from start (c set up for the chunk)
@@ -609,19 +624,10 @@ static int build_page_index(vf_pq_chunk_ctx *c, int64_t start, vf_pq_chunk_pages
     int64_t pos = start, done = 0, rows = 0;
     for (int ordinal = 0; done < m->num_values && r == 0; ordinal++) {
         c->page = ordinal;
-        if (pos >= c->chunk_end) {
-            r = vf_pq_fail(c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
-                           (long long)m->num_values);
-            break;
-        }
         page_header h;
         int64_t hlen = 0;
-        if ((r = read_page_header(c, pos, &h, &hlen, "page header")) < 0)
+        if ((r = next_page_header(c, pos, done, &h, &hlen)) < 0)
             break;
-        if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos - hlen) {
-            r = vf_pq_fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
-            break;
-        }
         if (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2) {
             int v2 = h.type == VF_PQ_PAGE_DATA_V2;
             if (!(v2 ? h.has_v2 : h.has_data) || h.num_values < 0 || h.num_values > m->num_values - done) {
@@ -878,20 +884,11 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
         c->window_bytes = 64 * 1024; /* the dictionary page, then a jump: no read-ahead of the chunk */
     while (done < m->num_values) {
         c->page++;
-        if (pos >= c->chunk_end) {
-            r = vf_pq_fail(c, VF_ECORRUPT, "column chunk ends after %lld of %lld values", (long long)done,
-                           (long long)m->num_values);
-            break;
-        }
         page_header h;
         int64_t hlen = 0;
-        if ((r = read_page_header(c, pos, &h, &hlen, "page header")) < 0)
+        if ((r = next_page_header(c, pos, done, &h, &hlen)) < 0)
             break;
         pos += hlen;
-        if (h.compressed_size < 0 || h.uncompressed_size < 0 || h.compressed_size > c->chunk_end - pos) {
-            r = vf_pq_fail(c, VF_ECORRUPT, "page of %d bytes passes the end of the column chunk", h.compressed_size);
-            break;
-        }
         if (index && index->count > 0 && (h.type == VF_PQ_PAGE_DATA || h.type == VF_PQ_PAGE_DATA_V2)) {
             /* The last page starting at or before row_lo (its rows are in
              * the index: the rows started before each page ascend). */

@@ -342,25 +342,30 @@ def format_path(template, **values):
     return template.format(**values)
 
 
-def aggregate_stats(stats_list):
-    """LeRobot's aggregate_stats: per feature, min of mins, max of maxes, the count-weighted mean,
-    the pooled std (parallel variance), summed counts, count-weighted quantiles (q01, ...)."""
-    out = {}
-    for key in {k for stats in stats_list for k in stats}:
-        per = [stats[key] for stats in stats_list if key in stats]
-        means = np.stack([s["mean"] for s in per])
-        variances = np.stack([s["std"] ** 2 for s in per])
-        counts = np.stack([s["count"] for s in per])
-        total_count = counts.sum(axis=0)
-        while counts.ndim < means.ndim:
-            counts = np.expand_dims(counts, axis=-1)
-        total_mean = (means * counts).sum(axis=0) / total_count
-        total_variance = ((variances + (means - total_mean) ** 2) * counts).sum(axis=0) / total_count
-        agg = {"min": np.min(np.stack([s["min"] for s in per]), axis=0),
-               "max": np.max(np.stack([s["max"] for s in per]), axis=0),
-               "mean": total_mean, "std": np.sqrt(total_variance), "count": total_count}
-        for q in [k for k in per[0] if k.startswith("q") and k[1:].isdigit()]:
-            if all(q in s for s in per):
-                agg[q] = (np.stack([s[q] for s in per]) * counts).sum(axis=0) / total_count
-        out[key] = agg
+def aggregate_feature_stats(stats_ft_list):
+    """One feature's statistics over several parts (LeRobot's): min of mins, max of maxes, the
+    count-weighted mean, the pooled std (parallel variance), summed counts, count-weighted
+    quantiles (q01, ...) where every part has them."""
+    means = np.stack([s["mean"] for s in stats_ft_list])
+    variances = np.stack([s["std"] ** 2 for s in stats_ft_list])
+    counts = np.stack([s["count"] for s in stats_ft_list])
+    total_count = counts.sum(axis=0)
+    while counts.ndim < means.ndim:
+        counts = np.expand_dims(counts, axis=-1)
+    total_mean = (means * counts).sum(axis=0) / total_count
+    total_variance = ((variances + (means - total_mean) ** 2) * counts).sum(axis=0) / total_count
+    out = {"min": np.min(np.stack([s["min"] for s in stats_ft_list]), axis=0),
+           "max": np.max(np.stack([s["max"] for s in stats_ft_list]), axis=0),
+           "mean": total_mean, "std": np.sqrt(total_variance), "count": total_count}
+    for q_key in [k for k in stats_ft_list[0] if k.startswith("q") and k[1:].isdigit()]:
+        if all(q_key in s for s in stats_ft_list):
+            out[q_key] = (np.stack([s[q_key] for s in stats_ft_list]) * counts).sum(axis=0) / total_count
     return out
+
+
+def aggregate_stats(stats_list):
+    """LeRobot's aggregate_stats: aggregate_feature_stats per feature, features in first-seen order."""
+    keys = []
+    for stats in stats_list:
+        keys += [k for k in stats if k not in keys]
+    return {k: aggregate_feature_stats([s[k] for s in stats_list if k in s]) for k in keys}

@@ -54,15 +54,17 @@ import numpy as np
 
 from vlafeed import _native
 from vlafeed.data import lerobot_compat as compat
+from vlafeed.data.lerobot_compat import (
+    CODEBASE_VERSION,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_DATA_FILE_SIZE_IN_MB,
+    DEFAULT_DATA_PATH,
+    DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+    DEFAULT_VIDEO_PATH,
+)
 
 logger = logging.getLogger(__name__)
 
-CODEBASE_VERSION = "v3.0"
-DEFAULT_CHUNK_SIZE = 1000
-DEFAULT_DATA_FILE_SIZE_IN_MB = 100
-DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
-DEFAULT_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-DEFAULT_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 DEFAULT_EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 DEFAULT_IMAGE_PATH = "images/{image_key}/episode-{episode_index:06d}/frame-{frame_index:06d}.png"
 DEFAULT_FEATURES = {
@@ -232,32 +234,6 @@ def compute_episode_stats(episode_data, features):
         else:
             ep_stats[key] = get_feature_stats(data, axis=0, keepdims=data.ndim == 1)
     return ep_stats
-
-
-def aggregate_feature_stats(stats_ft_list):
-    means = np.stack([s["mean"] for s in stats_ft_list])
-    variances = np.stack([s["std"] ** 2 for s in stats_ft_list])
-    counts = np.stack([s["count"] for s in stats_ft_list])
-    total_count = counts.sum(axis=0)
-    while counts.ndim < means.ndim:
-        counts = np.expand_dims(counts, axis=-1)
-    total_mean = (means * counts).sum(axis=0) / total_count
-    total_variance = ((variances + (means - total_mean) ** 2) * counts).sum(axis=0) / total_count
-    out = {"min": np.min(np.stack([s["min"] for s in stats_ft_list]), axis=0),
-           "max": np.max(np.stack([s["max"] for s in stats_ft_list]), axis=0),
-           "mean": total_mean, "std": np.sqrt(total_variance), "count": total_count}
-    for q_key in [k for k in stats_ft_list[0] if k.startswith("q") and k[1:].isdigit()]:
-        if all(q_key in s for s in stats_ft_list):
-            out[q_key] = (np.stack([s[q_key] for s in stats_ft_list]) * counts).sum(axis=0) / total_count
-    return out
-
-
-def aggregate_stats(stats_list):
-    """LeRobot's aggregate_stats: count-weighted means, pooled variances, quantiles weighted by count."""
-    keys = []
-    for stats in stats_list:
-        keys += [k for k in stats if k not in keys]
-    return {k: aggregate_feature_stats([s[k] for s in stats_list if k in s]) for k in keys}
 
 
 def _serialize(value):
@@ -565,7 +541,7 @@ class RecordingMetadataMixin:
         info["total_tasks"] = len(rec.tasks)
         info["splits"] = {"train": f"0:{info['total_episodes']}"}
         rec.write_info()
-        rec.stats = aggregate_stats([rec.stats, episode_stats]) if rec.stats is not None else episode_stats
+        rec.stats = compat.aggregate_stats([rec.stats, episode_stats]) if rec.stats is not None else episode_stats
         _write_json(rec.stats, rec.root / "meta" / "stats.json")
 
     def update_video_info(self, video_key=None, video_encoder=None, preserve_keys=None):
