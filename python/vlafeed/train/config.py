@@ -32,6 +32,9 @@ class DataConfig:
     chunk: int = 10                # action chunk length (steps of 1/fps)
     loader_threads: int = 1        # engine threads per rank
     image_size: int = 0            # resize cameras to image_size x image_size (0: as stored)
+    # t-models: key mapping and episode selection (models.py)
+    rename: dict = field(default_factory=dict)   # {dataset key: key the model expects}
+    episodes: list = field(default_factory=list)  # episode indices to train on ([]: all)
 
 
 @dataclass
@@ -45,6 +48,14 @@ class ModelConfig:
     tokenizer: str = "bytes"       # bytes, or "module:function" returning a list[int] for a string
     camera_dropout: float = 0.0    # per-sample probability of dropping a camera (>= 1 camera kept)
     attention: str = "auto"        # auto | sdpa | flex | flash (flash: flash_attn_varlen_func, GPU)
+    # t-models: which model is trained (models.py); the keys above are those of source "vlafeed"
+    source: str = "vlafeed"        # vlafeed | lerobot | hf | python
+    name: str = ""                 # lerobot: policy type (act, diffusion, ...); hf: an AutoModel* class name
+    path: str = ""                 # a local folder of pretrained weights + config (lerobot, hf)
+    entry: str = ""                # python: "module:build_fn"; hf: "module:fn" turning a batch into model inputs
+    config: typing.Any = ""        # hf: a config.json path, or a dict of config kwargs with model_type
+    overrides: dict = field(default_factory=dict)  # lerobot: policy config fields
+    init_from: str = ""            # weights-only init (checkpoint, exported model or LeRobot pretrained_model)
 
 
 @dataclass
@@ -104,9 +115,13 @@ class Config:
         return dataclasses.asdict(self)
 
 
+# t-models: keys whose value is a mapping (kept whole in YAML; --key.sub value sets one entry)
+MAPPING_KEYS = ("data.rename", "model.overrides", "model.config")
+
 CHOICES = {
     "data.mode": ("stream", "pool"),
     "model.attention": ("auto", "sdpa", "flex", "flash"),
+    "model.source": ("vlafeed", "lerobot", "hf", "python"),  # t-models
     "parallel.backend": ("auto", "gloo", "nccl"),
     "parallel.device": ("auto", "cpu", "cuda"),
     "train.precision": ("fp32", "amp_bfloat16", "pure_bf16"),
@@ -117,6 +132,22 @@ CHOICES = {
 def _coerce(key: str, value, typ, source: str):
     """value converted to typ, or ConfigError naming key; strings from the command line are parsed."""
     where = f" (in {source})" if source else ""
+    if typ in (dict, list, typing.Any):  # t-models: mapping/list keys; YAML/JSON text from the command line
+        if isinstance(value, str) and source == "command line":
+            import yaml
+            try:
+                value = yaml.safe_load(value) if value.strip() else ({} if typ is dict else [] if typ is list else "")
+            except yaml.YAMLError as e:
+                raise ConfigError(f"config key '{key}'{where}: not valid YAML/JSON: {e}") from None
+        if typ is typing.Any:
+            if not isinstance(value, (str, dict)):
+                raise ConfigError(f"config key '{key}'{where}: expected a path or a mapping, got "
+                                  f"{type(value).__name__} ({value!r})")
+            return value
+        if not isinstance(value, typ):
+            raise ConfigError(f"config key '{key}'{where}: expected a {'mapping' if typ is dict else 'list'}, got "
+                              f"{type(value).__name__} ({value!r})")
+        return value
     if isinstance(value, str) and typ is not str and source == "command line":
         text = value.strip().lower()
         if typ is bool:
@@ -142,6 +173,18 @@ def _coerce(key: str, value, typ, source: str):
 
 def _set(cfg: Config, key: str, value, source: str):
     parts = key.split(".")
+    if len(parts) > 2 and ".".join(parts[:2]) in MAPPING_KEYS:  # t-models: --model.overrides.dim_model 32
+        sub = getattr(getattr(cfg, parts[0], None), parts[1])
+        if source == "command line" and isinstance(value, str):
+            import yaml
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass
+        sub = dict(sub)
+        sub[".".join(parts[2:])] = value
+        _set(cfg, ".".join(parts[:2]), sub, source)
+        return
     if len(parts) != 2:
         raise ConfigError(f"config key '{key}' ({source}): keys are section.name, e.g. train.steps")
     section, name = parts
@@ -166,7 +209,7 @@ def _flatten(obj, prefix, path, out):
                           f"{type(obj).__name__}")
     for k, v in obj.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict):
+        if isinstance(v, dict) and key not in MAPPING_KEYS:
             _flatten(v, key, path, out)
         else:
             out[key] = v
@@ -275,3 +318,35 @@ def validate(cfg: Config):
             ok = ok and (v <= high if high_closed else v < high)
         need(ok, key, f"{v!r} is out of range (allowed: {_float_range_text(low, low_closed, high, high_closed)})")
     need(cfg.model.d_model % cfg.model.heads == 0, "model.heads", "must divide model.d_model")
+    # t-models
+    need(all(isinstance(k, str) and isinstance(v, str) and k and v for k, v in cfg.data.rename.items()),
+         "data.rename", "a mapping of dataset key -> model key (both non-empty strings)")
+    need(len(set(cfg.data.rename.values())) == len(cfg.data.rename), "data.rename", "two keys renamed to one name")
+    need(all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in cfg.data.episodes),
+         "data.episodes", "a list of episode indices (integers >= 0)")
+    need(len(set(cfg.data.episodes)) == len(cfg.data.episodes), "data.episodes", "an episode is listed twice")
+    src = cfg.model.source
+    need(src != "lerobot" or cfg.model.name or cfg.model.path, "model.name",
+         "model.source lerobot needs a policy type (act, diffusion, ...) or model.path")
+    need(src != "hf" or cfg.model.name, "model.name", "model.source hf needs an AutoModel* class name, "
+         "e.g. AutoModelForCausalLM")
+    need(src != "hf" or cfg.model.config or cfg.model.path, "model.config",
+         "model.source hf needs model.config (a config.json or a mapping with model_type) or model.path")
+    need(src != "python" or cfg.model.entry, "model.entry", "model.source python needs 'package.module:build_fn'")
+
+
+KEY_HELP = {}  # one line per key (--help); areas add their own keys in their own block
+
+# t-models: model sources, key mapping, episodes, weights-only init
+KEY_HELP.update({
+    "data.rename": "mapping {dataset key: key the model expects}, applied to features, stats and batches",
+    "data.episodes": "episode indices to train on ([]: every episode)",
+    "model.source": "which model is trained: vlafeed (the example policy), lerobot, hf or python",
+    "model.name": "lerobot: policy type (act, diffusion, ...); hf: AutoModel* class (AutoModelForCausalLM)",
+    "model.path": "local folder with pretrained weights and config (LeRobot pretrained_model/, HF model)",
+    "model.entry": "python: 'module:build_fn' building the model; hf: 'module:fn' turning a batch into inputs",
+    "model.config": "hf: a config.json path or a mapping of config kwargs including model_type",
+    "model.overrides": "lerobot: policy config fields set over the policy type's defaults",
+    "model.init_from": "weights-only init from a checkpoint, an exported model or a LeRobot pretrained_model "
+                       "(a new run: step 0, fresh optimizer)",
+})

@@ -245,8 +245,9 @@ class Wrapped:
 
 def wrap_model(model: nn.Module, dinfo: DistInfo, *, fsdp: bool = True, precision: str = "fp32",
                reshard_after_forward: bool = True, cpu_offload: bool = False,
-               keep_unsharded_during_accumulation: bool = False) -> Wrapped:
-    """Moves `model` to the device in the precision's storage dtype and wraps it for data parallelism."""
+               keep_unsharded_during_accumulation: bool = False, extra_block_types: tuple = ()) -> Wrapped:
+    """Moves `model` to the device in the precision's storage dtype and wraps it for data parallelism.
+    extra_block_types: module types that become FSDP2 units besides FSDPBlock and get_fsdp_block_types()."""
     if precision not in ("fp32", "amp_bfloat16", "pure_bf16"):
         raise ValueError(f"precision {precision!r}: expected fp32, amp_bfloat16 or pure_bf16")
     store = torch.bfloat16 if precision == "pure_bf16" else torch.float32
@@ -264,7 +265,7 @@ def wrap_model(model: nn.Module, dinfo: DistInfo, *, fsdp: bool = True, precisio
         mp = MixedPrecisionPolicy()
     offload = CPUOffloadPolicy(pin_memory=dinfo.device.type == "cuda") if cpu_offload else OffloadPolicy()
     ignored = zero_dim_params(model)
-    types = block_types(model)
+    types = block_types(model) + tuple(extra_block_types)  # extra: the units the model seam names (models.py)
     # bottom-up: children before parents (post-order), so nested blocks become their own units
     blocks = [m for m in _post_order(model) if m is not model and isinstance(m, types)]
     for m in blocks:

@@ -33,7 +33,7 @@ from vlafeed.train import checkpoint as ckpt
 from vlafeed.train.config import Config, ConfigError, load_config
 from vlafeed.train.packing import load_tokenizer, packed_layout, padded_layout, sample_tokens
 from vlafeed.train.parallel import (rng_state, seed_rank_streams, set_rng_state, setup_distributed, wrap_model)
-from vlafeed.train.policy import VLAPolicy, per_sample_loss, resolve_attention
+from vlafeed.train.policy import VLAPolicy, resolve_attention
 
 
 class Batches:
@@ -174,13 +174,16 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
 
     meta = vlafeed.LeRobotDataset(cfg.data.dataset).meta
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    model, cams, hw, state_dim, action_dim = build_model(cfg, meta, device)
+    from vlafeed.train import models  # t-models: the model seam (model.source)
+    tm = models.build(cfg, meta, device, is_main=dinfo.is_main)
+    model = tm.module
     signature = ckpt.model_signature(model)
     identity = ckpt.run_identity(cfg.to_dict())
     p = cfg.parallel
     wrapped = wrap_model(model, dinfo, fsdp=p.fsdp, precision=cfg.train.precision,
                          reshard_after_forward=p.reshard_after_forward, cpu_offload=p.cpu_offload,
-                         keep_unsharded_during_accumulation=p.keep_unsharded_during_accumulation)
+                         keep_unsharded_during_accumulation=p.keep_unsharded_during_accumulation,
+                         extra_block_types=tm.block_types)
     seed_rank_streams(cfg.train.seed, rank)
     params = list(wrapped.model.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
@@ -188,8 +191,10 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
 
     fps = float(meta.fps)
     loader_kwargs = dict(mode=cfg.data.mode, batch_size=cfg.data.batch_size, seed=cfg.data.seed, rank=rank,
-                         world_size=world, delta_timestamps={"action": [i / fps for i in range(cfg.data.chunk)]},
-                         image_format="uint8", drop_last=True, threads=cfg.data.loader_threads)
+                         world_size=world, delta_timestamps=tm.delta_timestamps,
+                         image_format=tm.image_format, drop_last=True, threads=cfg.data.loader_threads)
+    if cfg.data.episodes:  # t-models
+        loader_kwargs["episodes"] = list(cfg.data.episodes)
     if cfg.data.image_size:
         loader_kwargs["resize"] = (cfg.data.image_size, cfg.data.image_size)
     loader = vlafeed.Loader(cfg.data.dataset, **loader_kwargs)
@@ -229,14 +234,15 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             print(f"resumed from {path} at step {step} (saved at world size {cmeta['world_size']}, now {world}; "
                   f"{data_note})", flush=True)
     batches = Batches(loader, restored)
-    prep = Step(cfg, model, cams, meta.stats, state_dim, action_dim, device)
+    if dinfo.is_main and path is None:  # t-models: what export needs besides the weights
+        tm.save_assets(Path(cfg.checkpoint.dir) / models.ASSETS)
 
     if dinfo.is_main:
         kind = {"fsdp": f"FSDP2 ({wrapped.units} units)", "ddp": "DDP", "local": "1 process"}[wrapped.kind]
         print(f"training: {world} rank(s) on {device}, {kind}, precision {cfg.train.precision}, "
               f"micro-batch {cfg.data.batch_size} x {cfg.train.grad_accum} accumulated, "
               f"{'packed rows of ' + str(cfg.packing.max_tokens) + ' tokens' if cfg.packing.enabled else 'padded'}"
-              f", attention {model.attention}", flush=True)
+              f", {tm.describe}", flush=True)
     log = open(cfg.train.log_file, "a") if (cfg.train.log_file and dinfo.is_main) else None
     samples_log = open(f"{cfg.train.sample_log}.rank{rank}.jsonl", "a") if cfg.train.sample_log else None
     losses, wait, total, real_tokens, slot_tokens, saves, state_bytes = [], 0.0, 0.0, 0, 0, [], None
@@ -256,14 +262,13 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                                               "index": batch["index"].tolist(), "time": time.time(),
                                               "world": world, "pid": os.getpid()}) + "\n")
                 samples_log.flush()
-            images, state, samples, layout, target, valid = prep.inputs(batch, cfg.packing.enabled)
-            del batch
-            real_tokens += layout.real_tokens
-            slot_tokens += layout.slots
             with wrapped.micro_batch(micro, accum):
-                pred = wrapped(images, state, samples, layout)
-                loss = per_sample_loss(pred, target, valid).mean() / accum
+                loss, mstats = tm.loss(wrapped, batch)  # t-models: the model's own loss
+                del batch
+                loss = loss / accum
                 loss.backward()
+            real_tokens += mstats["real_tokens"]
+            slot_tokens += mstats["slot_tokens"]
             step_loss += loss.detach().double()
         wrapped.sync_ignored_grads(world)
         if dinfo.distributed:  # every rank sees the same mean loss, so all of them stop together
@@ -365,6 +370,9 @@ def usage():
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "export":  # t-models: python -m vlafeed.train export CKPT OUT
+        from vlafeed.train.models import export_main
+        return export_main(argv[1:])
     if "-h" in argv or "--help" in argv:
         print(usage())
         return 0
