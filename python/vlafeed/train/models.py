@@ -355,11 +355,13 @@ def hf_block_types(model: nn.Module) -> tuple:
     return tuple({type(m) for m in model.modules() if type(m).__name__ in names})
 
 
-def default_text_inputs(tokenizer, max_tokens, pad_id):
-    """The default batch -> inputs of a causal LM: each sample's instruction text ("task"), tokenized,
-    padded right; labels are the input ids with the padding set to -100 (ignored by the loss)."""
+def default_text_inputs(tokenizer, max_tokens, pad_id, bos=None, eos=None):
+    """The default batch -> inputs of a causal LM: each sample's instruction text ("task"), tokenized
+    (between bos and eos when given), cut to max_tokens, padded right; labels are the input ids with the
+    padding set to -100 (ignored by the loss; the model shifts them for next-token prediction)."""
     def fn(batch):
-        rows = [list(tokenizer(t))[:max_tokens] for t in batch["task"]]
+        ends = ([bos] if bos is not None else [], [eos] if eos is not None else [])
+        rows = [(ends[0] + list(tokenizer(t)) + ends[1])[:max_tokens] for t in batch["task"]]
         width = max(1, max(len(r) for r in rows))
         ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -416,10 +418,15 @@ class HFModel(TrainModel):
         if m.entry:
             self.inputs = _import_entry("model.entry", m.entry)
         else:
-            from vlafeed.train.packing import load_tokenizer
+            from vlafeed.train.packing import BOS, EOS, PAD, load_tokenizer
             tok = load_tokenizer(m.tokenizer)
             pad = getattr(model.config, "pad_token_id", None)
-            self.inputs = default_text_inputs(tok, m.max_text_tokens or 48, 0 if pad is None else pad)
+            vocab = getattr(model.config, "vocab_size", None)
+            if m.tokenizer == "bytes" and vocab is not None and vocab <= PAD:
+                raise ModelError(f"config key 'model.config': vocab_size {vocab} is too small for the default "
+                                 f"byte tokenizer (ids 0..{PAD}); use >= {PAD + 1} or set model.entry")
+            bytes_ends = (BOS, EOS) if m.tokenizer == "bytes" else (None, None)
+            self.inputs = default_text_inputs(tok, m.max_text_tokens or 48, PAD if pad is None else pad, *bytes_ends)
         self.device = device
         self.describe = f"{type(model).__name__} ({sum(p.numel() for p in model.parameters())} parameters)"
 
