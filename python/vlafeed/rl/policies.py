@@ -265,9 +265,10 @@ class ActorCritic(_DistPolicy):
         self.trunk = nn.Sequential(nn.Linear(self.encoder.size, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
                                    nn.Tanh())
         self.pi = nn.Linear(hidden, self.head.n_params)
-        with torch.no_grad():  # a near-uniform (near-zero-mean) first policy
-            self.pi.weight.mul_(0.01)
-            self.pi.bias.zero_()
+        if self.head.kind == "box":
+            with torch.no_grad():  # a near-zero first mean (the middle of the Box with tanh)
+                self.pi.weight.mul_(0.01)
+                self.pi.bias.zero_()
         self.vf = nn.Linear(hidden, 1) if value_head else None
         if self.head.kind == "box":
             self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
