@@ -239,7 +239,9 @@ class _DistPolicy(nn.Module):
             obs = torch.from_numpy(obs)
         return S.to_torch(obs, self._device())
 
+    @torch.no_grad()
     def act(self, obs, deterministic: bool = False) -> ActOut:
+        """Actions for a batch (no gradients: rollouts)."""
         params, value = self.params(self._prep(obs))
         a, logp = self.head.sample(params, self.log_std_param(), deterministic)
         return ActOut(a, logp, value)
@@ -255,7 +257,8 @@ class _DistPolicy(nn.Module):
 
 
 class ActorCritic(_DistPolicy):
-    """The built-in policy: Encoder -> 2-layer tanh MLP trunk -> action parameters (+ a value head)."""
+    """The built-in policy: Encoder -> 2-layer tanh MLP -> action parameters; the optional value head is
+    a second 2-layer MLP on the same encoder features."""
 
     def __init__(self, observation_space, action_space, hidden: int = 64, cnn: bool = False,
                  value_head: bool = True, squash: str = "tanh", init_log_std: float = -0.5):
@@ -269,13 +272,16 @@ class ActorCritic(_DistPolicy):
             with torch.no_grad():  # a near-zero first mean (the middle of the Box with tanh)
                 self.pi.weight.mul_(0.01)
                 self.pi.bias.zero_()
-        self.vf = nn.Linear(hidden, 1) if value_head else None
+        # the critic has its own MLP on the encoder's features (a shared trunk lets the value loss,
+        # in return units, swamp the policy gradient)
+        self.vf = nn.Sequential(nn.Linear(self.encoder.size, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                                nn.Linear(hidden, 1)) if value_head else None
         if self.head.kind == "box":
             self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
 
     def params(self, obs):
-        h = self.trunk(self.encoder(obs))
-        return self.pi(h), (self.vf(h)[:, 0] if self.vf is not None else None)
+        f = self.encoder(obs)
+        return self.pi(self.trunk(f)), (self.vf(f)[:, 0] if self.vf is not None else None)
 
 
 class ModulePolicy(_DistPolicy):

@@ -26,7 +26,8 @@ except ImportError:  # pragma: no cover - install-deps installs it
 
 
 def describe(space) -> str:
-    return f"{type(space).__name__}({space})" if not isinstance(space, (gspaces.Dict, gspaces.Tuple)) else repr(space)
+    r = repr(space)
+    return r if r.startswith(type(space).__name__) else f"{type(space).__name__}({r})"
 
 
 def is_image(space) -> bool:
@@ -124,7 +125,7 @@ def _to_torch(buf):
         return {k: _to_torch(v) for k, v in buf.items()}
     if isinstance(buf, tuple):
         return tuple(_to_torch(v) for v in buf)
-    return torch.from_numpy(buf)
+    return buf if isinstance(buf, torch.Tensor) else torch.from_numpy(np.asarray(buf))
 
 
 def _view(buf, n):
