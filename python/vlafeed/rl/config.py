@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 class RLError(RuntimeError):
@@ -35,6 +35,18 @@ class RLConfig:
     max_env_errors: int = 20
     stall_timeout_s: float = 60.0
     server_device: str = "cpu"         # policy server's device: "cpu" or "cuda" (Ray gives the server 1 GPU)
+    # --- policies, algorithms, learner checkpoints (rl-policy; see docs/rl.md) ---
+    policy: str = "auto"               # mlp | cnn | auto (cnn if an obs leaf is an image) | pkg.mod:fn | lerobot:TYPE-or-DIR
+    action_squash: str = "tanh"        # Box actions: tanh (squashed Gaussian) | clip (clipped Gaussian)
+    algorithm: str = "reinforce"       # reinforce | ppo | grpo
+    gae_lambda: float = 0.95           # ppo: GAE lambda
+    vf_coef: float = 0.5               # ppo: value-loss weight
+    ent_coef: float = 0.0              # ppo/grpo/reinforce: entropy-bonus weight
+    ppo_epochs: int = 1                # ppo/grpo: passes over each global batch (optimizer steps per version)
+    group_size: int = 4                # grpo: trajectories per group (same reset seed)
+    checkpoint_dir: Optional[str] = None  # learner checkpoints go to DIR/step_NNNNNN (None: none)
+    checkpoint_every: int = 0          # a checkpoint every N optimizer steps (versions); 0: only at the end
+    resume: bool = False               # continue from the latest checkpoint in checkpoint_dir
 
     def check(self):
         if self.global_batch % self.micro_batch:
@@ -47,3 +59,21 @@ class RLConfig:
             raise ValueError("max_wait_ms and max_lag must be >= 0")
         if self.server_device not in ("cpu", "cuda"):
             raise ValueError(f"server_device must be 'cpu' or 'cuda' (Ray assigns the GPU), got {self.server_device!r}")
+        self._check_policy_keys()
+
+    def _check_policy_keys(self):
+        """The keys of policies, algorithms and checkpoints (rl-policy)."""
+        if self.algorithm not in ("reinforce", "ppo", "grpo"):
+            raise ValueError(f"algorithm must be 'reinforce', 'ppo' or 'grpo', got {self.algorithm!r}")
+        if self.action_squash not in ("tanh", "clip"):
+            raise ValueError(f"action_squash must be 'tanh' or 'clip', got {self.action_squash!r}")
+        if self.ppo_epochs < 1 or self.checkpoint_every < 0:
+            raise ValueError("ppo_epochs must be >= 1 and checkpoint_every >= 0")
+        if self.algorithm == "grpo":
+            if self.group_size < 2:
+                raise ValueError(f"group_size must be >= 2 for grpo, got {self.group_size}")
+            if self.micro_batch % self.group_size:
+                raise ValueError(f"grpo: micro_batch {self.micro_batch} is not a multiple of group_size "
+                                 f"{self.group_size} (a group is trained in one micro-batch)")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume=True needs checkpoint_dir")

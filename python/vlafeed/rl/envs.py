@@ -86,3 +86,47 @@ def env_dims(cfg: "RLConfig"):
         if hasattr(env, "close"):
             env.close()
     return obs_dim, n
+
+
+def env_spaces(cfg: "RLConfig"):
+    """(observation_space, action_space) of cfg's env (made once and closed)."""
+    env = make_env(cfg.env, cfg.env_kwargs)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        if hasattr(env, "close"):
+            env.close()
+
+
+# ---------------------------------------------------------------------------
+# vlafeed/InvertedPendulumPixels-v0: image + state dict observations, continuous actions, MuJoCo
+
+def _headless_gl():
+    """MuJoCo's rendering backend when none is chosen: OSMesa (CPU) where libOSMesa is installed,
+    else EGL. Must run before mujoco is imported."""
+    import os
+    if "MUJOCO_GL" not in os.environ:
+        import ctypes.util
+        os.environ["MUJOCO_GL"] = "osmesa" if ctypes.util.find_library("OSMesa") else "egl"
+        if os.environ["MUJOCO_GL"] == "osmesa":
+            os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+
+
+def make_inverted_pendulum_pixels(width: int = 64, height: int = 64, max_episode_steps: int = 1000, **kwargs):
+    """gymnasium's MuJoCo InvertedPendulum-v5 with Dict observations {"pixels": uint8 [height, width, 3]
+    (the default camera's RGB render), "state": the 4 floats of InvertedPendulum}; actions Box(-3, 3, (1,)).
+    Needs `mujoco` (pip) and a headless GL (libosmesa6 or EGL)."""
+    _headless_gl()
+    try:
+        import mujoco  # noqa: F401
+    except ImportError as e:
+        raise RLError(f"vlafeed/InvertedPendulumPixels-v0 needs MuJoCo (pip install mujoco): {e}") from None
+    from gymnasium.wrappers import AddRenderObservation
+    env = gym.make("InvertedPendulum-v5", render_mode="rgb_array", width=width, height=height,
+                   max_episode_steps=max_episode_steps, **kwargs)
+    return AddRenderObservation(env, render_only=False, render_key="pixels", obs_key="state")
+
+
+if gym is not None and "vlafeed/InvertedPendulumPixels-v0" not in gym.registry:
+    gym.register("vlafeed/InvertedPendulumPixels-v0", entry_point="vlafeed.rl.envs:make_inverted_pendulum_pixels",
+                 disable_env_checker=True)

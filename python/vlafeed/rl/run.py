@@ -9,12 +9,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from vlafeed.rl import spaces as S
+from vlafeed.rl.algos import GroupBuffer
 from vlafeed.rl.config import RLConfig, RLError
-from vlafeed.rl.envs import env_dims, make_env
-from vlafeed.rl.policy import act_batch
+from vlafeed.rl.envs import env_spaces, make_env
 from vlafeed.rl.learner import Learner
 from vlafeed.rl.server import policy_server_class
-from vlafeed.rl.workers import _finish, _new_traj, rollout_worker_class
+from vlafeed.rl.workers import _finish, _new_traj, reset_seed, rollout_worker_class
 
 
 def _report(cfg, learner, t0, env_steps, extra):
@@ -38,11 +39,11 @@ def _report(cfg, learner, t0, env_steps, extra):
 def train_colocated(cfg: RLConfig) -> dict:
     """Synchronous colocated baseline: one process, all envs in lockstep with the learner's own policy."""
     cfg.check()
-    obs_dim, n_act = env_dims(cfg)
-    learner = Learner(cfg, obs_dim, n_act)
+    import torch
+    obs_space, act_space = env_spaces(cfg)
+    learner = Learner(cfg, obs_space, act_space)  # with cfg.resume: weights, optimizer, RNG, extra["seq"]
     envs = [make_env(cfg.env, cfg.env_kwargs) for _ in range(cfg.num_workers * cfg.envs_per_worker)]
-    rng = np.random.default_rng(cfg.seed + 999)
-    seq, env_steps, env_errors, dropped = 0, 0, 0, []
+    seq, env_steps, env_errors, dropped = learner.extra.get("seq", 0), 0, 0, []
     first_error = None
     t0 = time.perf_counter()
     while learner.version < cfg.steps:
@@ -50,18 +51,22 @@ def train_colocated(cfg: RLConfig) -> dict:
         while len(batch) < cfg.global_batch:
             n = min(len(envs), cfg.global_batch - len(batch))
             obs, trs, ids, active = {}, {}, {}, set()
+            groups = {}
             for e in range(n):
-                obs[e], _ = envs[e].reset(seed=cfg.seed * 100003 + seq * 31 + e)
+                seed, groups[e] = reset_seed(cfg, 0, 0, seq, e)
+                obs[e], _ = envs[e].reset(seed=seed if cfg.algorithm == "grpo" else cfg.seed * 100003 + seq * 31 + e)
                 ids[e] = f"c.e{seq}"
                 seq += 1
                 trs[e] = _new_traj()
                 active.add(e)
             while active:
                 es = sorted(active)
-                acts, logps = act_batch(learner.model, np.stack([obs[e] for e in es]), rng)
+                with torch.no_grad():
+                    out = learner.policy.act(S.stack([obs[e] for e in es], obs_space))
+                acts, logps = out.action.cpu().numpy(), out.logp.float().cpu().numpy()
                 for j, e in enumerate(es):
                     try:
-                        o2, r, term, trunc, _ = envs[e].step(int(acts[j]))
+                        o2, r, term, trunc, _ = envs[e].step(S.env_action(act_space, acts[j]))
                     except Exception as exc:
                         env_errors += 1
                         dropped.append(ids[e])
@@ -73,14 +78,15 @@ def train_colocated(cfg: RLConfig) -> dict:
                         continue
                     env_steps += 1
                     tr = trs[e]
-                    tr["obs"].append(obs[e]), tr["actions"].append(int(acts[j])), tr["logp"].append(logps[j])
+                    tr["obs"].append(obs[e]), tr["actions"].append(acts[j]), tr["logp"].append(logps[j])
                     tr["rewards"].append(r), tr["versions"].append(learner.version)
                     obs[e] = o2
                     if term or trunc:
-                        batch.append(_finish(tr, ids[e]))
+                        batch.append(_finish(tr, ids[e], envs[e], o2, term, groups[e] and f"c.{groups[e]}"))
                         active.discard(e)
         for i in range(0, cfg.global_batch, cfg.micro_batch):
             learner.micro_step(batch[i:i + cfg.micro_batch])
+        learner.extra["seq"] = seq  # resume position (checkpoints)
         learner.step()
     return _report(cfg, learner, t0, env_steps, {"mode": "sync colocated", "env_errors": env_errors,
                                                  "dropped_env_ids": dropped, "first_env_error": first_error,
@@ -115,15 +121,19 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     if gpus and ray.cluster_resources().get("GPU", 0) < 1:
         raise RLError(f"server_device 'cuda': the Ray cluster has no GPU (resources: {ray.cluster_resources()})")
     PolicyServer, RolloutWorker = policy_server_class(), rollout_worker_class()
-    obs_dim, n_act = env_dims(cfg)
-    learner = Learner(cfg, obs_dim, n_act)
+    obs_space, act_space = env_spaces(cfg)
+    learner = Learner(cfg, obs_space, act_space)  # with cfg.resume: from the latest checkpoint
+    grouper = GroupBuffer(cfg.group_size, cfg.algorithm == "grpo")  # grpo: whole groups only
+    worker_seq = learner.extra.setdefault("worker_seq", {})  # resume: episode counters go on
     queue = Queue(maxsize=cfg.queue_size, actor_options={"num_cpus": 0})
     server = control = PolicyServer.options(num_cpus=0, num_gpus=gpus, max_concurrency=1000).remote(
-        cfg, obs_dim, n_act, learner.state())
+        cfg, obs_space, act_space, learner.state())
+    if learner.version:
+        ray.get(server.set_weights.remote(learner.state(), learner.version))
     # max_concurrency=2: pid() answers while run() is going (run is the one long call a worker has)
     workers = [RolloutWorker.options(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0,
                                           max_concurrency=2)
-               .remote(i, cfg, server, queue) for i in range(cfg.num_workers)]
+               .remote(i, cfg, server, queue, worker_seq.get(i, 0)) for i in range(cfg.num_workers)]
     runs: Dict[Any, int] = {}
     results: List[dict] = []
     restarts = 0
@@ -213,14 +223,18 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                     for i in range(cfg.num_workers):  # top the round up
                         launch(i, 1)
                     continue
-                if learner.lag(t) > cfg.max_lag:
-                    dropped_stale.append(t["id"])
+                wid, n = int(t["id"].split(".")[0][1:]), int(t["id"].rsplit(".e", 1)[1])
+                worker_seq[wid] = max(worker_seq.get(wid, 0), n + 1)
+                group = grouper.add(t)
+                if any(learner.lag(x) > cfg.max_lag for x in group):  # grpo: a group goes or stays whole
+                    dropped_stale.extend(x["id"] for x in group)
                     continue
-                pending.append(t)
-                got += 1
-                if cfg.streamer and len(pending) == cfg.micro_batch:
-                    learner.micro_step(pending)
-                    pending = []
+                for t in group:
+                    pending.append(t)
+                    got += 1
+                    if cfg.streamer and len(pending) == cfg.micro_batch:
+                        learner.micro_step(pending)
+                        pending = []
             if not cfg.streamer:
                 for i in range(0, len(pending), cfg.micro_batch):
                     learner.micro_step(pending[i:i + cfg.micro_batch])
@@ -260,6 +274,7 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                     unused.append(queue.get_nowait()["id"])
                 except Exception:
                     break
+            unused.extend(grouper.waiting_ids())
             server_stats = ray.get(server.stats.remote(), timeout=10)
         except Exception:
             server_stats = None

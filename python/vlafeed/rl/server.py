@@ -11,8 +11,9 @@ from typing import List
 import numpy as np
 import torch
 
+from vlafeed.rl import spaces as S
 from vlafeed.rl.config import RLConfig
-from vlafeed.rl.policy import PolicyNet, act_batch
+from vlafeed.rl.policies import make_policy, module_of
 
 _CLASS = []
 
@@ -27,17 +28,22 @@ def policy_server_class():
     class PolicyServer:
         """Dynamic batching of action requests over the latest published weights."""
 
-        def __init__(self, cfg: RLConfig, obs_dim: int, n_actions: int, state: dict):
+        def __init__(self, cfg: RLConfig, observation_space, action_space, state: dict):
             self.cfg = cfg
             self.device = torch.device(cfg.server_device)
             if self.device.type == "cuda" and not torch.cuda.is_available():
                 raise RuntimeError(f"policy server: server_device {cfg.server_device!r}, but torch sees no CUDA "
                                    f"device in this actor (torch {torch.__version__}, CUDA build "
                                    f"{torch.version.cuda})")
-            self.model = PolicyNet(obs_dim, n_actions, cfg.hidden).to(self.device)
+            torch.manual_seed(cfg.seed + 999)  # the sampling RNG of this process
+            self.policy = make_policy(observation_space, action_space, cfg.policy, hidden=cfg.hidden,
+                                      value_head=cfg.algorithm == "ppo", squash=cfg.action_squash)
+            self.model = module_of(self.policy).to(self.device).eval()
             self.model.load_state_dict(state)
+            self.obs_space = observation_space
+            # observations are stacked into arrays allocated once (spaces.Stacker), one copy each
+            self.stacker = S.Stacker(observation_space, cfg.max_batch_size)
             self.version = 0
-            self.rng = np.random.default_rng(cfg.seed + 999)
             self.pending: list = []
             self.arrived = None
             self.task = None
@@ -50,12 +56,13 @@ def policy_server_class():
             self.version = version
             return version
 
-        async def act(self, obs_rows: np.ndarray):
-            """Actions for a [n, obs_dim] block of observations: (actions, logp, version)."""
+        async def act(self, obs_rows: list):
+            """Actions for a list of n observations (arrays, dicts or tuples as the space has them):
+            (actions [n, ...], logp [n], version)."""
             if self.arrived is None:
                 self.arrived = asyncio.Event()
             fut = asyncio.get_running_loop().create_future()
-            self.pending.append((np.asarray(obs_rows, dtype=np.float32), fut))
+            self.pending.append((list(obs_rows), fut))
             self.arrived.set()
             if self.task is None or self.task.done():
                 self.task = asyncio.ensure_future(self._batcher())
@@ -78,9 +85,12 @@ def policy_server_class():
                 while self.pending and (n == 0 or n + len(self.pending[0][0]) <= cfg.max_batch_size):
                     batch.append(self.pending.pop(0))
                     n += len(batch[-1][0])
-                obs = np.concatenate([o for o, _ in batch])
-                actions, logp = act_batch(self.model, obs, self.rng)
-                self.batch_sizes.append(len(obs))
+                rows = [r for o, _ in batch for r in o]
+                obs = self.stacker(rows)
+                with torch.no_grad():
+                    out = self.policy.act(obs)
+                actions, logp = out.action.cpu().numpy(), out.logp.float().cpu().numpy()
+                self.batch_sizes.append(len(rows))
                 i = 0
                 for o, fut in batch:
                     k = len(o)
@@ -98,7 +108,8 @@ def policy_server_class():
         def stats(self):
             b = self.batch_sizes
             return {"batches": len(b), "mean_batch": float(np.mean(b)) if b else 0.0, "max_batch": max(b, default=0),
-                    "version": self.version, "device": str(self.device)}
+                    "version": self.version, "device": str(self.device),
+                    "stack_allocations": self.stacker.allocations}
 
     _CLASS.append(PolicyServer)
     return PolicyServer

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from vlafeed.rl import spaces as S
 from vlafeed.rl.config import RLConfig, RLError
 from vlafeed.rl.envs import make_env
 
@@ -19,10 +20,31 @@ def _new_traj():
     return {"obs": [], "actions": [], "logp": [], "rewards": [], "versions": []}
 
 
-def _finish(tr, tid):
-    return {"id": tid, "obs": np.asarray(tr["obs"], dtype=np.float32), "actions": np.asarray(tr["actions"]),
+def _finish(tr, tid, env=None, last_obs=None, terminated=True, group=None):
+    """A finished trajectory: observations stacked per leaf of the env's observation space
+    (spaces.stack_numpy: dict/tuple aware), actions as the action space's dtype, and for PPO's
+    bootstrap the observation after the last step and whether the episode terminated."""
+    if env is None:  # the old flat float observations
+        obs = np.asarray(tr["obs"], dtype=np.float32)
+        acts = np.asarray(tr["actions"])
+        last = None if last_obs is None else np.asarray([last_obs], dtype=np.float32)
+    else:
+        obs = S.stack_numpy(tr["obs"], env.observation_space)
+        acts = S.action_numpy(env.action_space, tr["actions"])
+        last = None if last_obs is None else S.stack_numpy([last_obs], env.observation_space)
+    return {"id": tid, "obs": obs, "actions": acts,
             "logp": np.asarray(tr["logp"], dtype=np.float32), "rewards": np.asarray(tr["rewards"], dtype=np.float32),
-            "versions": np.asarray(tr["versions"], dtype=np.int64), "finished_at": time.perf_counter()}
+            "versions": np.asarray(tr["versions"], dtype=np.int64), "finished_at": time.perf_counter(),
+            "last_obs": last, "terminated": bool(terminated), "group": group}
+
+
+def reset_seed(cfg: RLConfig, wid, incarnation: int, seq: int, e: int) -> tuple:
+    """(reset seed, group id) of a worker's seq-th episode. GRPO: the group_size consecutive
+    episodes of a group share one seed (the same start state); otherwise each has its own."""
+    if cfg.algorithm == "grpo":
+        g = seq // cfg.group_size
+        return cfg.seed * 100003 + wid * 1009 + incarnation * 7919 + g * 31, f"w{wid}.i{incarnation}.g{g}"
+    return cfg.seed * 100003 + wid * 1009 + incarnation * 7919 + seq * 31 + e, None
 
 
 def rollout_worker_class():
@@ -33,13 +55,15 @@ def rollout_worker_class():
 
     @ray.remote
     class RolloutWorker:
-        def __init__(self, worker_id: int, cfg: RLConfig, server, queue):
+        def __init__(self, worker_id: int, cfg: RLConfig, server, queue, seq0: int = 0):
             self.wid, self.cfg, self.server, self.queue = worker_id, cfg, server, queue
             import warnings
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.incarnation = 1 if ray.get_runtime_context().was_current_actor_reconstructed else 0
-            self.seq = 0
+            gs = cfg.group_size if cfg.algorithm == "grpo" else 1
+            self.seq = -(-seq0 // gs) * gs  # a resumed run goes on from the checkpoint's counter (whole groups)
+            self.groups = {}  # trajectory id -> GRPO group id
             self.envs = [make_env(cfg.env, cfg.env_kwargs) for _ in range(cfg.envs_per_worker)]
             self.env_errors = 0
             self.first_error = None
@@ -53,10 +77,11 @@ def rollout_worker_class():
             return os.getpid()
 
         def _reset(self, e):
-            seed = self.cfg.seed * 100003 + self.wid * 1009 + self.incarnation * 7919 + self.seq * 31 + e
+            seed, self.group = reset_seed(self.cfg, self.wid, self.incarnation, self.seq, e)
             obs, _ = self.envs[e].reset(seed=seed)
             tid = f"w{self.wid}.i{self.incarnation}.e{self.seq}"
             self.seq += 1
+            self.groups[tid] = self.group
             return obs, tid
 
         def _error(self, e, tid, exc):
@@ -134,21 +159,22 @@ def rollout_worker_class():
                     if episodes is None and self._stop_due():
                         return
                     es = sorted(active)
-                    acts, logps, ver = ray.get(self.server.act.remote(np.stack([obs[e] for e in es])))
+                    acts, logps, ver = ray.get(self.server.act.remote([obs[e] for e in es]))
                     for j, e in enumerate(es):
                         try:
-                            o2, r, term, trunc, _ = self.envs[e].step(int(acts[j]))
+                            o2, r, term, trunc, _ = self.envs[e].step(S.env_action(self.envs[e].action_space,
+                                                                                   acts[j]))
                         except Exception as exc:
                             self._error(e, ids[e], exc)
                             del active[e]
                             continue
                         self.steps += 1
                         tr = trs[e]
-                        tr["obs"].append(obs[e]), tr["actions"].append(int(acts[j])), tr["logp"].append(logps[j])
+                        tr["obs"].append(obs[e]), tr["actions"].append(acts[j]), tr["logp"].append(logps[j])
                         tr["rewards"].append(r), tr["versions"].append(ver)
                         obs[e] = o2
                         if term or trunc:
-                            out.append(_finish(tr, ids[e]))
+                            out.append(_finish(tr, ids[e], self.envs[e], o2, term, self.groups.pop(ids[e])))
                             del active[e]
                 done_eps += n
                 self._check_errors()
@@ -172,7 +198,7 @@ def rollout_worker_class():
                         continue
                     started += 1
                     state[e] = (o, tid, _new_traj())
-                    inflight[self.server.act.remote(o[None])] = e
+                    inflight[self.server.act.remote([o])] = e
                     return True
 
             for e in range(len(self.envs)):
@@ -186,7 +212,7 @@ def rollout_worker_class():
                 acts, logps, ver = ray.get(ref)
                 o, tid, tr = state[e]
                 try:
-                    o2, r, term, trunc, _ = self.envs[e].step(int(acts[0]))
+                    o2, r, term, trunc, _ = self.envs[e].step(S.env_action(self.envs[e].action_space, acts[0]))
                 except Exception as exc:
                     self._error(e, tid, exc)
                     self._check_errors()
@@ -194,15 +220,15 @@ def rollout_worker_class():
                         start(e)
                     continue
                 self.steps += 1
-                tr["obs"].append(o), tr["actions"].append(int(acts[0])), tr["logp"].append(logps[0])
+                tr["obs"].append(o), tr["actions"].append(acts[0]), tr["logp"].append(logps[0])
                 tr["rewards"].append(r), tr["versions"].append(ver)
                 if term or trunc:
-                    self._push([_finish(tr, tid)])
+                    self._push([_finish(tr, tid, self.envs[e], o2, term, self.groups.pop(tid))])
                     if not (episodes is None and self._stop()):
                         start(e)
                 else:
                     state[e] = (o2, tid, tr)
-                    inflight[self.server.act.remote(o2[None])] = e
+                    inflight[self.server.act.remote([o2])] = e
 
     _CLASS.append(RolloutWorker)
     return RolloutWorker
