@@ -61,8 +61,9 @@ def load_policy(path: Union[str, os.PathLike], device: Optional[str] = None):
     if not p.is_dir():
         raise RLError(f"policy checkpoint {p}: not a folder (expected a vlafeed.rl checkpoint with vlafeed_rl.json "
                       "or a LeRobot pretrained_model/ folder with config.json)")
-    if (p / "vlafeed_rl.json").is_file():
-        _read_json(p / "vlafeed_rl.json")
+    if (p / "vlafeed_rl.json").is_file() or any(p.glob("step_*/vlafeed_rl.json")):  # a step or its checkpoint_dir
+        if (p / "vlafeed_rl.json").is_file():
+            _read_json(p / "vlafeed_rl.json")
         try:
             from vlafeed.rl.policies import load_policy as rl_load
         except ImportError as e:
@@ -306,13 +307,13 @@ def evaluate(policy, env, episodes: int = 10, seed: int = 0, num_workers: int = 
     if num_workers < 0:
         raise ValueError(f"num_workers must be >= 0, got {num_workers}")
     tasks = list(env) if isinstance(env, (list, tuple)) else [env]
-    label = str(policy) if isinstance(policy, (str, os.PathLike)) else type(policy).__name__
-    if isinstance(policy, (str, os.PathLike)):  # in-process: load once here; Ray workers load their own copy
-        policy = load_policy(policy, device=device) if num_workers == 0 else _check_path(str(policy))
     # fail early, in the caller, on an absent simulator (workers would each fail)
     for task in tasks:
         e = sims.make_sim(task, env_kwargs)
         e.close()
+    label = str(policy) if isinstance(policy, (str, os.PathLike)) else type(policy).__name__
+    if isinstance(policy, (str, os.PathLike)):  # in-process: load once here; Ray workers load their own copy
+        policy = load_policy(policy, device=device) if num_workers == 0 else _check_path(str(policy))
     jobs = [(t, task, i, seed + i) for t, task in enumerate(tasks) for i in range(episodes)]
     start = time.time()
     if num_workers == 0:
@@ -336,8 +337,9 @@ def evaluate(policy, env, episodes: int = 10, seed: int = 0, num_workers: int = 
 def _check_path(path: str) -> str:
     """Checks a folder the Ray workers will load (without loading it here) and returns it."""
     p = Path(path)
-    if not p.is_dir() or not any((p / n).is_file() for n in ("vlafeed_rl.json", "config.json",
-                                                             "pretrained_model/config.json")):
+    if not p.is_dir() or not (any((p / n).is_file() for n in ("vlafeed_rl.json", "config.json",
+                                                              "pretrained_model/config.json"))
+                              or any(p.glob("step_*/vlafeed_rl.json"))):
         load_policy(path)  # raises the precise error
     for n in ("vlafeed_rl.json", "config.json", "pretrained_model/config.json"):
         if (p / n).is_file():
