@@ -69,7 +69,7 @@ def load_policy(path: Union[str, os.PathLike], device: Optional[str] = None):
         except ImportError as e:
             raise RLError(f"policy checkpoint {p}: a vlafeed.rl checkpoint needs vlafeed.rl.policies ({e})") from None
         return rl_load(str(p))
-    for cand in (p, p / "pretrained_model"):
+    for cand in (p / "pretrained_model", p):  # vlafeed.train export's OUT/ holds OUT/pretrained_model/
         if (cand / "config.json").is_file():
             cfg = _read_json(cand / "config.json")
             if "type" not in cfg:
