@@ -22,6 +22,7 @@ int vf_cmd_bench_wds(int argc, char **argv); /* `vlafeed bench --source wds` (cm
 int vf_cmd_parquet(int argc, char **argv);
 int vf_cmd_quantize(int argc, char **argv);
 int vf_cmd_rl(int argc, char **argv);
+int vf_cmd_eval(int argc, char **argv);
 int vf_cmd_convert(int argc, char **argv);
 /* The two targets of `vlafeed convert`, dispatched on --to by cmd_convert.c:
  * argv is the whole `convert` argv (with --to and its value still in it). */

@@ -1,6 +1,7 @@
 /*
  * cmd_quantize.c: `vlafeed quantize CHECKPOINT OUT ...` (block-wise FP8
- * post-training quantization) and `vlafeed rl ...` (asynchronous RL on Ray).
+ * post-training quantization), `vlafeed rl ...` (asynchronous RL on Ray) and `vlafeed eval ...`
+ * (a policy in a simulator, vlafeed.rl.eval_main).
  * The work is PyTorch's and Ray's, so these commands run
  * `python3 -m vlafeed.quant` / `python3 -m vlafeed.rl` with the same arguments (exec, so its exit
  * status and signals are the Python program's). The interpreter is $VF_PYTHON
@@ -157,4 +158,11 @@ int vf_cmd_quantize(int argc, char **argv)
 int vf_cmd_rl(int argc, char **argv)
 {
     return vf_cli_exec_python("rl", "vlafeed.rl", argc, argv);
+}
+
+/* `vlafeed eval CHECKPOINT --env NAME [options]`: python3 -m vlafeed.rl.eval_main, whose argparse
+ * prints the help. VF_PYTHON picks the interpreter (LeRobot policies need LeRobot's Python 3.12). */
+int vf_cmd_eval(int argc, char **argv)
+{
+    return vf_cli_exec_python("eval", "vlafeed.rl.eval_main", argc, argv);
 }

@@ -27,6 +27,7 @@ static const command commands[] = {
     {"quantize", vf_cmd_quantize, "block-wise FP8 post-training quantization of a checkpoint (python3)"},
     {"convert", vf_cmd_convert, "convert a LeRobot dataset to WebDataset shards (--to wds), or v2.x to v3.0 and/or re-encode its videos (--to lerobot-v3 [--codec h264|hevc|av1])"},
     {"rl", vf_cmd_rl, "asynchronous RL on Ray actors: rollout workers, policy server, learner (python3)"},
+    {"eval", vf_cmd_eval, "run a policy checkpoint in a simulator: success rate, return, MP4 (python3)"},
 };
 
 static void usage(FILE *out)

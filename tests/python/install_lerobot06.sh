@@ -38,6 +38,17 @@ ensure_train_extras() {
     echo "install_lerobot06: could not install ${train_extras[*]}; the lerobot-train tests will skip" >&2
 }
 
+# simulators (vlafeed.rl): vlafeed eval of LeRobot policies and the closed loop run in this venv;
+# added in place like the train extras (same pins as scripts/install-deps.sh)
+sim_extras=("mujoco==3.8.1" "gym-pusht==0.1.8" "gym-aloha==0.1.5")
+
+ensure_sim_extras() {
+  "$venv/bin/python" -c 'import mujoco, gym_pusht, gym_aloha' 2>/dev/null && return 0
+  echo "install_lerobot06: adding ${sim_extras[*]} (simulators) to $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${sim_extras[@]}" || \
+    echo "install_lerobot06: could not install ${sim_extras[*]}; the simulator tests in this venv will skip" >&2
+}
+
 check() {
   [ -x "$venv/bin/python" ] || return 1
   "$venv/bin/python" - <<'EOF' || return 1
@@ -52,6 +63,7 @@ EOF
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want_stamp" ] && check; then
   ensure_train_extras
+  ensure_sim_extras
   echo "install_lerobot06: $venv is ready"
   exit 0
 fi
@@ -84,5 +96,6 @@ if ! check; then
 fi
 printf '%s' "$want_stamp" > "$stamp"
 ensure_train_extras
+ensure_sim_extras
 "$venv/bin/python" "$here/tests/python/lerobot_upstream.py" --check
 echo "install_lerobot06: ready in $venv ($(du -sh "$venv" | cut -f1))"

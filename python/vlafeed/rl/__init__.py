@@ -58,6 +58,8 @@ from vlafeed.rl.envs import ToyReachEnv, env_dims, make_env
 from vlafeed.rl.learner import Learner
 from vlafeed.rl.policy import PolicyNet, act_batch
 from vlafeed.rl.run import main, mode_name, train, train_colocated
+# evaluation and simulators (rl-eval): vlafeed.rl.evaluate, vlafeed eval
+from vlafeed.rl.evaluation import evaluate, load_policy as load_eval_policy
 
 __all__ = ["RLConfig", "RLError", "ToyReachEnv", "make_env", "env_dims", "PolicyNet", "act_batch", "Learner",
-           "train", "train_colocated", "mode_name", "main"]
+           "train", "train_colocated", "mode_name", "main", "evaluate", "load_eval_policy"]
