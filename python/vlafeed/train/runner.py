@@ -157,16 +157,22 @@ def check_checkpoint_dir(ckdir):
 def train(cfg: Config) -> dict:
     import vlafeed
     check_checkpoint_dir(cfg.checkpoint.dir)
-    if cfg.train.deterministic and cfg.parallel.device != "cpu":
-        # cuBLAS is deterministic only with a fixed workspace; read when its first handle is made, so set it
-        # before any CUDA work (PyTorch raises at the first matmul otherwise)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    set_cublas_workspace(cfg)
     dinfo = setup_distributed(cfg.parallel.backend, cfg.parallel.device)
     try:
         return _train(cfg, dinfo, vlafeed)
     finally:
         if dinfo.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def set_cublas_workspace(cfg: Config):
+    """CUBLAS_WORKSPACE_CONFIG=:4096:8 when deterministic and CUDA may be used (a value already set stays).
+
+    cuBLAS is deterministic only with a fixed workspace, read when its first handle is made: so before any
+    CUDA work (torch.use_deterministic_algorithms raises at the first matmul otherwise)."""
+    if cfg.train.deterministic and cfg.parallel.device != "cpu":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def _train(cfg: Config, dinfo, vlafeed) -> dict:
@@ -331,9 +337,10 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
         losses.append(lv)
         if len(losses) == 1 and cfg.packing.enabled and prep.packed_rows == prep.packed_samples:
             warn_once("packing-saves-nothing",
-                      f"packing saved no rows in the first step ({prep.packed_samples} samples in as many rows of "
-                      f"{cfg.packing.max_tokens or 'the longest sample'} tokens): the padded layout does the "
-                      f"same work here; raise packing.max_tokens, or turn packing.enabled off")
+                      f"packing saved no rows in the first step ({prep.packed_samples} samples in as many rows, "
+                      f"{'rows of ' + str(cfg.packing.max_tokens) + ' tokens' if cfg.packing.max_tokens else 'rows as long as the longest sample'}"
+                      f"): the padded layout does the same work here; raise packing.max_tokens, or turn "
+                      f"packing.enabled off")
         metrics.log({"step": step, "loss": lv, "loss_hex": lv.hex(), "lr": lr_now, "grad_norm": float(norm),
                      "step_s": step_s, "data_wait_s": step_wait, "tokens_per_s": step_tokens * world / step_s,
                      "peak_mem_mb": peak_memory_mb(device)})
