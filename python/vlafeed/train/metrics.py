@@ -64,27 +64,43 @@ class MetricsLogger:
     """Writes step records to the configured sinks; a no-op on ranks other than 0."""
 
     def __init__(self, tc, is_main: bool, config: dict | None = None):
+        """Checks the sinks' packages now (a ConfigError before the first step); files, writers and the wandb
+        run are made at the first record, so a run refused before its first step leaves nothing behind."""
         self.jsonl = self.tb = self.wandb = None
+        self.tc, self.config, self.started = tc, config or {}, False
+        self.is_main = is_main
         if not is_main:
             return
         if tc.tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
             except ImportError as e:
                 raise ConfigError(f"config key 'train.tensorboard': TensorBoard logging needs the tensorboard "
                                   f"package ({e}); pip install tensorboard, or leave the key empty") from None
-            self.tb = SummaryWriter(log_dir=tc.tensorboard)
         if tc.wandb_project:
             try:
-                import wandb
+                import wandb  # noqa: F401
             except ImportError:
                 raise ConfigError("config key 'train.wandb_project': logging to Weights & Biases needs the wandb "
                                   "package; pip install wandb, or leave the key empty") from None
-            self.wandb = wandb.init(project=tc.wandb_project, config=config or {})
+
+    def _start(self):
+        self.started = True
+        tc = self.tc
+        if tc.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(log_dir=tc.tensorboard)
+        if tc.wandb_project:
+            import wandb
+            self.wandb = wandb.init(project=tc.wandb_project, config=self.config)
         if tc.log_file:
-            self.jsonl = open(tc.log_file, "a")
+            self.jsonl = open(tc.log_file, "a")  # noqa: SIM115  (open for the whole run)
 
     def log(self, record: dict):
+        if not self.is_main:
+            return
+        if not self.started:
+            self._start()
         if self.jsonl:
             self.jsonl.write(json.dumps(record) + "\n")
             self.jsonl.flush()
