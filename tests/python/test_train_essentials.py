@@ -576,7 +576,10 @@ def test_sigterm_saves_and_resume_is_bit_identical_with_ema(setup, uninterrupted
     assert 2 <= stopped < STEPS
     assert (ck / f"step_{stopped:08d}" / "vlafeed.json").is_file()
     assert json.loads((ck / "summary.json").read_text())["preempted"]
-    run(cfg, ["--checkpoint.dir", str(ck), "--train.log_file", str(log), "--checkpoint.resume", "auto"])
+    # resumed with activation checkpointing on: recomputation changes no bit of the gradients
+    r = run(cfg, ["--checkpoint.dir", str(ck), "--train.log_file", str(log), "--checkpoint.resume", "auto",
+                  "--train.activation_checkpointing", "true"])
+    assert "activation checkpointing" in r.stdout
     recsB = records(log)
     assert {s: r["loss_hex"] for s, r in recsB.items()} == {s: r["loss_hex"] for s, r in recsA.items()}
     a, b = flat(full_state(ckA / f"step_{STEPS:08d}")), flat(full_state(ck / f"step_{STEPS:08d}"))
