@@ -48,7 +48,7 @@ def lengths_for(padding: float, batch: int, longest: int, fixed: int):
     return out
 
 
-def packing_bench(device, steps, batch=16, longest=128, d_model=64, layers=2, row_factor=2):
+def packing_bench(device, steps, batch=16, longest=128, d_model=64, layers=2, row_factor=1, clock=time.perf_counter):
     """Per padding rate: median step time of the padded and the packed batch, timed alternately (one padded
     step, one packed step, ...) so that load from other processes hits both alike."""
     import statistics
@@ -83,11 +83,11 @@ def packing_bench(device, steps, batch=16, longest=128, d_model=64, layers=2, ro
             for model, opt, layout, times in runs.values():
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                t0 = time.perf_counter()
+                t0 = clock()
                 step(model, opt, layout)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
+                times.append(clock() - t0)
         res = {}
         for mode, (model, opt, layout, times) in runs.items():
             res[mode] = (layout.real_tokens / statistics.median(times), 1 - layout.real_tokens / layout.slots,
@@ -144,6 +144,12 @@ def main():
     ap.add_argument("--train-steps", type=int, default=20, help="steps of each FSDP2 / DDP run")
     ap.add_argument("--out", default=None, help="also write the markdown tables here")
     ap.add_argument("--skip-dist", action="store_true")
+    ap.add_argument("--row-factor", type=int, default=1,
+                    help="packed rows of up to this many times the longest sample (1: vlafeed.train's default, "
+                         "packing.max_tokens 0)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time steps by wall clock or by this process's CPU time (steadier on a shared machine; "
+                         "CPU only, with --threads 1)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the packing part (1: steady on a shared machine)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -152,9 +158,11 @@ def main():
              f"torch {torch.__version__}, {os.cpu_count()} cores", ""]
     if device.type != "cuda":
         print("GPU parts skipped: no CUDA device (NCCL and flash_attn_varlen_func are measured only on a GPU)")
-    attention, rows = packing_bench(device, args.steps)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    attention, rows = packing_bench(device, args.steps, row_factor=args.row_factor, clock=clock)
     lines += [f"### Packed vs padded (example policy, d_model 64, 2 blocks, batch 16, longest sample 128 tokens, packed "
-              f"rows of up to 256 tokens, attention {attention}, median of {args.steps} alternating steps each)", "",
+              f"rows of up to {128 * args.row_factor} tokens, attention {attention}, median of {args.steps} "
+              f"alternating steps each, {args.clock} clock)", "",
               "| padding rate (padded) | padded tokens/s | packed tokens/s | rows (padded: 16) | packed padding | "
               "speed-up |", "|---|---|---|---|---|---|"]
     for padding, res in rows:

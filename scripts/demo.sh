@@ -127,7 +127,7 @@ else
   cat > "$out/train.yaml" <<EOF
 data: {dataset: $sample, batch_size: 8, chunk: 10, image_size: 64}
 model: {d_model: 64, layers: 2, heads: 4, patch: 16, camera_dropout: 0.5}
-packing: {enabled: true, max_tokens: 192}
+packing: {enabled: true}
 parallel: {fsdp: true}
 train: {steps: 12, precision: amp_bfloat16, warmup_steps: 3, log_every: 4}
 checkpoint: {every: 4}

@@ -48,8 +48,10 @@ META = "vlafeed.json"
 FORMAT = 1
 
 # config keys that must be equal for a resume to continue the same run
-RUN_KEYS = ("data.dataset", "data.mode", "data.batch_size", "data.seed", "data.chunk", "data.image_size",
-            "model.*", "packing.*", "train.grad_accum", "train.seed", "train.precision")
+# (data.batch_size and train.grad_accum may change when train.global_batch, the samples per optimizer step
+# over all ranks, stays the same: the runner puts the run's effective global batch there)
+RUN_KEYS = ("data.dataset", "data.mode", "data.seed", "data.chunk", "data.image_size",
+            "model.*", "packing.*", "train.global_batch", "train.seed", "train.precision")
 
 
 class CheckpointError(RuntimeError):
@@ -93,8 +95,9 @@ def latest(ckdir) -> Path | None:
 
 
 def save(ckdir, step, model, optimizer, scheduler, *, rank, world, signature, identity, loader_state, rng,
-         extra=None, keep=0) -> Path:
-    """Writes step_<step> atomically (all ranks call it); returns its path."""
+         extra=None, keep=0, extra_state=None) -> Path:
+    """Writes step_<step> atomically (all ranks call it); returns its path. extra_state: more DCP items
+    ({"ema": {name: tensor}}), saved sharded beside the model and the optimizer."""
     from torch.distributed.checkpoint import save as dcp_save
     from torch.distributed.checkpoint.state_dict import get_state_dict
     ckdir = Path(ckdir)
@@ -106,7 +109,7 @@ def save(ckdir, step, model, optimizer, scheduler, *, rank, world, signature, id
         tmp.mkdir()
     _barrier(world)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    dcp_save({"model": model_sd, "optim": optim_sd, **(extra_state or {})}, checkpoint_id=str(tmp))
     torch.save({"rng": rng, "loader": loader_state}, tmp / f"rank{rank}.pt")
     if rank == 0:
         torch.save({"scheduler": scheduler.state_dict() if scheduler is not None else None, "step": step},
@@ -288,7 +291,7 @@ def _safe_dcp_planner(path):
     return Planner()
 
 
-def load(path, model, optimizer, scheduler, *, rank, world):
+def load(path, model, optimizer, scheduler, *, rank, world, extra_state=None):
     """Loads model + optimizer (resharded by DCP to this world size) and the scheduler; returns
     (step, this rank's {"rng", "loader"} or None when the world size changed, rank 0's loader state).
     Nothing in the checkpoint can run code (see the module's docstring)."""
@@ -307,7 +310,7 @@ def load(path, model, optimizer, scheduler, *, rank, world):
         raise CheckpointError(f"{path / 'trainer.pt'}: not a vlafeed.train trainer state (no integer 'step')")
     model_sd, optim_sd = get_state_dict(model, optimizer)
     try:
-        dcp_load({"model": model_sd, "optim": optim_sd}, storage_reader=_safe_dcp_reader(path),
+        dcp_load({"model": model_sd, "optim": optim_sd, **(extra_state or {})}, storage_reader=_safe_dcp_reader(path),
                  planner=_safe_dcp_planner(path))
     except CheckpointError:
         raise

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+# parameter names (fnmatch) without weight decay by default; 0-dim and 1-dim parameters never decay either
+NO_DECAY_DEFAULT = ("*bias", "*norm*", "*embed*", "*ln_*", "*scale")
+
+
 class ConfigError(ValueError):
     """A config key that does not exist, a value of the wrong type or out of its range, or a
     checkpoint directory that cannot be written."""
@@ -61,7 +65,7 @@ class ModelConfig:
 @dataclass
 class PackingConfig:
     enabled: bool = False          # pack samples into rows instead of padding to the longest
-    max_tokens: int = 256          # tokens per packed row
+    max_tokens: int = 0            # tokens per packed row (0: the longest sample of the micro-batch)
     window: int = 0                # first-fit-decreasing look-ahead, in samples (0: the micro-batch)
 
 
@@ -81,7 +85,7 @@ class TrainConfig:
     grad_accum: int = 1            # micro-batches per optimizer step
     lr: float = 1e-3
     weight_decay: float = 1e-4
-    warmup_steps: int = 10         # linear LR warm-up, then cosine to 10%
+    warmup_steps: int = 10         # linear LR warm-up, then train.schedule
     precision: str = "fp32"        # fp32 | amp_bfloat16 | pure_bf16
     seed: int = 0                  # model init seed; each rank's RNG stream is derived from it and the rank
     threads: int = 0               # torch threads per rank (0: this rank's share of the cores minus the loader's)
@@ -90,6 +94,22 @@ class TrainConfig:
     log_file: str = ""             # append {"step", "loss"} per step (rank 0) to this JSON-lines file
     sample_log: str = ""           # each rank appends {"step", "epoch", "index"} per micro-batch to <this>.rank<r>.jsonl
     deterministic: bool = True     # torch.use_deterministic_algorithms
+    # --- t-essentials: optimizer, schedule, clipping, EMA, logging, memory/compile, freezing (train/optim.py,
+    # train/ema.py, train/metrics.py, train/preempt.py) ---
+    optimizer: str = "adamw"       # adamw | adam | sgd
+    betas: list = field(default_factory=lambda: [0.9, 0.999])  # adam/adamw (beta1, beta2)
+    momentum: float = 0.9          # sgd
+    schedule: str = "cosine"       # constant | linear | cosine (after warmup_steps)
+    min_lr_ratio: float = 0.1      # the schedule ends at lr * min_lr_ratio (linear, cosine)
+    no_decay: list = field(default_factory=lambda: list(NO_DECAY_DEFAULT))  # fnmatch patterns without weight decay
+    clip_grad_norm: float = 0.0    # clip the total gradient norm to this (0: off; the norm is logged anyway)
+    ema_decay: float = 0.0         # exponential moving average of the weights (0: off), e.g. 0.999
+    global_batch: int = 0          # samples per optimizer step over all ranks; 0: batch_size x grad_accum x world
+    activation_checkpointing: bool = False  # recompute each FSDP block's activations in backward
+    compile: bool = False          # torch.compile each FSDP block (and flex attention)
+    freeze: list = field(default_factory=list)  # fnmatch patterns of parameter names not trained
+    tensorboard: str = ""          # write TensorBoard scalars to this directory (rank 0)
+    wandb_project: str = ""        # log to this Weights & Biases project (rank 0; WANDB_MODE=offline honoured)
 
 
 @dataclass
@@ -126,17 +146,27 @@ CHOICES = {
     "parallel.device": ("auto", "cpu", "cuda"),
     "train.precision": ("fp32", "amp_bfloat16", "pure_bf16"),
     "checkpoint.elastic_data": ("error", "restart_epoch"),
+    # t-essentials
+    "train.optimizer": ("adamw", "adam", "sgd"),
+    "train.schedule": ("constant", "linear", "cosine"),
 }
+
+
+FLOAT_LISTS = ("train.betas",)
 
 
 def _coerce(key: str, value, typ, source: str):
     """value converted to typ, or ConfigError naming key; strings from the command line are parsed."""
     where = f" (in {source})" if source else ""
-    if typ in (dict, list, typing.Any):  # t-models: mapping/list keys; YAML/JSON text from the command line
+    if typ in (dict, list, typing.Any):  # mapping/list keys; YAML/JSON text (or a, b, c for lists) on the command line
         if isinstance(value, str) and source == "command line":
             import yaml
+            text = value.strip()
             try:
-                value = yaml.safe_load(value) if value.strip() else ({} if typ is dict else [] if typ is list else "")
+                if typ is list and text and not text.startswith("["):
+                    value = [yaml.safe_load(v.strip()) for v in text.split(",") if v.strip()]
+                else:
+                    value = yaml.safe_load(text) if text else ({} if typ is dict else [] if typ is list else "")
             except yaml.YAMLError as e:
                 raise ConfigError(f"config key '{key}'{where}: not valid YAML/JSON: {e}") from None
         if typ is typing.Any:
@@ -147,7 +177,7 @@ def _coerce(key: str, value, typ, source: str):
         if not isinstance(value, typ):
             raise ConfigError(f"config key '{key}'{where}: expected a {'mapping' if typ is dict else 'list'}, got "
                               f"{type(value).__name__} ({value!r})")
-        return value
+        return list(value) if typ is list else value
     if isinstance(value, str) and typ is not str and source == "command line":
         text = value.strip().lower()
         if typ is bool:
@@ -198,6 +228,11 @@ def _set(cfg: Config, key: str, value, source: str):
         raise ConfigError(f"unknown config key '{key}' ({source}): section '{section}' has "
                           f"{', '.join(hints)}")
     value = _coerce(key, value, hints[name], source)
+    if key in FLOAT_LISTS:
+        try:
+            value = [float(x) if not isinstance(x, bool) else x for x in value]
+        except (TypeError, ValueError):
+            raise ConfigError(f"config key '{key}' ({source}): expected a list of numbers, got {value!r}") from None
     if key in CHOICES and value not in CHOICES[key]:
         raise ConfigError(f"config key '{key}' ({source}): {value!r} is not one of {', '.join(CHOICES[key])}")
     setattr(sub, name, value)
@@ -266,7 +301,7 @@ INT_RANGES = {
     "model.patch": (1, None),
     "model.max_text_tokens": (0, None),
     "model.vocab_size": (1, None),
-    "packing.max_tokens": (1, None),
+    "packing.max_tokens": (0, None),
     "packing.window": (0, None),
     "train.steps": (1, None),
     "train.grad_accum": (1, None),
@@ -276,6 +311,7 @@ INT_RANGES = {
     "train.log_every": (1, None),
     "checkpoint.every": (0, None),
     "checkpoint.keep": (0, None),
+    "train.global_batch": (0, None),
 }
 # Float keys: (lowest, lowest allowed itself?, highest or None, highest allowed itself?); NaN and
 # infinities are refused for all of them.
@@ -283,6 +319,11 @@ FLOAT_RANGES = {
     "train.lr": (0.0, False, None, False),
     "train.weight_decay": (0.0, True, None, False),
     "model.camera_dropout": (0.0, True, 1.0, False),
+    # t-essentials
+    "train.momentum": (0.0, True, 1.0, False),
+    "train.min_lr_ratio": (0.0, True, 1.0, True),
+    "train.clip_grad_norm": (0.0, True, None, False),
+    "train.ema_decay": (0.0, True, 1.0, False),
 }
 
 
@@ -334,8 +375,78 @@ def validate(cfg: Config):
          "model.source hf needs model.config (a config.json or a mapping with model_type) or model.path")
     need(src != "python" or cfg.model.entry, "model.entry", "model.source python needs 'package.module:build_fn'")
 
+    # t-essentials
+    b = cfg.train.betas
+    need(len(b) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1 for x in b),
+         "train.betas", f"{b!r}: expected two numbers in [0, 1), e.g. [0.9, 0.999]")
+    for key in ("train.no_decay", "train.freeze"):
+        v = value_of(key)
+        need(all(isinstance(x, str) and x for x in v), key, f"{v!r}: expected a list of name patterns")
 
-KEY_HELP = {}  # one line per key (--help); areas add their own keys in their own block
+
+# One line per key for `python -m vlafeed.train --help` and docs/training.md. Every declared key has one
+# (tests/python/test_train_essentials.py checks both ways). Helpers adding keys add them in their own block.
+KEY_HELP = {
+    # t-essentials: the keys that existed before issue 19, and the essentials
+    "data.dataset": "LeRobot dataset root (required)",
+    "data.mode": "vlafeed.Loader mode: stream (sequential reads) or pool (shuffled pool of open episodes)",
+    "data.batch_size": "samples per micro-batch per rank",
+    "data.seed": "the loader's order seed",
+    "data.chunk": "action chunk length, in steps of 1/fps",
+    "data.loader_threads": "engine threads per rank",
+    "data.image_size": "resize cameras to image_size x image_size (0: as stored)",
+    "model.d_model": "width of the example policy's transformer",
+    "model.layers": "transformer blocks of the example policy",
+    "model.heads": "attention heads (must divide d_model)",
+    "model.patch": "image patch size: tokens per camera = (H/patch) x (W/patch)",
+    "model.max_text_tokens": "instruction tokens kept per sample",
+    "model.vocab_size": "token vocabulary (256 bytes + bos/eos/pad for the byte tokenizer)",
+    "model.tokenizer": "bytes, or module:function returning a list[int] for a string",
+    "model.camera_dropout": "per-sample probability of dropping a camera (at least one is kept)",
+    "model.attention": "auto (flash on CUDA when installed, else sdpa), sdpa, flex (compiled; CUDA) or flash",
+    "packing.enabled": "pack several samples into each row instead of padding every sample to the longest",
+    "packing.max_tokens": "tokens per packed row; 0: the longest sample of the micro-batch",
+    "packing.window": "first-fit-decreasing look-ahead in samples (0: the whole micro-batch)",
+    "parallel.fsdp": "shard with FSDP2 (fully_shard); false: DDP",
+    "parallel.reshard_after_forward": "FSDP2: free the gathered parameters after forward (ZeRO-3) or keep them",
+    "parallel.cpu_offload": "FSDP2: keep parameters, gradients and optimizer state on the CPU",
+    "parallel.keep_unsharded_during_accumulation": "FSDP2: no reshard/all-gather between micro-batches",
+    "parallel.backend": "process group backend: auto (nccl on CUDA, else gloo), gloo or nccl",
+    "parallel.device": "auto, cpu or cuda",
+    "train.steps": "optimizer steps in total (a resumed run continues to it)",
+    "train.grad_accum": "micro-batches per optimizer step (recomputed from train.global_batch when that is set)",
+    "train.lr": "peak learning rate",
+    "train.weight_decay": "decoupled weight decay (AdamW) or L2 (adam, sgd), off for train.no_decay parameters",
+    "train.warmup_steps": "linear LR warm-up steps before train.schedule",
+    "train.precision": "fp32, amp_bfloat16 (fp32 weights, bf16 autocast) or pure_bf16 (bf16 weights)",
+    "train.seed": "model init seed; each rank's RNG stream is derived from it and the rank",
+    "train.threads": "torch threads per rank (0: this rank's share of the cores minus the loader's)",
+    "train.stop_at": "end this run after this step with a checkpoint, as if interrupted (0: off)",
+    "train.log_every": "print a progress line every N steps",
+    "train.log_file": "append one JSON line of metrics per step to this file (rank 0)",
+    "train.sample_log": "each rank appends the sample indices of each micro-batch to <this>.rank<r>.jsonl",
+    "train.deterministic": "torch.use_deterministic_algorithms (and CUBLAS_WORKSPACE_CONFIG on CUDA)",
+    "train.optimizer": "adamw, adam or sgd",
+    "train.betas": "adam/adamw betas, two numbers in [0, 1)",
+    "train.momentum": "sgd momentum in [0, 1)",
+    "train.schedule": "LR after warm-up: constant, linear (to lr x min_lr_ratio) or cosine (to lr x min_lr_ratio)",
+    "train.min_lr_ratio": "the final LR as a fraction of train.lr (linear and cosine)",
+    "train.no_decay": "fnmatch patterns of parameter names without weight decay (0-dim/1-dim never decay)",
+    "train.clip_grad_norm": "clip the total gradient norm over all ranks to this value (0: off; logged anyway)",
+    "train.ema_decay": "keep an exponential moving average of the weights with this decay (0: off)",
+    "train.global_batch": "samples per optimizer step over all ranks (0: batch_size x grad_accum x world size)",
+    "train.activation_checkpointing": "recompute each FSDP block's activations in backward (less memory)",
+    "train.compile": "torch.compile each FSDP block (the whole model when it has none)",
+    "train.freeze": "fnmatch patterns of parameter names to freeze (each must match a parameter)",
+    "train.tensorboard": "write TensorBoard scalars to this directory (rank 0; needs tensorboard)",
+    "train.wandb_project": "log to this Weights & Biases project (rank 0; needs wandb; WANDB_MODE=offline works)",
+    "checkpoint.dir": "directory of step_<N>/ checkpoints, latest and summary.json",
+    "checkpoint.every": "steps between checkpoints (0: only at the end)",
+    "checkpoint.at_end": "save a checkpoint after the last step",
+    "checkpoint.resume": "empty (fresh run), auto (checkpoint.dir/latest if there is one) or a checkpoint directory",
+    "checkpoint.elastic_data": "the world size changed and the loader cannot resume there: error or restart_epoch",
+    "checkpoint.keep": "keep the newest N checkpoints (0: all)",
+}
 
 # t-models: model sources, key mapping, episodes, weights-only init
 KEY_HELP.update({
@@ -350,3 +461,9 @@ KEY_HELP.update({
     "model.init_from": "weights-only init from a checkpoint, an exported model or a LeRobot pretrained_model "
                        "(a new run: step 0, fresh optimizer)",
 })
+
+
+
+def declared_keys() -> list:
+    """Every section.key of Config, in declaration order."""
+    return [f"{s}.{k}" for s, values in Config().to_dict().items() for k in values]

@@ -12,7 +12,8 @@ accumulation and per-rank RNG streams, all on PyTorch's own APIs.
   their gradients are averaged by sync_ignored_grads(). DDP when FSDP is off.
 - Precision: amp_bfloat16 keeps fp32 master weights on both paths (FSDP:
   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); DDP: fp32
-  parameters, bf16 autocast for compute, fp32 gradients all-reduced);
+  parameters, fp32 gradients all-reduced) and runs every forward under bf16
+  autocast (FSDP2 too, as VLA Foundry does);
   pure_bf16 stores parameters in bf16; fp32 changes nothing.
 - micro_batch(): a context for one micro-batch of an accumulated step; only
   the last one synchronises gradients (FSDP: set_requires_gradient_sync /
@@ -203,9 +204,10 @@ class Wrapped:
             return self.module(*a, **k)
 
     def autocast(self):
-        if self.kind == "ddp" or self.kind == "local":
-            if self.precision == "amp_bfloat16":
-                return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        # every forward under autocast on all paths, FSDP2 included (as VLA Foundry does): FSDP2's
+        # MixedPrecisionPolicy casts the parameters, autocast runs the ops (and their inputs) in bf16
+        if self.precision == "amp_bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     @property
@@ -245,13 +247,22 @@ class Wrapped:
 
 def wrap_model(model: nn.Module, dinfo: DistInfo, *, fsdp: bool = True, precision: str = "fp32",
                reshard_after_forward: bool = True, cpu_offload: bool = False,
-               keep_unsharded_during_accumulation: bool = False, extra_block_types: tuple = ()) -> Wrapped:
+               keep_unsharded_during_accumulation: bool = False, extra_block_types: tuple = (),
+               activation_checkpointing: bool = False, compile: bool = False) -> Wrapped:
     """Moves `model` to the device in the precision's storage dtype and wraps it for data parallelism.
-    extra_block_types: module types that become FSDP2 units besides FSDPBlock and get_fsdp_block_types()."""
+
+    extra_block_types: module types that become FSDP2 units besides FSDPBlock and get_fsdp_block_types()
+    (the units the model seam in models.py names, e.g. a Hugging Face model's _no_split_modules).
+    activation_checkpointing / compile apply per block (the same types; the whole model when it names
+    none) before fully_shard or DDP."""
     if precision not in ("fp32", "amp_bfloat16", "pure_bf16"):
         raise ValueError(f"precision {precision!r}: expected fp32, amp_bfloat16 or pure_bf16")
     store = torch.bfloat16 if precision == "pure_bf16" else torch.float32
     model = model.to(device=dinfo.device, dtype=store)
+    if activation_checkpointing or compile:
+        from vlafeed.train.memory import apply_per_block
+        apply_per_block(model, block_types(model) + tuple(extra_block_types), activation_checkpointing=activation_checkpointing,
+                        compile=compile)
     if not dinfo.distributed:
         return Wrapped(model, "local", precision, dinfo.device)
     if not fsdp:

@@ -13,7 +13,9 @@ output.
 
 Attention backends (model.attention): "flash" runs flash_attn_varlen_func on
 the unpadded concatenation with cu_seqlens (GPU with flash-attn installed);
-"flex" runs torch's flex_attention with a document mask; "sdpa" runs
+"flex" runs torch's flex_attention with a document mask, compiled
+(torch.compile) on CUDA; training refuses it on CPU, where PyTorch has no
+FlexAttention backward; "sdpa" runs
 scaled_dot_product_attention with a block-diagonal boolean mask built from
 each slot's sample id; "auto" picks flash when available on a GPU, else
 sdpa.
@@ -44,7 +46,23 @@ def resolve_attention(kind: str, device) -> str:
         return "flash" if flash_available(device) else "sdpa"
     if kind == "flash" and not flash_available(device):
         raise RuntimeError("model.attention is 'flash' but flash-attn is not installed or the device is not CUDA")
+    if kind == "flex" and torch.device(device).type != "cuda":
+        from vlafeed.train.config import ConfigError
+        raise ConfigError("config key 'model.attention': flex needs a CUDA device for training (PyTorch's "
+                          "FlexAttention has no backward on CPU); use sdpa (or auto) on CPU")
     return kind
+
+
+_compiled_flex = None
+
+
+def compiled_flex_attention():
+    """flex_attention under torch.compile (fused kernels; uncompiled it materialises the full score matrix)."""
+    global _compiled_flex
+    if _compiled_flex is None:
+        from torch.nn.attention.flex_attention import flex_attention
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex
 
 
 def attention_mask(layout: Layout) -> torch.Tensor:
@@ -64,7 +82,9 @@ def attend(q, k, v, layout: Layout, kind: str, mask=None):
         def same_doc(b, h, qi, ki):
             return doc[b, qi] == doc[b, ki]
         bm = create_block_mask(same_doc, doc.shape[0], None, doc.shape[1], doc.shape[1], device=str(doc.device))
-        return flex_attention(q, k, v, block_mask=bm)
+        if q.is_cuda:
+            return compiled_flex_attention()(q, k, v, block_mask=bm)
+        return flex_attention(q, k, v, block_mask=bm)  # CPU: forward only (tests, inference)
     if kind == "flash":
         from flash_attn import flash_attn_varlen_func
         rows, heads, L, hd = q.shape

@@ -30,7 +30,12 @@ import torch
 import torch.distributed as dist
 
 from vlafeed.train import checkpoint as ckpt
-from vlafeed.train.config import Config, ConfigError, load_config
+from vlafeed.train.config import CHOICES, KEY_HELP, Config, ConfigError, load_config
+from vlafeed.train.ema import EMA
+from vlafeed.train.metrics import MetricsLogger, peak_memory_mb, set_main, warn_once
+from vlafeed.train.optim import build_optimizer, build_scheduler, clip_grads, freeze, grad_norm
+from vlafeed.train.optim import lr_lambda  # noqa: F401  (kept importable from here)
+from vlafeed.train.preempt import Preemption
 from vlafeed.train.packing import load_tokenizer, packed_layout, padded_layout, sample_tokens
 from vlafeed.train.parallel import (rng_state, seed_rank_streams, set_rng_state, setup_distributed, wrap_model)
 from vlafeed.train.policy import VLAPolicy, resolve_attention
@@ -93,6 +98,7 @@ class Step:
     def __init__(self, cfg: Config, model: VLAPolicy, cams, stats, state_dim, action_dim, device):
         self.cfg, self.cams, self.device = cfg, cams, device
         self.tokenizer = load_tokenizer(cfg.model.tokenizer)
+        self.packed_rows = self.packed_samples = 0  # rows and samples of the packed micro-batches so far
         self.tokens_per_camera, self.chunk = model.tokens_per_camera, cfg.data.chunk
         self.s_mean, self.s_std = _stat(stats, "observation.state", "mean", state_dim).to(device), \
             _stat(stats, "observation.state", "std", state_dim).clamp_min(1e-3).to(device)
@@ -112,19 +118,13 @@ class Step:
                                 camera_dropout=m.camera_dropout, seed=self.cfg.data.seed)
         lengths = [s.length for s in samples]
         if packed:
-            layout = packed_layout(lengths, self.cfg.packing.max_tokens, self.cfg.packing.window, self.device)
+            row = self.cfg.packing.max_tokens or max(lengths)  # 0: rows as long as the longest sample
+            layout = packed_layout(lengths, row, self.cfg.packing.window, self.device)
+            self.packed_rows += layout.rows
+            self.packed_samples += len(lengths)
         else:
             layout = padded_layout(lengths, self.device)
         return images, state, samples, layout, target, valid
-
-
-def lr_lambda(warmup, total):
-    def f(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return f
 
 
 def resolve_resume(cfg: Config):
@@ -157,6 +157,7 @@ def check_checkpoint_dir(ckdir):
 def train(cfg: Config) -> dict:
     import vlafeed
     check_checkpoint_dir(cfg.checkpoint.dir)
+    set_cublas_workspace(cfg)
     dinfo = setup_distributed(cfg.parallel.backend, cfg.parallel.device)
     try:
         return _train(cfg, dinfo, vlafeed)
@@ -165,8 +166,18 @@ def train(cfg: Config) -> dict:
             dist.destroy_process_group()
 
 
+def set_cublas_workspace(cfg: Config):
+    """CUBLAS_WORKSPACE_CONFIG=:4096:8 when deterministic and CUDA may be used (a value already set stays).
+
+    cuBLAS is deterministic only with a fixed workspace, read when its first handle is made: so before any
+    CUDA work (torch.use_deterministic_algorithms raises at the first matmul otherwise)."""
+    if cfg.train.deterministic and cfg.parallel.device != "cpu":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
 def _train(cfg: Config, dinfo, vlafeed) -> dict:
     rank, world, device = dinfo.rank, dinfo.world_size, dinfo.device
+    set_main(dinfo.is_main)
     if cfg.train.deterministic:
         torch.use_deterministic_algorithms(True)
     share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
@@ -177,17 +188,28 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     from vlafeed.train import models  # t-models: the model seam (model.source)
     tm = models.build(cfg, meta, device, is_main=dinfo.is_main)
     model = tm.module
+    frozen = freeze(model, cfg.train.freeze)
     signature = ckpt.model_signature(model)
-    identity = ckpt.run_identity(cfg.to_dict())
+    path = resolve_resume(cfg)
+    if cfg.checkpoint.resume and cfg.checkpoint.resume != "auto" and path is not None and not path.exists():
+        raise ckpt.CheckpointError(f"checkpoint {path} (checkpoint.resume) does not exist")
+    cmeta = ckpt.read_meta(path) if path is not None else None
+    global_batch = resolve_global_batch(cfg, world, cmeta, dinfo.is_main)
+    run = cfg.to_dict()
+    run["train"]["global_batch"] = global_batch
+    identity = ckpt.run_identity(run)
     p = cfg.parallel
     wrapped = wrap_model(model, dinfo, fsdp=p.fsdp, precision=cfg.train.precision,
                          reshard_after_forward=p.reshard_after_forward, cpu_offload=p.cpu_offload,
                          keep_unsharded_during_accumulation=p.keep_unsharded_during_accumulation,
-                         extra_block_types=tm.block_types)
+                         extra_block_types=tm.block_types,
+                         activation_checkpointing=cfg.train.activation_checkpointing, compile=cfg.train.compile)
     seed_rank_streams(cfg.train.seed, rank)
-    params = list(wrapped.model.parameters())
-    optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.train.warmup_steps, cfg.train.steps))
+    optimizer = build_optimizer(wrapped.model, cfg.train)
+    scheduler = build_scheduler(optimizer, cfg.train)
+    trainable = [q for q in wrapped.model.parameters() if q.requires_grad]
+    ema = EMA(wrapped.model, cfg.train.ema_decay) if cfg.train.ema_decay > 0 else None
+    metrics = MetricsLogger(cfg.train, dinfo.is_main, run)  # before the loader: a missing package stops here
 
     fps = float(meta.fps)
     loader_kwargs = dict(mode=cfg.data.mode, batch_size=cfg.data.batch_size, seed=cfg.data.seed, rank=rank,
@@ -200,15 +222,18 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     loader = vlafeed.Loader(cfg.data.dataset, **loader_kwargs)
 
     step, restored, resumed_from, data_note, load_seconds = 0, False, None, "", None
-    path = resolve_resume(cfg)
-    if cfg.checkpoint.resume and cfg.checkpoint.resume != "auto" and path is not None and not path.exists():
-        raise ckpt.CheckpointError(f"checkpoint {path} (checkpoint.resume) does not exist")
     if path is not None:
-        cmeta = ckpt.read_meta(path)
         ckpt.check_compatible(path, cmeta, signature, identity)
         tl = time.perf_counter()
+        with_ema = ema is not None and cmeta.get("ema", False)
         step, mine, rank0_loader, cmeta = ckpt.load(path, wrapped.model, optimizer, scheduler, rank=rank,
-                                                    world=world)
+                                                    world=world,
+                                                    extra_state={"ema": ema.state_dict()} if with_ema else None)
+        if ema is not None and not with_ema:  # EMA turned on at this resume: it starts from the loaded weights
+            ema = EMA(wrapped.model, cfg.train.ema_decay)
+        saved_batch = (cmeta.get("config") or {}).get("data", {}).get("batch_size", cfg.data.batch_size)
+        if saved_batch != cfg.data.batch_size:
+            mine = None  # another micro-batch size: the loader continues as after a world-size change
         load_seconds = time.perf_counter() - tl
         if mine is not None:
             set_rng_state(mine["rng"])
@@ -220,7 +245,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                 loader.load_state_dict(rank0_loader)
                 restored, data_note = True, "data continues from the loader's elastic resume"
             except ValueError as e:
-                msg = (f"{path}: saved at world size {cmeta['world_size']}, resuming at {world}: the model and "
+                msg = (f"{path}: saved at world size {cmeta['world_size']}, resuming at {world} (data.batch_size "
+                       f"{saved_batch} there, {cfg.data.batch_size} here): the model and "
                        f"optimizer reshard, but this vlafeed.Loader cannot continue its data stream at another "
                        f"world size ({e})")
                 if cfg.checkpoint.elastic_data == "error":
@@ -240,23 +266,39 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     if dinfo.is_main:
         kind = {"fsdp": f"FSDP2 ({wrapped.units} units)", "ddp": "DDP", "local": "1 process"}[wrapped.kind]
         print(f"training: {world} rank(s) on {device}, {kind}, precision {cfg.train.precision}, "
-              f"micro-batch {cfg.data.batch_size} x {cfg.train.grad_accum} accumulated, "
-              f"{'packed rows of ' + str(cfg.packing.max_tokens) + ' tokens' if cfg.packing.enabled else 'padded'}"
-              f", {tm.describe}", flush=True)
-    log = open(cfg.train.log_file, "a") if (cfg.train.log_file and dinfo.is_main) else None
+              f"micro-batch {cfg.data.batch_size} x {cfg.train.grad_accum} accumulated (global batch "
+              f"{global_batch}), {_packing_text(cfg)}, {tm.describe}, "
+              f"{cfg.train.optimizer} {cfg.train.schedule}"
+              f"{', clip ' + format(cfg.train.clip_grad_norm, 'g') if cfg.train.clip_grad_norm else ''}"
+              f"{', EMA ' + format(cfg.train.ema_decay, 'g') if ema else ''}"
+              f"{', ' + str(len(frozen)) + ' frozen tensors' if frozen else ''}"
+              f"{', activation checkpointing' if cfg.train.activation_checkpointing else ''}"
+              f"{', compiled' if cfg.train.compile else ''}", flush=True)
+    preempt = Preemption().install()
+    preempted = None
+    norm = None
     samples_log = open(f"{cfg.train.sample_log}.rank{rank}.jsonl", "a") if cfg.train.sample_log else None
     losses, wait, total, real_tokens, slot_tokens, saves, state_bytes = [], 0.0, 0.0, 0, 0, [], None
     accum = cfg.train.grad_accum
     t_start = time.perf_counter()
     every = cfg.checkpoint.every
     end = min(cfg.train.steps, cfg.train.stop_at) if cfg.train.stop_at > 0 else cfg.train.steps
+    def save_now():
+        ts = time.perf_counter()
+        ckpt.save(cfg.checkpoint.dir, step, wrapped.model, optimizer, scheduler, rank=rank, world=world,
+                  signature=signature, identity=identity, loader_state=loader.state_dict(), rng=rng_state(),
+                  keep=cfg.checkpoint.keep, extra={"config": cfg.to_dict(), "ema": ema is not None},
+                  extra_state={"ema": ema.state_dict()} if ema is not None else None)
+        saves.append(time.perf_counter() - ts)
+
     while step < end:
         t0 = time.perf_counter()
+        step_wait, step_tokens = 0.0, 0
         step_loss = torch.zeros((), dtype=torch.float64)
         for micro in range(accum):
             tw = time.perf_counter()
             batch = batches.next()
-            wait += time.perf_counter() - tw
+            step_wait += time.perf_counter() - tw
             if samples_log:  # which samples this rank trained on, for exactly-once checks across restarts
                 samples_log.write(json.dumps({"step": step + 1, "micro": micro, "epoch": batches.epoch,
                                               "index": batch["index"].tolist(), "time": time.time(),
@@ -267,7 +309,7 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                 del batch
                 loss = loss / accum
                 loss.backward()
-            real_tokens += mstats["real_tokens"]
+            step_tokens += mstats["real_tokens"]
             slot_tokens += mstats["slot_tokens"]
             step_loss += loss.detach().double()
         wrapped.sync_ignored_grads(world)
@@ -276,36 +318,56 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             step_loss /= world
         lv = float(step_loss)
         if not math.isfinite(lv):
-            if log:
-                log.close()
+            metrics.close()
+            preempt.restore()
             raise NonFiniteLoss(f"step {step + 1}: the loss is {lv} (mean over {world} rank(s)); stopped before the "
                                 f"optimizer step, so the weights and the last checkpoint stay finite (lower train.lr, "
                                 f"or check the data and its stats)")
+        norm = grad_norm(trainable)  # total over ranks, before clipping
+        if cfg.train.clip_grad_norm > 0:
+            clip_grads(trainable, cfg.train.clip_grad_norm, norm)
+        lr_now = optimizer.param_groups[0]["lr"]
         optimizer.step()
+        if ema is not None:
+            ema.update(wrapped.model)
         if state_bytes is None:  # gradients and optimizer state both exist now
             state_bytes = _state_bytes(wrapped.model, optimizer)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        total += time.perf_counter() - t0
+        step_s = time.perf_counter() - t0
+        total += step_s
+        wait += step_wait
+        real_tokens += step_tokens
         losses.append(lv)
-        if log:
-            log.write(json.dumps({"step": step, "loss": lv, "loss_hex": lv.hex()}) + "\n")
-            log.flush()
+        prep = getattr(tm, "step", None)  # the example policy's input builder counts packed rows
+        if len(losses) == 1 and cfg.packing.enabled and prep is not None and prep.packed_rows == prep.packed_samples:
+            warn_once("packing-saves-nothing",
+                      f"packing saved no rows in the first step ({prep.packed_samples} samples in as many rows, "
+                      f"{'rows of ' + str(cfg.packing.max_tokens) + ' tokens' if cfg.packing.max_tokens else 'rows as long as the longest sample'}"
+                      f"): the padded layout does the same work here; raise packing.max_tokens, or turn "
+                      f"packing.enabled off")
+        metrics.log({"step": step, "loss": lv, "loss_hex": lv.hex(), "lr": lr_now, "grad_norm": float(norm),
+                     "step_s": step_s, "data_wait_s": step_wait, "tokens_per_s": step_tokens * world / step_s,
+                     "peak_mem_mb": peak_memory_mb(device)})
         if dinfo.is_main and (step % cfg.train.log_every == 0 or step == cfg.train.steps):
-            print(f"step {step}/{cfg.train.steps} loss {lv:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
+            print(f"step {step}/{cfg.train.steps} loss {lv:.4f} lr {lr_now:.2e} grad-norm {float(norm):.3g} "
                   f"data-wait {100 * wait / max(total, 1e-9):.0f}%", flush=True)
+        saved = False
         if (every and step % every == 0) or (cfg.checkpoint.at_end and step == end):
-            ts = time.perf_counter()
-            where = ckpt.save(cfg.checkpoint.dir, step, wrapped.model, optimizer, scheduler, rank=rank,
-                              world=world, signature=signature, identity=identity,
-                              loader_state=loader.state_dict(), rng=rng_state(), keep=cfg.checkpoint.keep,
-                              extra={"config": cfg.to_dict()})
-            saves.append(time.perf_counter() - ts)
-            t0 = time.perf_counter()  # checkpoint time is not step time
+            save_now()
+            saved = True
+        if step < end and preempt.should_stop(dinfo.distributed, device):
+            if not saved:
+                save_now()
+            preempted = preempt.received or "a signal on another rank"
+            if dinfo.is_main:
+                print(f"preempted ({preempted}): stopped after step {step} with a checkpoint in "
+                      f"{cfg.checkpoint.dir}; continue with --checkpoint.resume auto", flush=True)
+            break
     elapsed = time.perf_counter() - t_start
-    if log:
-        log.close()
+    preempt.restore()
+    metrics.close()
     if samples_log:
         samples_log.close()
     summary = {"steps": step, "world_size": world, "parallel": wrapped.kind, "precision": cfg.train.precision,
@@ -317,7 +379,9 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                "tokens_per_s": real_tokens * world / total if total else 0.0,
                "checkpoint_save_seconds": saves, "checkpoint_load_seconds": load_seconds,
                "resumed_from": resumed_from, "model_state_bytes_rank0": state_bytes,
-               "peak_rss_mb": _peak_rss_mb()}
+               "peak_rss_mb": _peak_rss_mb(), "peak_mem_mb": peak_memory_mb(device), "global_batch": global_batch,
+               "grad_accum": cfg.train.grad_accum, "last_grad_norm": float(norm) if norm is not None else None,
+               "ema": ema is not None, "frozen": frozen, "preempted": preempted}
     if dinfo.is_main:
         Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
         (Path(cfg.checkpoint.dir) / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -326,6 +390,41 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                   f"{summary['tokens_per_s']:.0f} tokens/s, {100 * summary['padding_fraction']:.0f}% padding, "
                   f"{100 * summary['data_wait_fraction']:.0f}% of step time waiting for data", flush=True)
     return summary
+
+
+def _packing_text(cfg):
+    if not cfg.packing.enabled:
+        return "padded"
+    if cfg.packing.max_tokens == 0:
+        return "packed rows as long as the longest sample"
+    return f"packed rows of {cfg.packing.max_tokens} tokens"
+
+
+def resolve_global_batch(cfg: Config, world: int, cmeta, is_main: bool) -> int:
+    """The samples per optimizer step over all ranks, and cfg.train.grad_accum set to keep it.
+
+    train.global_batch when set; else, resuming, the checkpoint's (so a world-size change keeps the run's
+    global batch); else data.batch_size x train.grad_accum x world size. grad_accum is then
+    global_batch / (data.batch_size x world size), which must be a whole number."""
+    per_rank = cfg.data.batch_size * world
+    target = cfg.train.global_batch
+    source = "train.global_batch"
+    if not target and cmeta is not None:
+        target = (cmeta.get("run") or {}).get("train.global_batch") or 0
+        source = "the checkpoint's global batch"
+    if not target:
+        return per_rank * cfg.train.grad_accum
+    if target % per_rank:
+        raise ConfigError(f"config key 'train.global_batch': {source} {target} is not a multiple of data.batch_size "
+                          f"{cfg.data.batch_size} x world size {world}; change data.batch_size (or set "
+                          f"train.global_batch) so that it divides")
+    accum = target // per_rank
+    if accum != cfg.train.grad_accum:
+        if is_main:
+            print(f"global batch {target} ({source}) at world size {world}: train.grad_accum "
+                  f"{cfg.train.grad_accum} -> {accum}", flush=True)
+        cfg.train.grad_accum = accum
+    return target
 
 
 def _local_bytes(t):
@@ -364,7 +463,11 @@ def usage():
     lines = [USAGE]
     for section, values in Config().to_dict().items():
         for k, v in values.items():
-            lines.append(f"  --{section}.{k} {v!r}")
+            key = f"{section}.{k}"
+            choices = f" [{' | '.join(CHOICES[key])}]" if key in CHOICES else ""
+            lines.append(f"  --{key} {v!r}{choices}")
+            if key in KEY_HELP:
+                lines.append(f"      {KEY_HELP[key]}")
     return "\n".join(lines)
 
 
