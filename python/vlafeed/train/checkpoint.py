@@ -49,7 +49,10 @@ FORMAT = 1
 
 # config keys that must be equal for a resume to continue the same run
 RUN_KEYS = ("data.dataset", "data.mode", "data.batch_size", "data.seed", "data.chunk", "data.image_size",
-            "model.*", "packing.*", "train.grad_accum", "train.seed", "train.precision")
+            "model.*", "packing.*", "train.grad_accum", "train.seed", "train.precision",
+            # data windows, augmentation, mixing and the held-out split (train/data.py)
+            "data.obs_steps", "data.delta_timestamps", "data.augment", "data.mix", "data.mix_window",
+            "eval.episodes", "eval.fraction")
 
 
 class CheckpointError(RuntimeError):

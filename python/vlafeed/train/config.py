@@ -32,6 +32,12 @@ class DataConfig:
     chunk: int = 10                # action chunk length (steps of 1/fps)
     loader_threads: int = 1        # engine threads per rank
     image_size: int = 0            # resize cameras to image_size x image_size (0: as stored)
+    # -- data windows, augmentation and mixing (train/data.py) --
+    obs_steps: int = 1             # observation frames per sample: the current one and obs_steps - 1 before it
+    delta_timestamps: dict = field(default_factory=dict)  # {key: [seconds, ...]} for observation keys
+    augment: str = ""              # image augmentation: built-in names (comma-separated) or package.module:fn
+    mix: list = field(default_factory=list)  # [{dataset|shards: path, weight: w, rename: {old: new}}, ...]
+    mix_window: int = 0            # Mix window in samples (0: data.batch_size)
 
 
 @dataclass
@@ -92,6 +98,15 @@ class CheckpointConfig:
 
 
 @dataclass
+class EvalConfig:  # validation on held-out episodes (train/data.py)
+    every: int = 0                 # steps between validations (0: off)
+    episodes: list = field(default_factory=list)  # held-out episode indices (excluded from training)
+    fraction: float = 0.0          # or: this fraction of the episodes, held out by a split seeded by data.seed
+    batches: int = 0               # batches per validation (0: all of the held-out episodes)
+    batch_size: int = 0            # samples per validation batch (0: data.batch_size)
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -99,6 +114,7 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -117,6 +133,17 @@ CHOICES = {
 def _coerce(key: str, value, typ, source: str):
     """value converted to typ, or ConfigError naming key; strings from the command line are parsed."""
     where = f" (in {source})" if source else ""
+    if typ in (list, dict):  # data.mix, data.delta_timestamps, eval.episodes: YAML on the command line
+        if isinstance(value, str) and source == "command line":
+            import yaml
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as e:
+                raise ConfigError(f"config key '{key}'{where}: not valid YAML ({e})") from None
+        if not isinstance(value, typ):
+            raise ConfigError(f"config key '{key}'{where}: expected a {'list' if typ is list else 'mapping'}, "
+                              f"got {type(value).__name__} ({value!r})")
+        return value
     if isinstance(value, str) and typ is not str and source == "command line":
         text = value.strip().lower()
         if typ is bool:
@@ -160,13 +187,17 @@ def _set(cfg: Config, key: str, value, source: str):
     setattr(sub, name, value)
 
 
+# keys whose value is a mapping kept whole (not more section.name keys)
+STRUCTURED_KEYS = ("data.delta_timestamps",)
+
+
 def _flatten(obj, prefix, path, out):
     if not isinstance(obj, dict):
         raise ConfigError(f"{path}: '{prefix or 'the top level'}' must be a mapping of keys, got "
                           f"{type(obj).__name__}")
     for k, v in obj.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict):
+        if isinstance(v, dict) and key not in STRUCTURED_KEYS:
             _flatten(v, key, path, out)
         else:
             out[key] = v
@@ -233,6 +264,11 @@ INT_RANGES = {
     "train.log_every": (1, None),
     "checkpoint.every": (0, None),
     "checkpoint.keep": (0, None),
+    "data.obs_steps": (1, MAX_CHUNK),
+    "data.mix_window": (0, None),
+    "eval.every": (0, None),
+    "eval.batches": (0, None),
+    "eval.batch_size": (0, None),
 }
 # Float keys: (lowest, lowest allowed itself?, highest or None, highest allowed itself?); NaN and
 # infinities are refused for all of them.
@@ -240,6 +276,7 @@ FLOAT_RANGES = {
     "train.lr": (0.0, False, None, False),
     "train.weight_decay": (0.0, True, None, False),
     "model.camera_dropout": (0.0, True, 1.0, False),
+    "eval.fraction": (0.0, True, 1.0, False),
 }
 
 
@@ -263,7 +300,11 @@ def validate(cfg: Config):
         section, name = key.split(".")
         return getattr(getattr(cfg, section), name)
 
-    need(cfg.data.dataset != "", "data.dataset", "a dataset root is required")
+    if cfg.data.mix:
+        need(not cfg.data.dataset, "data.mix", "data.dataset and data.mix are exclusive: give one of them "
+             "(data.mix lists every dataset, data.dataset included)")
+    else:
+        need(cfg.data.dataset != "", "data.dataset", "a dataset root is required (or data.mix)")
     for key, (low, high) in INT_RANGES.items():
         v = value_of(key)
         need(v >= low and (high is None or v <= high), key,
@@ -275,3 +316,23 @@ def validate(cfg: Config):
             ok = ok and (v <= high if high_closed else v < high)
         need(ok, key, f"{v!r} is out of range (allowed: {_float_range_text(low, low_closed, high, high_closed)})")
     need(cfg.model.d_model % cfg.model.heads == 0, "model.heads", "must divide model.d_model")
+
+
+# -- data windows, augmentation, mixing and validation (train/data.py) --
+KEY_HELP = globals().get("KEY_HELP", {})
+KEY_HELP.update({
+    "data.obs_steps": "observation frames per sample (LeRobot's n_obs_steps): N gives the current frame and the "
+                      "N-1 before it, as [B, N, ...] with <key>_is_pad",
+    "data.delta_timestamps": "explicit windows: {observation key: [seconds relative to the frame, ...]}, each a "
+                             "multiple of 1/fps (exclusive with data.obs_steps > 1)",
+    "data.augment": "image augmentation per training batch: built-in names (random_crop, color_jitter; "
+                    "comma-separated) or package.module:fn(batch, generator=, camera_keys=)",
+    "data.mix": "weighted sources instead of data.dataset: a list of {dataset: root | shards: manifest.jsonl, "
+                "weight: w, rename: {old: new}}, mixed sample by sample by vlafeed.Mix",
+    "data.mix_window": "vlafeed.Mix window in samples, each holding exact weight shares (0: data.batch_size)",
+    "eval.every": "steps between validations on the held-out episodes (0: no validation)",
+    "eval.episodes": "held-out episode indices: validated on, never trained on",
+    "eval.fraction": "hold out this fraction of the episodes instead (a split seeded by data.seed)",
+    "eval.batches": "batches per validation (0: all of the held-out episodes)",
+    "eval.batch_size": "samples per validation batch (0: data.batch_size)",
+})

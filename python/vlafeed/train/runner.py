@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from vlafeed.train import checkpoint as ckpt
+from vlafeed.train import data as vdata
 from vlafeed.train.config import Config, ConfigError, load_config
 from vlafeed.train.packing import load_tokenizer, packed_layout, padded_layout, sample_tokens
 from vlafeed.train.parallel import (rng_state, seed_rank_streams, set_rng_state, setup_distributed, wrap_model)
@@ -172,9 +173,10 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
     torch.set_num_threads(cfg.train.threads or max(1, share - cfg.data.loader_threads))
 
-    meta = vlafeed.LeRobotDataset(cfg.data.dataset).meta
+    plan = vdata.DataPlan(cfg, vlafeed, rank, world)  # data.* and eval.* keys: train/data.py
+    meta = plan.meta
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    model, cams, hw, state_dim, action_dim = build_model(cfg, meta, device)
+    model, cams, hw, state_dim, action_dim = build_model(cfg, plan.model_meta, device)
     signature = ckpt.model_signature(model)
     identity = ckpt.run_identity(cfg.to_dict())
     p = cfg.parallel
@@ -186,13 +188,7 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.train.warmup_steps, cfg.train.steps))
 
-    fps = float(meta.fps)
-    loader_kwargs = dict(mode=cfg.data.mode, batch_size=cfg.data.batch_size, seed=cfg.data.seed, rank=rank,
-                         world_size=world, delta_timestamps={"action": [i / fps for i in range(cfg.data.chunk)]},
-                         image_format="uint8", drop_last=True, threads=cfg.data.loader_threads)
-    if cfg.data.image_size:
-        loader_kwargs["resize"] = (cfg.data.image_size, cfg.data.image_size)
-    loader = vlafeed.Loader(cfg.data.dataset, **loader_kwargs)
+    loader = plan.training_stream()  # a vlafeed.Loader, or a vlafeed.Mix for data.mix
 
     step, restored, resumed_from, data_note, load_seconds = 0, False, None, "", None
     path = resolve_resume(cfg)
@@ -229,7 +225,13 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             print(f"resumed from {path} at step {step} (saved at world size {cmeta['world_size']}, now {world}; "
                   f"{data_note})", flush=True)
     batches = Batches(loader, restored)
-    prep = Step(cfg, model, cams, meta.stats, state_dim, action_dim, device)
+    prep = Step(cfg, model, cams, plan.stats, state_dim, action_dim, device)
+
+    def batch_loss(batch):  # the loss of the training step, for validation
+        images, state, samples, layout, target, valid = prep.inputs(vdata.newest_step(batch, plan.windows),
+                                                                    cfg.packing.enabled)
+        return per_sample_loss(wrapped(images, state, samples, layout), target, valid).mean()
+    val_losses = []
 
     if dinfo.is_main:
         kind = {"fsdp": f"FSDP2 ({wrapped.units} units)", "ddp": "DDP", "local": "1 process"}[wrapped.kind]
@@ -253,10 +255,14 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             wait += time.perf_counter() - tw
             if samples_log:  # which samples this rank trained on, for exactly-once checks across restarts
                 samples_log.write(json.dumps({"step": step + 1, "micro": micro, "epoch": batches.epoch,
-                                              "index": batch["index"].tolist(), "time": time.time(),
+                                              "index": batch["index"].tolist(),
+                                              "episode_index": batch["episode_index"].tolist(), "time": time.time(),
                                               "world": world, "pid": os.getpid()}) + "\n")
                 samples_log.flush()
-            images, state, samples, layout, target, valid = prep.inputs(batch, cfg.packing.enabled)
+            batch = vdata.apply_augment(plan.augment, batch, cams, seed=cfg.train.seed, rank=rank, step=step,
+                                        micro=micro)
+            images, state, samples, layout, target, valid = prep.inputs(vdata.newest_step(batch, plan.windows),
+                                                                        cfg.packing.enabled)
             del batch
             real_tokens += layout.real_tokens
             slot_tokens += layout.slots
@@ -287,6 +293,16 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
         if log:
             log.write(json.dumps({"step": step, "loss": lv, "loss_hex": lv.hex()}) + "\n")
             log.flush()
+        if plan.heldout and cfg.eval.every and step % cfg.eval.every == 0:  # validation (train/data.py)
+            v = vdata.validate(batch_loss, plan.validation_stream(), cfg.eval.batches, wrapped.model)
+            val_losses.append({"step": step, **v})
+            if log:
+                log.write(json.dumps({"step": step, "val_loss": v["val_loss"],
+                                      "val_loss_hex": v["val_loss"].hex()}) + "\n")
+                log.flush()
+            if dinfo.is_main:
+                print(f"step {step}/{cfg.train.steps} val_loss {v['val_loss']:.4f} over {v['val_samples']} held-out "
+                      f"samples ({len(plan.heldout)} episodes)", flush=True)
         if dinfo.is_main and (step % cfg.train.log_every == 0 or step == cfg.train.steps):
             print(f"step {step}/{cfg.train.steps} loss {lv:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
                   f"data-wait {100 * wait / max(total, 1e-9):.0f}%", flush=True)
@@ -312,7 +328,9 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                "tokens_per_s": real_tokens * world / total if total else 0.0,
                "checkpoint_save_seconds": saves, "checkpoint_load_seconds": load_seconds,
                "resumed_from": resumed_from, "model_state_bytes_rank0": state_bytes,
-               "peak_rss_mb": _peak_rss_mb()}
+               "peak_rss_mb": _peak_rss_mb(),
+               "val_loss": val_losses[-1]["val_loss"] if val_losses else None, "val_losses": val_losses,
+               "heldout_episodes": plan.heldout}
     if dinfo.is_main:
         Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
         (Path(cfg.checkpoint.dir) / "summary.json").write_text(json.dumps(summary, indent=1))
