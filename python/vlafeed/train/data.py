@@ -478,11 +478,15 @@ class ShardColumns:
             out[key] = b[name].permute(0, 3, 1, 2).contiguous()
         return {c: out[c] for c in self.columns}
 
-    @staticmethod
-    def _anchor(b):
-        """Index of the anchor step: the past steps are those with past_mask set and future_mask unset."""
-        fm = b["future_mask"].bool()
-        return int((~fm[0]).sum())
+    def _anchor(self, b):
+        """Index of the anchor step in the windows: metadata.json's anchor_relative_idx (the number of past
+        steps), the same for every sample of a conversion."""
+        meta = b.get("metadata.json") or []
+        found = {int(m["anchor_relative_idx"]) for m in meta if isinstance(m, dict) and "anchor_relative_idx" in m}
+        if len(found) != 1:
+            self.fail(f"metadata.json gives anchor_relative_idx {sorted(found) or 'nowhere'}; expected one value "
+                      f"(shards written by `vlafeed convert --to wds`)")
+        return found.pop()
 
 
 # ---------------------------------------------------------------------------
