@@ -250,7 +250,7 @@ def test_heldout_split_is_seeded_and_checked(tmp_path):
         vdata.heldout_episodes(cfg_with(tmp_path, **{"eval.episodes": "[1, 7]"}), 5, "ds")
     with pytest.raises(ConfigError, match="'eval.episodes' and 'eval.fraction' are exclusive"):
         vdata.heldout_episodes(cfg_with(tmp_path, **{"eval.episodes": "[1]", "eval.fraction": 0.5}), 5, "ds")
-    with pytest.raises(ConfigError, match="all 3 episodes of ds would be held out"):
+    with pytest.raises(ConfigError, match="all 3 training episodes of ds would be held out"):
         vdata.heldout_episodes(cfg_with(tmp_path, **{"eval.episodes": "[0, 1, 2]"}), 3, "ds")
     with pytest.raises(ConfigError, match="'eval.every': validation needs held-out episodes"):
         vdata.heldout_episodes(cfg_with(tmp_path, **{"eval.every": 5}), 3, "ds")
@@ -389,7 +389,8 @@ def test_mix_trains_at_two_ranks_and_resumes_bit_identical(setup, cli):
         assert r.returncode == 0, r.stderr
     cfg = BASE.replace("data:\n", f"data:\n  mix:\n    - {{dataset: {a}, weight: 0.5}}\n"
                                   f"    - {{dataset: {b}, weight: 0.25}}\n"
-                                  f"    - {{shards: {shards}/shards/manifest.jsonl, weight: 0.25}}\n")
+                                  f"    - {{shards: {shards}/shards/manifest.jsonl, weight: 0.25}}\n") \
+        + "eval:\n  every: 4\n  episodes: [0]\n"
     cfg = cfg.replace("  steps: 6", "  steps: 8")
     ref = base / "mix_ref"
     r = run(base, cfg, ["--checkpoint.dir", str(ref), "--train.log_file", str(base / "mix_ref.jsonl"),
@@ -398,12 +399,23 @@ def test_mix_trains_at_two_ranks_and_resumes_bit_identical(setup, cli):
     a_losses, _ = log_records(base / "mix_ref.jsonl")
     assert sorted(a_losses) == list(range(1, 9))
     state = torch.load(ref / "step_00000008" / "rank1.pt", weights_only=True)["loader"]
-    assert "sources" in json.dumps(state) or isinstance(state, dict)
+    assert len(state["source_states"]) == 3 and state["position"] == 8 * 4  # the Mix's state, this rank's
+    # validation at 2 ranks: episode 0 of the first source held out, never trained on, val_loss logged
+    seen = set()
+    for rank in range(2):
+        for line in Path(f"{base / 'mix_samples'}.rank{rank}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            seen.update(zip(rec["dataset_index"], rec["episode_index"]))
+    assert {d for d, _ in seen} == {0, 1, 2} and (0, 0) not in seen and (1, 0) in seen
+    _, val = log_records(base / "mix_ref.jsonl")
+    assert sorted(val) == [4, 8]
+    assert json.loads((ref / "summary.json").read_text())["val_loss"] == float.fromhex(val[8])
     ck = base / "mix_stop"
     run(base, cfg, ["--checkpoint.dir", str(ck), "--train.log_file", str(base / "mix_b.jsonl"),
                     "--train.stop_at", "3"], procs=2)
     r = run(base, cfg, ["--checkpoint.dir", str(ck), "--train.log_file", str(base / "mix_b.jsonl"),
                         "--checkpoint.resume", "auto"], procs=2)
     assert "at step 3" in r.stdout and "exactly" in r.stdout
-    b_losses, _ = log_records(base / "mix_b.jsonl")
+    b_losses, b_val = log_records(base / "mix_b.jsonl")
     assert b_losses == a_losses, {s: (a_losses[s], b_losses.get(s)) for s in a_losses}
+    assert b_val == val

@@ -201,8 +201,10 @@ def apply_augment(fn, batch, camera_keys, *, seed, rank, step, micro):
 # held-out episodes
 
 def heldout_episodes(cfg: Config, total: int, where: str) -> list:
-    """Sorted held-out episode indices of eval.episodes or eval.fraction (seeded by data.seed)."""
+    """Sorted held-out episode indices of eval.episodes or eval.fraction of the episodes training would
+    read (data.episodes where that key is set, else all), split by a permutation seeded by data.seed."""
     e = cfg.eval
+    pool = list(getattr(cfg.data, "episodes", None) or range(total))
     if e.episodes and e.fraction:
         raise ConfigError("config keys 'eval.episodes' and 'eval.fraction' are exclusive: list the held-out "
                           "episodes or give a fraction, not both")
@@ -213,14 +215,14 @@ def heldout_episodes(cfg: Config, total: int, where: str) -> list:
                               f"(episodes 0..{total - 1})")
         held = sorted(set(e.episodes))
     elif e.fraction:
-        k = max(1, round(e.fraction * total))
+        k = max(1, round(e.fraction * len(pool)))
         g = torch.Generator().manual_seed(cfg.data.seed)
-        held = sorted(torch.randperm(total, generator=g)[:k].tolist())
+        held = sorted(pool[i] for i in torch.randperm(len(pool), generator=g)[:k].tolist())
     else:
         held = []
-    if held and len(held) >= total:
-        raise ConfigError(f"config key '{'eval.episodes' if e.episodes else 'eval.fraction'}': all {total} "
-                          f"episodes of {where} would be held out; none is left to train on")
+    if held and not set(pool) - set(held):
+        raise ConfigError(f"config key '{'eval.episodes' if e.episodes else 'eval.fraction'}': all {len(pool)} "
+                          f"training episodes of {where} would be held out; none is left to train on")
     if cfg.eval.every and not held:
         raise ConfigError("config key 'eval.every': validation needs held-out episodes (eval.episodes or "
                           "eval.fraction)")

@@ -256,7 +256,9 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             if samples_log:  # which samples this rank trained on, for exactly-once checks across restarts
                 samples_log.write(json.dumps({"step": step + 1, "micro": micro, "epoch": batches.epoch,
                                               "index": batch["index"].tolist(),
-                                              "episode_index": batch["episode_index"].tolist(), "time": time.time(),
+                                              "episode_index": batch["episode_index"].tolist(),
+                                              **({"dataset_index": batch["dataset_index"].tolist()}
+                                                 if "dataset_index" in batch else {}), "time": time.time(),
                                               "world": world, "pid": os.getpid()}) + "\n")
                 samples_log.flush()
             batch = vdata.apply_augment(plan.augment, batch, cams, seed=cfg.train.seed, rank=rank, step=step,
