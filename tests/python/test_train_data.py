@@ -419,3 +419,10 @@ def test_mix_trains_at_two_ranks_and_resumes_bit_identical(setup, cli):
     b_losses, b_val = log_records(base / "mix_b.jsonl")
     assert b_losses == a_losses, {s: (a_losses[s], b_losses.get(s)) for s in a_losses}
     assert b_val == val
+    # at another world size the Mix's sources cannot continue: the checkpoint is named, before any step
+    r = run(base, cfg, ["--checkpoint.dir", str(ck), "--checkpoint.resume", "auto", "--train.steps", "10"],
+            expect=3)
+    assert "saved at world size 2, resuming at 1" in r.stderr and "does not reshard" in r.stderr, r.stderr[-2000:]
+    r = run(base, cfg, ["--checkpoint.dir", str(ck), "--checkpoint.resume", "auto", "--train.steps", "10",
+                        "--checkpoint.elastic_data", "restart_epoch"], expect=2)
+    assert "restart_epoch cannot be used with data.mix" in r.stderr, r.stderr[-2000:]

@@ -385,8 +385,9 @@ class DataPlan:
                 transforms.append(ShardColumns(i, s, columns, self.cfg.data.chunk, self.camera_keys))
         window = self.cfg.data.mix_window or self.cfg.data.batch_size
         try:
-            return self.vlafeed.Mix(sources, [s.weight for s in self.sources], batch_size=self.cfg.data.batch_size,
-                                    window=window, seed=self.cfg.data.seed, transforms=transforms)
+            return TrainingMix(self.vlafeed.Mix(sources, [s.weight for s in self.sources],
+                                                batch_size=self.cfg.data.batch_size, window=window,
+                                                seed=self.cfg.data.seed, transforms=transforms), self.world)
         except ValueError as e:
             raise ConfigError(f"config key 'data.mix': {e}") from None
 
@@ -410,6 +411,51 @@ class DataPlan:
         if s.rename:
             return _Renamed(loader, s.rename)
         return loader
+
+
+class TrainingMix:
+    """The runner's view of a vlafeed.Mix. A state saved at another world size is a ValueError, as for a
+    vlafeed.Loader that cannot continue there, so the runner names the checkpoint: each rank's Mix deals
+    from part-used batches of its own sources, which do not reshard, so exactly-once could not hold even
+    where every source resumes elastically. Restarting an epoch instead (checkpoint.elastic_data=
+    restart_epoch) is refused too: a Mix has no epoch to restart."""
+
+    def __init__(self, mix, world):
+        self.mix, self.world = mix, world
+        self._refused = None
+
+    def __iter__(self):
+        return iter(self.mix)
+
+    @property
+    def epoch(self):
+        return self.mix.epoch
+
+    def set_epoch(self, epoch):
+        if self._refused is not None:
+            raise ConfigError("config key 'checkpoint.elastic_data': restart_epoch cannot be used with data.mix "
+                              "(each source runs its own epochs; the mix has none to restart); resume at the "
+                              f"saved world size ({self._refused})")
+        self.mix.set_epoch(epoch)
+
+    def state_dict(self):
+        return self.mix.state_dict()
+
+    def load_state_dict(self, state):
+        saved = {ss["state"].get("world_size") for ss in state.get("source_states", [])
+                 if isinstance(ss, dict) and isinstance(ss.get("state"), dict)}
+        saved.discard(None)
+        if saved and saved != {self.world}:
+            self._refused = f"saved at world size {', '.join(map(str, sorted(saved)))}"
+            raise ValueError(f"data.mix: the mix's per-rank state ({self._refused}) does not reshard to "
+                             f"{self.world} rank(s)")
+        try:
+            self.mix.load_state_dict(state)
+        except RuntimeError as e:
+            if isinstance(e.__cause__, ValueError):
+                self._refused = str(e)
+                raise ValueError(f"data.mix: {e}") from None
+            raise
 
 
 class _Renamed:
