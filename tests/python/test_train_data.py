@@ -426,3 +426,47 @@ def test_mix_trains_at_two_ranks_and_resumes_bit_identical(setup, cli):
     r = run(base, cfg, ["--checkpoint.dir", str(ck), "--checkpoint.resume", "auto", "--train.steps", "10",
                         "--checkpoint.elastic_data", "restart_epoch"], expect=2)
     assert "restart_epoch cannot be used with data.mix" in r.stderr, r.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------
+# fuzzing the config parsers: any value is accepted or refused with a ConfigError, nothing else
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 50), st.floats(allow_nan=True),
+                     st.text(max_size=12), st.sampled_from(["observation.state", "action", "/nonexistent", "."]))
+_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                         st.dictionaries(st.one_of(st.text(max_size=10),
+                                                                                   st.sampled_from(
+                                                                                       ["dataset", "shards",
+                                                                                        "weight", "rename"])),
+                                                                         inner, max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(_values, max_size=4))
+def test_fuzz_parse_mix_only_raises_config_errors(entries):
+    try:
+        sources = vdata.parse_mix(entries)
+    except ConfigError:
+        return
+    for s in sources:  # whatever passes is a well-formed source
+        assert s.kind in ("dataset", "shards") and isinstance(s.path, str) and s.weight > 0
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in s.rename.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(window=st.dictionaries(st.one_of(st.text(max_size=10), st.sampled_from(list(FEATURES))), _values,
+                              max_size=3),
+       fps=st.sampled_from([10.0, 15.0, 30.0, 29.97]))
+def test_fuzz_delta_timestamps_only_raises_config_errors(tmp_path_factory, window, fps):
+    c = load_config(None, ["--data.dataset", "x"])
+    c.data.delta_timestamps = window
+    try:
+        out = vdata.delta_timestamps(c, FEATURES, fps)
+    except ConfigError:
+        return
+    for key, offsets in out.items():
+        assert key in FEATURES and offsets
+        assert all(abs(x * fps - round(x * fps)) < 1e-6 for x in offsets)
