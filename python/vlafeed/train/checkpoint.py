@@ -51,7 +51,11 @@ FORMAT = 1
 # (data.batch_size and train.grad_accum may change when train.global_batch, the samples per optimizer step
 # over all ranks, stays the same: the runner puts the run's effective global batch there)
 RUN_KEYS = ("data.dataset", "data.mode", "data.seed", "data.chunk", "data.image_size",
-            "model.*", "packing.*", "train.global_batch", "train.seed", "train.precision")
+            "model.*", "packing.*", "train.global_batch", "train.seed", "train.precision",
+            "data.rename", "data.episodes",
+            # data windows, augmentation, mixing and the held-out split (train/data.py)
+            "data.obs_steps", "data.delta_timestamps", "data.augment", "data.mix", "data.mix_window",
+            "eval.episodes", "eval.fraction")
 
 
 class CheckpointError(RuntimeError):

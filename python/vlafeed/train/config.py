@@ -39,6 +39,12 @@ class DataConfig:
     # t-models: key mapping and episode selection (models.py)
     rename: dict = field(default_factory=dict)   # {dataset key: key the model expects}
     episodes: list = field(default_factory=list)  # episode indices to train on ([]: all)
+    # -- data windows, augmentation and mixing (train/data.py) --
+    obs_steps: int = 1             # observation frames per sample: the current one and obs_steps - 1 before it
+    delta_timestamps: dict = field(default_factory=dict)  # {key: [seconds, ...]} for observation keys
+    augment: str = ""              # image augmentation: built-in names (comma-separated) or package.module:fn
+    mix: list = field(default_factory=list)  # [{dataset|shards: path, weight: w, rename: {old: new}}, ...]
+    mix_window: int = 0            # Mix window in samples (0: data.batch_size)
 
 
 @dataclass
@@ -123,6 +129,15 @@ class CheckpointConfig:
 
 
 @dataclass
+class EvalConfig:  # validation on held-out episodes (train/data.py)
+    every: int = 0                 # steps between validations (0: off)
+    episodes: list = field(default_factory=list)  # held-out episode indices (excluded from training)
+    fraction: float = 0.0          # or: this fraction of the episodes, held out by a split seeded by data.seed
+    batches: int = 0               # batches per validation (0: all of the held-out episodes)
+    batch_size: int = 0            # samples per validation batch (0: data.batch_size)
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -130,13 +145,15 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 # t-models: keys whose value is a mapping (kept whole in YAML; --key.sub value sets one entry)
-MAPPING_KEYS = ("data.rename", "model.overrides", "model.config")
+# keys whose value is a mapping kept whole (not more section.name keys)
+MAPPING_KEYS = ("data.rename", "model.overrides", "model.config", "data.delta_timestamps")
 
 CHOICES = {
     "data.mode": ("stream", "pool"),
@@ -238,6 +255,8 @@ def _set(cfg: Config, key: str, value, source: str):
     setattr(sub, name, value)
 
 
+
+
 def _flatten(obj, prefix, path, out):
     if not isinstance(obj, dict):
         raise ConfigError(f"{path}: '{prefix or 'the top level'}' must be a mapping of keys, got "
@@ -312,6 +331,11 @@ INT_RANGES = {
     "checkpoint.every": (0, None),
     "checkpoint.keep": (0, None),
     "train.global_batch": (0, None),
+    "data.obs_steps": (1, MAX_CHUNK),
+    "data.mix_window": (0, None),
+    "eval.every": (0, None),
+    "eval.batches": (0, None),
+    "eval.batch_size": (0, None),
 }
 # Float keys: (lowest, lowest allowed itself?, highest or None, highest allowed itself?); NaN and
 # infinities are refused for all of them.
@@ -324,6 +348,7 @@ FLOAT_RANGES = {
     "train.min_lr_ratio": (0.0, True, 1.0, True),
     "train.clip_grad_norm": (0.0, True, None, False),
     "train.ema_decay": (0.0, True, 1.0, False),
+    "eval.fraction": (0.0, True, 1.0, False),
 }
 
 
@@ -347,7 +372,11 @@ def validate(cfg: Config):
         section, name = key.split(".")
         return getattr(getattr(cfg, section), name)
 
-    need(cfg.data.dataset != "", "data.dataset", "a dataset root is required")
+    if cfg.data.mix:
+        need(not cfg.data.dataset, "data.mix", "data.dataset and data.mix are exclusive: give one of them "
+             "(data.mix lists every dataset, data.dataset included)")
+    else:
+        need(cfg.data.dataset != "", "data.dataset", "a dataset root is required (or data.mix)")
     for key, (low, high) in INT_RANGES.items():
         v = value_of(key)
         need(v >= low and (high is None or v <= high), key,
@@ -467,3 +496,23 @@ KEY_HELP.update({
 def declared_keys() -> list:
     """Every section.key of Config, in declaration order."""
     return [f"{s}.{k}" for s, values in Config().to_dict().items() for k in values]
+
+
+# -- data windows, augmentation, mixing and validation (train/data.py) --
+KEY_HELP = globals().get("KEY_HELP", {})
+KEY_HELP.update({
+    "data.obs_steps": "observation frames per sample (LeRobot's n_obs_steps): N gives the current frame and the "
+                      "N-1 before it, as [B, N, ...] with <key>_is_pad",
+    "data.delta_timestamps": "explicit windows: {observation key: [seconds relative to the frame, ...]}, each a "
+                             "multiple of 1/fps (exclusive with data.obs_steps > 1)",
+    "data.augment": "image augmentation per training batch: built-in names (random_crop, color_jitter; "
+                    "comma-separated) or package.module:fn(batch, generator=, camera_keys=)",
+    "data.mix": "weighted sources instead of data.dataset: a list of {dataset: root | shards: manifest.jsonl, "
+                "weight: w, rename: {old: new}}, mixed sample by sample by vlafeed.Mix",
+    "data.mix_window": "vlafeed.Mix window in samples, each holding exact weight shares (0: data.batch_size)",
+    "eval.every": "steps between validations on the held-out episodes (0: no validation)",
+    "eval.episodes": "held-out episode indices: validated on, never trained on",
+    "eval.fraction": "hold out this fraction of the episodes instead (a split seeded by data.seed)",
+    "eval.batches": "batches per validation (0: all of the held-out episodes)",
+    "eval.batch_size": "samples per validation batch (0: data.batch_size)",
+})

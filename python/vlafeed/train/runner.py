@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from vlafeed.train import checkpoint as ckpt
+from vlafeed.train import data as vdata
 from vlafeed.train.config import CHOICES, KEY_HELP, Config, ConfigError, load_config
 from vlafeed.train.ema import EMA
 from vlafeed.train.metrics import MetricsLogger, peak_memory_mb, set_main, warn_once
@@ -183,12 +184,14 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
     torch.set_num_threads(cfg.train.threads or max(1, share - cfg.data.loader_threads))
 
-    meta = vlafeed.LeRobotDataset(cfg.data.dataset).meta
+    plan = vdata.DataPlan(cfg, vlafeed, rank, world)  # data.* and eval.* keys: train/data.py
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
-    from vlafeed.train import models  # t-models: the model seam (model.source)
-    tm = models.build(cfg, meta, device, is_main=dinfo.is_main)
+    from vlafeed.train import models  # the model seam (model.source): train/models.py
+    tm = models.build(cfg, plan.model_meta, device, is_main=dinfo.is_main)
     model = tm.module
     frozen = freeze(model, cfg.train.freeze)
+    # the loader delivers the plan's windows and what the model asks for (LeRobot: its delta indices)
+    plan.use_model(tm.delta_timestamps, tm.image_format)
     signature = ckpt.model_signature(model)
     path = resolve_resume(cfg)
     if cfg.checkpoint.resume and cfg.checkpoint.resume != "auto" and path is not None and not path.exists():
@@ -211,15 +214,7 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     ema = EMA(wrapped.model, cfg.train.ema_decay) if cfg.train.ema_decay > 0 else None
     metrics = MetricsLogger(cfg.train, dinfo.is_main, run)  # before the loader: a missing package stops here
 
-    fps = float(meta.fps)
-    loader_kwargs = dict(mode=cfg.data.mode, batch_size=cfg.data.batch_size, seed=cfg.data.seed, rank=rank,
-                         world_size=world, delta_timestamps=tm.delta_timestamps,
-                         image_format=tm.image_format, drop_last=True, threads=cfg.data.loader_threads)
-    if cfg.data.episodes:  # t-models
-        loader_kwargs["episodes"] = list(cfg.data.episodes)
-    if cfg.data.image_size:
-        loader_kwargs["resize"] = (cfg.data.image_size, cfg.data.image_size)
-    loader = vlafeed.Loader(cfg.data.dataset, **loader_kwargs)
+    loader = plan.training_stream()  # a vlafeed.Loader, or a vlafeed.Mix for data.mix
 
     step, restored, resumed_from, data_note, load_seconds = 0, False, None, "", None
     if path is not None:
@@ -260,8 +255,15 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             print(f"resumed from {path} at step {step} (saved at world size {cmeta['world_size']}, now {world}; "
                   f"{data_note})", flush=True)
     batches = Batches(loader, restored)
-    if dinfo.is_main and path is None:  # t-models: what export needs besides the weights
+    if dinfo.is_main and path is None:  # what export needs besides the weights (models.py)
         tm.save_assets(Path(cfg.checkpoint.dir) / models.ASSETS)
+
+    def model_batch(batch):  # the example policy reads the newest step of a windowed key; others the window
+        return vdata.newest_step(batch, plan.windows) if tm.source == "vlafeed" else batch
+
+    def batch_loss(batch):  # the loss of the training step, for validation
+        return tm.loss(wrapped, model_batch(batch))[0]
+    val_losses = []
 
     if dinfo.is_main:
         kind = {"fsdp": f"FSDP2 ({wrapped.units} units)", "ddp": "DDP", "local": "1 process"}[wrapped.kind]
@@ -301,9 +303,15 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             step_wait += time.perf_counter() - tw
             if samples_log:  # which samples this rank trained on, for exactly-once checks across restarts
                 samples_log.write(json.dumps({"step": step + 1, "micro": micro, "epoch": batches.epoch,
-                                              "index": batch["index"].tolist(), "time": time.time(),
+                                              "index": batch["index"].tolist(),
+                                              "episode_index": batch["episode_index"].tolist(),
+                                              **({"dataset_index": batch["dataset_index"].tolist()}
+                                                 if "dataset_index" in batch else {}), "time": time.time(),
                                               "world": world, "pid": os.getpid()}) + "\n")
                 samples_log.flush()
+            batch = vdata.apply_augment(plan.augment, batch, plan.camera_keys, seed=cfg.train.seed, rank=rank,
+                                        step=step, micro=micro)
+            batch = model_batch(batch)
             with wrapped.micro_batch(micro, accum):
                 loss, mstats = tm.loss(wrapped, batch)  # t-models: the model's own loss
                 del batch
@@ -350,6 +358,13 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
         metrics.log({"step": step, "loss": lv, "loss_hex": lv.hex(), "lr": lr_now, "grad_norm": float(norm),
                      "step_s": step_s, "data_wait_s": step_wait, "tokens_per_s": step_tokens * world / step_s,
                      "peak_mem_mb": peak_memory_mb(device)})
+        if plan.heldout and cfg.eval.every and step % cfg.eval.every == 0:  # validation (train/data.py)
+            v = vdata.validate(batch_loss, plan.validation_stream(), cfg.eval.batches, wrapped.model)
+            val_losses.append({"step": step, **v})
+            metrics.log({"step": step, "val_loss": v["val_loss"], "val_loss_hex": v["val_loss"].hex()})
+            if dinfo.is_main:
+                print(f"step {step}/{cfg.train.steps} val_loss {v['val_loss']:.4f} over {v['val_samples']} held-out "
+                      f"samples ({len(plan.heldout)} episodes)", flush=True)
         if dinfo.is_main and (step % cfg.train.log_every == 0 or step == cfg.train.steps):
             print(f"step {step}/{cfg.train.steps} loss {lv:.4f} lr {lr_now:.2e} grad-norm {float(norm):.3g} "
                   f"data-wait {100 * wait / max(total, 1e-9):.0f}%", flush=True)
@@ -381,7 +396,9 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                "resumed_from": resumed_from, "model_state_bytes_rank0": state_bytes,
                "peak_rss_mb": _peak_rss_mb(), "peak_mem_mb": peak_memory_mb(device), "global_batch": global_batch,
                "grad_accum": cfg.train.grad_accum, "last_grad_norm": float(norm) if norm is not None else None,
-               "ema": ema is not None, "frozen": frozen, "preempted": preempted}
+               "ema": ema is not None, "frozen": frozen, "preempted": preempted,
+               "val_loss": val_losses[-1]["val_loss"] if val_losses else None, "val_losses": val_losses,
+               "heldout_episodes": plan.heldout}
     if dinfo.is_main:
         Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
         (Path(cfg.checkpoint.dir) / "summary.json").write_text(json.dumps(summary, indent=1))
