@@ -172,6 +172,17 @@ CHOICES = {
 FLOAT_LISTS = ("train.betas",)
 
 
+def _scalar(text: str):
+    """One item of a comma-separated list on the command line: an int, a float, or the text itself
+    (not YAML: name patterns such as *bias would read as YAML aliases)."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _coerce(key: str, value, typ, source: str):
     """value converted to typ, or ConfigError naming key; strings from the command line are parsed."""
     where = f" (in {source})" if source else ""
@@ -181,7 +192,7 @@ def _coerce(key: str, value, typ, source: str):
             text = value.strip()
             try:
                 if typ is list and text and not text.startswith("["):
-                    value = [yaml.safe_load(v.strip()) for v in text.split(",") if v.strip()]
+                    value = [_scalar(v.strip()) for v in text.split(",") if v.strip()]
                 else:
                     value = yaml.safe_load(text) if text else ({} if typ is dict else [] if typ is list else "")
             except yaml.YAMLError as e:
