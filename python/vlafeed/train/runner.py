@@ -174,7 +174,6 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     torch.set_num_threads(cfg.train.threads or max(1, share - cfg.data.loader_threads))
 
     plan = vdata.DataPlan(cfg, vlafeed, rank, world)  # data.* and eval.* keys: train/data.py
-    meta = plan.meta
     torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank
     model, cams, hw, state_dim, action_dim = build_model(cfg, plan.model_meta, device)
     signature = ckpt.model_signature(model)
