@@ -306,7 +306,7 @@ class DataPlan:
         src = self.sources[first]
         self.renamed_features = {src.rename.get(k, k): v for k, v in self.meta.features.items()}
         self.fps = float(self.meta.fps)
-        self.delta_timestamps = delta_timestamps(cfg, self.renamed_features, self.fps, src.path)
+        self.delta_timestamps = self._stream_dts(self.renamed_features, self.fps, src.path)
         self.windows = windowed_keys(self.delta_timestamps)
         self.augment = load_augment(cfg.data.augment)
         self.total_episodes = int(self.meta.total_episodes)
@@ -374,8 +374,16 @@ class DataPlan:
         meta = self.meta_of(i)
         inverse = {v: k for k, v in s.rename.items()}
         features = {s.rename.get(k, k): v for k, v in meta.features.items()}
-        dts = delta_timestamps(self.cfg, features, float(meta.fps), s.path)
+        dts = self._stream_dts(features, float(meta.fps), s.path)
         dts.update(getattr(self, "model_dts", {}))  # what the model asks for (use_model)
+        return {inverse.get(k, k): v for k, v in dts.items()}
+
+    def _stream_dts(self, features, fps, where):
+        """The windows of data.chunk / data.obs_steps / data.delta_timestamps, given in the model's names
+        (after data.rename, which the model seam applies to each batch), as keys of the stream (before it)."""
+        top = dict(self.cfg.data.rename)
+        inverse = {v: k for k, v in top.items()}
+        dts = delta_timestamps(self.cfg, {top.get(k, k): v for k, v in features.items()}, fps, where)
         return {inverse.get(k, k): v for k, v in dts.items()}
 
     def training_stream(self):
