@@ -427,7 +427,7 @@ def test_fsdp2_grad_norm_is_the_whole_models_and_ema_shards():
 # ---------------------------------------------------------------------------
 # end to end: python -m vlafeed.train under torchrun (2 ranks, FSDP2, gloo)
 
-STEPS = 10
+STEPS = 8
 CONFIG = f"""
 data:
   batch_size: 4

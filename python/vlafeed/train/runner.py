@@ -12,7 +12,11 @@ train.grad_accum micro-batches with gradient sync on the last one only; a
 loss that is NaN or infinite stops the run (NonFiniteLoss names the step)
 before the optimizer applies it.
 
-Exit status of main(): 0 done, 2 a config error (a key, a value out of its
+After each optimizer step (gradients clipped to train.clip_grad_norm with the total norm over ranks, see
+optim.py) the EMA moves (ema.py), the step's metrics go to the sinks (metrics.py), and a SIGTERM/SIGUSR1 seen
+by any rank stops every rank there with a checkpoint (preempt.py).
+
+Exit status of main(): 0 done (or preempted, with a checkpoint), 2 a config error (a key, a value out of its
 range, an unwritable checkpoint.dir), 3 a checkpoint that cannot be resumed
 (or is refused), 4 a non-finite loss.
 """
