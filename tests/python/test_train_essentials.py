@@ -331,7 +331,11 @@ def test_metrics_sinks(tmp_path, monkeypatch):
         log.log(rec)
         log.close()
         assert json.loads((tmp_path / "m.jsonl").read_text()) == rec
-        assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        acc = EventAccumulator(str(tmp_path / "tb"))
+        acc.Reload()
+        assert set(acc.Tags()["scalars"]) == {"train/loss", "train/lr", "train/grad_norm"}
+        assert [(e.step, e.value) for e in acc.Scalars("train/grad_norm")] == [(1, 2.0)]
         MetricsLogger(cfg.train, False).log(rec)  # other ranks write nothing
         assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 1
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
