@@ -361,6 +361,17 @@ def test_wandb_offline_run_is_written(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------
 # FSDP2 at 2 ranks: the total norm over shards, clipping, EMA on DTensors
 
+class AutocastProbe(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.seen = None
+
+    def forward(self, x):
+        self.seen = torch.is_autocast_enabled(x.device.type)
+        return self.lin(x)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -390,7 +401,9 @@ def _worker(rank, port, queue):
                 p.add_(2.0)
         ema.update(w.model)
         state = ema.ema_state(w.model)
-        queue.put((rank, {"norm": norm, "clipped": clipped, "ema": {k: v.tolist() for k, v in state.items()},
+        probe = wrap_model(AutocastProbe(), dinfo, fsdp=True, precision="amp_bfloat16")
+        probe(torch.randn(2, 4))
+        queue.put((rank, {"autocast": probe.model.seen, "norm": norm, "clipped": clipped, "ema": {k: v.tolist() for k, v in state.items()},
                           "sharded": type(params[1]).__name__}, None))
     except BaseException:
         queue.put((rank, None, traceback.format_exc()))
@@ -399,7 +412,7 @@ def _worker(rank, port, queue):
             dist.destroy_process_group()
 
 
-def test_fsdp2_grad_norm_is_the_whole_models_and_ema_shards():
+def test_fsdp2_grad_norm_is_the_whole_models_ema_shards_and_amp_autocasts():
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
@@ -421,6 +434,7 @@ def test_fsdp2_grad_norm_is_the_whole_models_and_ema_shards():
     full = float(torch.nn.utils.clip_grad_norm_(ref.parameters(), float("inf")))
     for r in (0, 1):
         assert out[r]["sharded"] == "DTensor"
+        assert out[r]["autocast"] is True  # amp_bfloat16 under FSDP2: every forward under autocast
         assert out[r]["norm"] == pytest.approx(full, rel=1e-5)  # not a shard's norm
         assert out[r]["clipped"] == pytest.approx(full / 4, rel=1e-4)
         for k, v in out[r]["ema"].items():
