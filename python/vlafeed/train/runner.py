@@ -454,7 +454,8 @@ USAGE = """usage: python -m vlafeed.train [--config CONFIG.yaml] [--section.key 
 
 Launch with torchrun (RANK/LOCAL_RANK/WORLD_SIZE) or srun (SLURM_PROCID/SLURM_NTASKS,
 MASTER_ADDR/MASTER_PORT); a plain `python -m vlafeed.train` runs one process.
-Keys (section.key = default):"""
+List keys take a YAML list, or comma-separated values on the command line (--train.freeze 'vision.*,text.*').
+Keys (section.key default [choices], then what the key does):"""
 
 
 def usage():
