@@ -9,7 +9,8 @@
 #                     ray[data,train] (vlafeed.ray, vlafeed.rl), gymnasium (vlafeed.rl),
 #                     webdataset (interop tests and the bench peer), pillow (JPEG reference decodes),
 #                     transformers + accelerate (vlafeed.quant's --eval and the FP8 interop tests:
-#                     transformers loads FP8 checkpoints only with accelerate)
+#                     transformers loads FP8 checkpoints only with accelerate),
+#                     tensorboard + wandb (vlafeed.train's train.tensorboard / train.wandb_project sinks)
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -22,7 +23,7 @@ APT_PACKAGES=(
 # (dm_control), rendered headless through EGL (libegl1) or OSMesa (libosmesa6); vlafeed.rl.sims.PIP has the same pins
 APT_PACKAGES+=(libegl1 libosmesa6)
 SIM_PIP_PACKAGES=("mujoco==3.8.1" "gym-pusht==0.1.8" "gym-aloha==0.1.5")
-PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2" pillow "transformers==5.24.0" "accelerate==1.15.0")
+PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2" pillow "transformers==5.24.0" "accelerate==1.15.0" "tensorboard==2.21.0" "wandb==0.31.0")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

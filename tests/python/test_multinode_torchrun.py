@@ -137,7 +137,7 @@ def test_two_nodes_lose_one_resume_on_one_then_two(dataset, tmp_path):
         assert 2 <= c1 < N // (4 * BATCH), f"killed after the end of epoch 0 (checkpoint {c1})"
         g1 = samples(tmp_path / "g1", 4, upto=c1)
 
-        # 2. 1 node x 2 ranks resumes 4 -> 2; 4 steps (an even number: the rest divides over 4 ranks again).
+        # 2. 1 node x 2 ranks resumes 4 -> 2 for 4 steps; the global batch stays 8 (train.grad_accum 1 -> 2).
         c2 = c1 + 4
         gen2 = ["--train.sample_log", str(tmp_path / "g2"), "--train.log_file", str(log),
                 "--train.stop_at", str(c2)]
@@ -146,10 +146,11 @@ def test_two_nodes_lose_one_resume_on_one_then_two(dataset, tmp_path):
         assert latest_step(ck) == c2
         out2 = (c[0].dir / "g2.out").read_text()
         assert f"saved at world size 4, now 2; data continues from the loader's elastic resume" in out2, out2
+        assert "global batch 8 (the checkpoint's global batch) at world size 2: train.grad_accum 1 -> 2" in out2
         g2 = samples(tmp_path / "g2", 2)
 
         # 3. 2 nodes x 2 ranks again (2 -> 4) to the end of epoch 1.
-        left0 = N - 8 * c1 - 4 * (c2 - c1)
+        left0 = N - 8 * c2  # 8 samples per step at either world size
         end = c2 + left0 // (4 * BATCH) + N // (4 * BATCH)
         gen3 = ["--train.sample_log", str(tmp_path / "g3"), "--train.log_file", str(log),
                 "--train.steps", str(end)]

@@ -8,6 +8,11 @@
   setup_distributed, wrap_model, seed_rank_streams (config.py, parallel.py),
   save/load of DCP checkpoints (checkpoint.py), the packer's Python side
   (packing.py) and the example VLA policy (policy.py).
+- The essentials, for any nn.Module: optimizer, parameter groups, LR
+  schedules, freezing and gradient clipping (optim.py), EMA (ema.py),
+  per-step metrics to JSONL / TensorBoard / wandb (metrics.py), SIGTERM /
+  SIGUSR1 preemption (preempt.py), activation checkpointing and compile per
+  block (memory.py).
 """
 from vlafeed.train.config import Config, ConfigError, load_config  # noqa: F401
 from vlafeed.train.parallel import (FSDPBlock, DistInfo, Wrapped, rank_seed, seed_rank_streams,  # noqa: F401

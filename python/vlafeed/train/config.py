@@ -428,8 +428,8 @@ def validate(cfg: Config):
 # (tests/python/test_train_essentials.py checks both ways). Helpers adding keys add them in their own block.
 KEY_HELP = {
     # t-essentials: the keys that existed before issue 19, and the essentials
-    "data.dataset": "LeRobot dataset root (required)",
-    "data.mode": "vlafeed.Loader mode: stream (sequential reads) or pool (shuffled pool of open episodes)",
+    "data.dataset": "LeRobot dataset root, a folder or URL (required)",
+    "data.mode": "vlafeed.Loader mode: stream, or pool (random frames across a pool of episode segments)",
     "data.batch_size": "samples per micro-batch per rank",
     "data.seed": "the loader's order seed",
     "data.chunk": "action chunk length, in steps of 1/fps",

@@ -12,7 +12,11 @@ train.grad_accum micro-batches with gradient sync on the last one only; a
 loss that is NaN or infinite stops the run (NonFiniteLoss names the step)
 before the optimizer applies it.
 
-Exit status of main(): 0 done, 2 a config error (a key, a value out of its
+After each optimizer step (gradients clipped to train.clip_grad_norm with the total norm over ranks, see
+optim.py) the EMA moves (ema.py), the step's metrics go to the sinks (metrics.py), and a SIGTERM/SIGUSR1 seen
+by any rank stops every rank there with a checkpoint (preempt.py).
+
+Exit status of main(): 0 done (or preempted, with a checkpoint), 2 a config error (a key, a value out of its
 range, an unwritable checkpoint.dir), 3 a checkpoint that cannot be resumed
 (or is refused), 4 a non-finite loss.
 """
@@ -473,7 +477,8 @@ USAGE = """usage: python -m vlafeed.train [--config CONFIG.yaml] [--section.key 
 
 Launch with torchrun (RANK/LOCAL_RANK/WORLD_SIZE) or srun (SLURM_PROCID/SLURM_NTASKS,
 MASTER_ADDR/MASTER_PORT); a plain `python -m vlafeed.train` runs one process.
-Keys (section.key = default):"""
+List keys take a YAML list, or comma-separated values on the command line (--train.freeze 'vision.*,text.*').
+Keys (section.key default [choices], then what the key does):"""
 
 
 def usage():
