@@ -324,9 +324,10 @@ class DataPlan:
         before data.rename, image format). A key the model windows itself replaces this plan's window for it;
         a key both name with other offsets is a ConfigError naming it."""
         merged = dict(self.delta_timestamps)
+        action = {v: k for k, v in self.cfg.data.rename.items()}.get("action", "action")  # in the stream's names
         for key, offsets in (model_dts or {}).items():
             mine = merged.get(key)
-            if mine is not None and key != "action" and \
+            if mine is not None and key != action and \
                     [round(x * self.fps) for x in mine] != [round(x * self.fps) for x in offsets]:
                 raise ConfigError(f"config key 'data.delta_timestamps': the model ({self.cfg.model.source}) asks "
                                   f"for '{key}' at {len(offsets)} offsets of its own; leave that key to the model")
