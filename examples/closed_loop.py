@@ -16,6 +16,9 @@
     seeded episodes: success rate (the pole still up at the step limit), mean return.
 (d) fine-tune: vlafeed.rl with the LeRobot adapter (policy "lerobot:<folder>") and PPO.
 (e) eval again; the before/after table is printed and written to OUT/closed_loop.json.
+    "before" for (d) is the exported policy behind the same adapter (vlafeed.rl's LeRobot adapter
+    runs no normalization processor, LeRobot's select_action in (c) does), so (d)'s rows compare
+    like with like.
 
 Steps (b), (d) and (e) need LeRobot 0.6, i.e. Python 3.12 (build-lerobot/venv312 with
 `make py312-inplace`), plus vlafeed.train's LeRobot model source and vlafeed.rl's LeRobot
@@ -124,8 +127,20 @@ def train_act(dataset: Path, work: Path, steps: int, batch_size: int):
     return work / "export" / "pretrained_model", None
 
 
+def adapter_policy(pretrained: Path):
+    """The exported policy behind vlafeed.rl's LeRobot adapter, as PPO starts from it (the "before" row
+    of the fine-tuning: same inference path as the fine-tuned checkpoint)."""
+    from vlafeed.rl import sims
+    from vlafeed.rl.policies import make_policy
+    env = sims.make_sim(ENV)
+    try:
+        return make_policy(env.observation_space, env.action_space, f"lerobot:{pretrained}", squash="clip")
+    finally:
+        env.close()
+
+
 def finetune(pretrained: Path, work: Path, steps: int, seed: int):
-    """(d) PPO on the env with rl-policy's LeRobot adapter; returns (policy before, checkpoint after) or (None, why)."""
+    """(d) PPO on the env with rl-policy's LeRobot adapter; returns the checkpoint_dir or (None, why)."""
     try:
         from vlafeed.rl import RLConfig, train
         from vlafeed.rl.policies import make_policy  # noqa: F401
@@ -170,6 +185,8 @@ def main(argv=None) -> int:
     else:
         rows["ACT (vlafeed.train)"] = evaluate(str(pretrained), ENV, video_dir=out / "videos", **ev)
         print("(c) evaluated the trained policy", flush=True)
+        if have("vlafeed.rl.policies"):
+            rows["ACT via vlafeed.rl adapter"] = evaluate(adapter_policy(pretrained), ENV, **ev)
         rl_dir, why = finetune(pretrained, out / "finetune", a.rl_steps, a.seed)
         if rl_dir is None:
             skipped["(d) fine-tune"] = why
