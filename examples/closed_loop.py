@@ -14,7 +14,7 @@
     then `python -m vlafeed.train export` writes a LeRobot pretrained_model/ folder.
 (c) eval: vlafeed.rl.evaluate (the function behind `vlafeed eval`) runs the exported policy over
     seeded episodes: success rate (the pole still up at the step limit), mean return.
-(d) fine-tune: vlafeed.rl with the LeRobot adapter (policy "lerobot:<folder>") and PPO.
+(d) fine-tune: vlafeed.rl with the LeRobot adapter (policy "lerobot:<folder>") and GRPO (critic-free).
 (e) eval again; the before/after table is printed and written to OUT/closed_loop.json.
     "before" for (d) is the exported policy behind the same adapter (vlafeed.rl's LeRobot adapter
     runs no normalization processor, LeRobot's select_action in (c) does), so (d)'s rows compare
@@ -128,7 +128,7 @@ def train_act(dataset: Path, work: Path, steps: int, batch_size: int):
 
 
 def adapter_policy(pretrained: Path):
-    """The exported policy behind vlafeed.rl's LeRobot adapter, as PPO starts from it (the "before" row
+    """The exported policy behind vlafeed.rl's LeRobot adapter, as GRPO starts from it (the "before" row
     of the fine-tuning: same inference path as the fine-tuned checkpoint)."""
     from vlafeed.rl import sims
     from vlafeed.rl.policies import make_policy
@@ -140,17 +140,18 @@ def adapter_policy(pretrained: Path):
 
 
 def finetune(pretrained: Path, work: Path, steps: int, seed: int):
-    """(d) PPO on the env with rl-policy's LeRobot adapter; returns the checkpoint_dir or (None, why)."""
+    """(d) GRPO on the env with rl-policy's LeRobot adapter; returns the checkpoint_dir or (None, why)."""
     try:
         from vlafeed.rl import RLConfig, train
         from vlafeed.rl.policies import make_policy  # noqa: F401
     except ImportError as e:
         return None, f"needs vlafeed.rl's policies with the LeRobot adapter (rl-policy): {e}"
-    cfg = RLConfig(env=ENV, policy=f"lerobot:{pretrained}", action_squash="clip", algorithm="ppo", steps=steps,
-                   global_batch=4, micro_batch=2, num_workers=1, envs_per_worker=2, colocated=True, lr=1e-4,
-                   seed=seed, checkpoint_dir=str(work / "rl"))
+    # GRPO: the group baseline needs no critic (the LeRobot adapter has no value head, which PPO needs)
+    cfg = RLConfig(env=ENV, policy=f"lerobot:{pretrained}", action_squash="clip", algorithm="grpo", group_size=2,
+                   steps=steps, global_batch=4, micro_batch=2, num_workers=1, envs_per_worker=2, colocated=True,
+                   lr=1e-4, seed=seed, checkpoint_dir=str(work / "rl"))
     rep = train(cfg)
-    print(f"(d) fine-tuned {steps} PPO steps: return {rep.get('first_return')} -> {rep.get('last_return')}",
+    print(f"(d) fine-tuned {steps} GRPO steps: return {rep.get('first_return')} -> {rep.get('last_return')}",
           flush=True)
     return work / "rl", None
 
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
         if rl_dir is None:
             skipped["(d) fine-tune"] = why
         else:
-            rows["ACT + vlafeed.rl PPO"] = evaluate(str(rl_dir), ENV, **ev)
+            rows["ACT + vlafeed.rl GRPO"] = evaluate(str(rl_dir), ENV, **ev)
             print("(e) evaluated the fine-tuned policy", flush=True)
     if "(b) train" in skipped:
         skipped["(c) eval, (d) fine-tune, (e) eval"] = "need (b)"
