@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     print(f"\nclosed loop on {ENV}, {a.eval_episodes} episodes of {a.max_steps} steps, seeds {ev['seed']}..:")
     for name, rep in rows.items():
         agg = rep["aggregated"]
-        print(f"  {name:24s} success {agg['pc_success']:5.1f}%  return {agg['avg_sum_reward']:7.2f}  "
+        print(f"  {name:28s} success {agg['pc_success']:5.1f}%  return {agg['avg_sum_reward']:7.2f}  "
               f"length {agg['avg_length']:6.1f}")
     for step, why in skipped.items():
         print(f"  skipped {step}: {why}")
