@@ -14,8 +14,11 @@
     then `python -m vlafeed.train export` writes a LeRobot pretrained_model/ folder.
 (c) eval: vlafeed.rl.evaluate (the function behind `vlafeed eval`) runs the exported policy over
     seeded episodes: success rate (the pole still up at the step limit), mean return.
-(d) fine-tune: vlafeed.rl with the LeRobot adapter (policy "lerobot:<folder>") and PPO.
+(d) fine-tune: vlafeed.rl with the LeRobot adapter (policy "lerobot:<folder>") and GRPO (critic-free).
 (e) eval again; the before/after table is printed and written to OUT/closed_loop.json.
+    "before" for (d) is the exported policy behind the same adapter (vlafeed.rl's LeRobot adapter
+    runs no normalization processor, LeRobot's select_action in (c) does), so (d)'s rows compare
+    like with like.
 
 Steps (b), (d) and (e) need LeRobot 0.6, i.e. Python 3.12 (build-lerobot/venv312 with
 `make py312-inplace`), plus vlafeed.train's LeRobot model source and vlafeed.rl's LeRobot
@@ -124,18 +127,31 @@ def train_act(dataset: Path, work: Path, steps: int, batch_size: int):
     return work / "export" / "pretrained_model", None
 
 
+def adapter_policy(pretrained: Path):
+    """The exported policy behind vlafeed.rl's LeRobot adapter, as GRPO starts from it (the "before" row
+    of the fine-tuning: same inference path as the fine-tuned checkpoint)."""
+    from vlafeed.rl import sims
+    from vlafeed.rl.policies import make_policy
+    env = sims.make_sim(ENV)
+    try:
+        return make_policy(env.observation_space, env.action_space, f"lerobot:{pretrained}", squash="clip")
+    finally:
+        env.close()
+
+
 def finetune(pretrained: Path, work: Path, steps: int, seed: int):
-    """(d) PPO on the env with rl-policy's LeRobot adapter; returns (policy before, checkpoint after) or (None, why)."""
+    """(d) GRPO on the env with rl-policy's LeRobot adapter; returns the checkpoint_dir or (None, why)."""
     try:
         from vlafeed.rl import RLConfig, train
         from vlafeed.rl.policies import make_policy  # noqa: F401
     except ImportError as e:
         return None, f"needs vlafeed.rl's policies with the LeRobot adapter (rl-policy): {e}"
-    cfg = RLConfig(env=ENV, policy=f"lerobot:{pretrained}", action_squash="clip", algorithm="ppo", steps=steps,
-                   global_batch=4, micro_batch=2, num_workers=1, envs_per_worker=2, colocated=True, lr=1e-4,
-                   seed=seed, checkpoint_dir=str(work / "rl"))
+    # GRPO: the group baseline needs no critic (the LeRobot adapter has no value head, which PPO needs)
+    cfg = RLConfig(env=ENV, policy=f"lerobot:{pretrained}", action_squash="clip", algorithm="grpo", group_size=2,
+                   steps=steps, global_batch=4, micro_batch=2, num_workers=1, envs_per_worker=2, colocated=True,
+                   lr=1e-4, seed=seed, checkpoint_dir=str(work / "rl"))
     rep = train(cfg)
-    print(f"(d) fine-tuned {steps} PPO steps: return {rep.get('first_return')} -> {rep.get('last_return')}",
+    print(f"(d) fine-tuned {steps} GRPO steps: return {rep.get('first_return')} -> {rep.get('last_return')}",
           flush=True)
     return work / "rl", None
 
@@ -170,18 +186,20 @@ def main(argv=None) -> int:
     else:
         rows["ACT (vlafeed.train)"] = evaluate(str(pretrained), ENV, video_dir=out / "videos", **ev)
         print("(c) evaluated the trained policy", flush=True)
+        if have("vlafeed.rl.policies"):
+            rows["ACT via vlafeed.rl adapter"] = evaluate(adapter_policy(pretrained), ENV, **ev)
         rl_dir, why = finetune(pretrained, out / "finetune", a.rl_steps, a.seed)
         if rl_dir is None:
             skipped["(d) fine-tune"] = why
         else:
-            rows["ACT + vlafeed.rl PPO"] = evaluate(str(rl_dir), ENV, **ev)
+            rows["ACT + vlafeed.rl GRPO"] = evaluate(str(rl_dir), ENV, **ev)
             print("(e) evaluated the fine-tuned policy", flush=True)
     if "(b) train" in skipped:
         skipped["(c) eval, (d) fine-tune, (e) eval"] = "need (b)"
     print(f"\nclosed loop on {ENV}, {a.eval_episodes} episodes of {a.max_steps} steps, seeds {ev['seed']}..:")
     for name, rep in rows.items():
         agg = rep["aggregated"]
-        print(f"  {name:24s} success {agg['pc_success']:5.1f}%  return {agg['avg_sum_reward']:7.2f}  "
+        print(f"  {name:28s} success {agg['pc_success']:5.1f}%  return {agg['avg_sum_reward']:7.2f}  "
               f"length {agg['avg_length']:6.1f}")
     for step, why in skipped.items():
         print(f"  skipped {step}: {why}")

@@ -107,4 +107,5 @@ def test_full_loop_in_lerobot_venv(tmp_path):
     if importlib.util.find_spec("vlafeed.rl.policies") is None:
         assert "skipped (d) fine-tune" in r.stdout
     else:
-        assert "ACT + vlafeed.rl PPO" in summary["rows"], r.stdout
+        assert {"ACT via vlafeed.rl adapter", "ACT + vlafeed.rl GRPO"} <= set(summary["rows"]), r.stdout
+        assert any((tmp_path / "loop" / "finetune" / "rl").glob("step_*/vlafeed_rl.json"))

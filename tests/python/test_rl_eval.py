@@ -253,6 +253,16 @@ def test_vlafeed_rl_checkpoint(tmp_path):
         rep = evaluate(str(path), "CartPole-v1", episodes=2, seed=0, max_steps=50)
         assert rep["aggregated"]["n_episodes"] == 2 and rep["policy"] == str(path)
         assert all(1 <= e["length"] <= 50 for e in rep["per_episode"])
+    # the command line, on 2 Ray workers, gives the in-process episodes
+    local = evaluate(str(folder), "CartPole-v1", episodes=4, seed=5, max_steps=80)
+    out = tmp_path / "eval.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([_cli(), "eval", str(folder), "--env", "CartPole-v1", "--episodes", "4", "--seed", "5",
+                        "--max-steps", "80", "--workers", "2", "--num-cpus", "2", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CartPole-v1" in r.stdout and "success %" in r.stdout
+    assert episodes_of(json.loads(out.read_text())) == episodes_of(local)
 
 
 # ---------------------------------------------------------------- a LeRobot ACT folder, in LeRobot's venv
