@@ -288,6 +288,12 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         except Exception:
             pass
     pushed = [tid for r in results for tid in r["pushed"]]
+    if cfg.checkpoint_dir and learner.version:  # the episode counters as the workers ended: a resumed
+        for tid in pushed + [tid for r in results for tid in r["dropped_env"]]:  # run makes new ids only
+            if ".e" in tid:
+                wid, n = int(tid.split(".")[0][1:]), int(tid.rsplit(".e", 1)[1])
+                worker_seq[wid] = max(worker_seq.get(wid, 0), n + 1)
+        learner.save_checkpoint()
     dropped_env = [tid for r in results for tid in r["dropped_env"]]
     errs = [r for r in results if r["first_error"]]
     return _report(cfg, learner, t0, env_steps, {
