@@ -384,3 +384,34 @@ def test_async_resume_continues_version_and_ids(ray_session, tmp_path):
     new = second["trained_ids"][16:]
     assert len(new) == 16 and not set(new) & set(first["pushed_ids"]), "a resumed run reused trajectory ids"
     assert policies.load_policy(tmp_path).meta["version"] == 4
+
+
+# ---------------------------------------------------------------------------
+# LeRobot policy adapter (LeRobot 0.6 lives in its own Python 3.12 venv)
+
+@pytest.mark.parametrize("typ", ["act", "diffusion"])
+def test_lerobot_policy_adapter(typ, tmp_path):
+    import subprocess
+    import lerobot_venv
+    py, why = lerobot_venv.lerobot06_python(tmp_path)
+    if py is None:
+        print(f"\nSKIP LeRobot policy adapter: {why}")
+        pytest.skip(why)
+    env = lerobot_venv.env(tmp_path, PYTHONPATH=str(ROOT / "python"), OMP_NUM_THREADS="2")
+    r = subprocess.run([py, "-c", "import vlafeed.rl.policies"], capture_output=True, text=True, env=env, timeout=300)
+    if r.returncode != 0:
+        why = f"vlafeed does not import in {py} (make py312-inplace): {r.stderr.strip()[-300:]}"
+        print(f"\nSKIP LeRobot policy adapter: {why}")
+        pytest.skip(why)
+    r = subprocess.run([py, str(ROOT / "tests" / "python" / "lerobot_rl_policy_runner.py"), typ, str(tmp_path / "ck")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode == 3:
+        why = json.loads(r.stdout.strip().splitlines()[-1])["skip"]
+        print(f"\nSKIP LeRobot policy adapter ({typ}): {why}")
+        pytest.skip(why)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["module"].lower().startswith(typ) and res["action_shape"] == [3, 2] and res["in_bounds"]
+    assert res["logp_diff"] < 1e-4 and res["value"] is None
+    assert res["module_params_with_grad"] > 10 and res["log_std_grad"]  # the chunk mean is differentiable
+    assert res["trained"] == 2 and res["loaded_module"] == res["module"] and res["loaded_deterministic"]
