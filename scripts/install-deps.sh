@@ -19,6 +19,10 @@ APT_PACKAGES=(
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
 PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2" pillow "transformers==5.24.0" "accelerate==1.15.0")
+# simulators (vlafeed.rl): MuJoCo for gymnasium's MuJoCo tasks (vlafeed/InvertedPendulumPixels-v0),
+# rendered headless through OSMesa (CPU) or EGL (GPU)
+APT_PACKAGES+=(libosmesa6 libegl1)
+PIP_PACKAGES+=("mujoco==3.3.7" "imageio==2.37.0")  # gymnasium's MuJoCo renderer imports imageio
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
