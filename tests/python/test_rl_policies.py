@@ -415,3 +415,48 @@ def test_lerobot_policy_adapter(typ, tmp_path):
     assert res["logp_diff"] < 1e-4 and res["value"] is None
     assert res["module_params_with_grad"] > 10 and res["log_std_grad"]  # the chunk mean is differentiable
     assert res["trained"] == 2 and res["loaded_module"] == res["module"] and res["loaded_deterministic"]
+
+
+def test_cli_algorithm_and_checkpoint_flags(tmp_path):
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = [sys.executable, "-m", "vlafeed.rl", "--colocated", "--env", "CartPole-v1", "--algorithm", "grpo",
+            "--group-size", "2", "--global-batch", "4", "--micro-batch", "2", "--checkpoint-dir", str(tmp_path),
+            "--json"]
+    r = subprocess.run(args + ["--steps", "2"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["algorithm"] == "grpo"
+    r = subprocess.run(args + ["--steps", "3", "--resume"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["optimizer_steps"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000002", "step_000003"]
+    r = subprocess.run(args[:-1] + ["--steps", "2", "--group-size", "3"], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 2 and "not a multiple of group_size 3" in r.stderr
+
+
+def test_fuzz_checkpoint_space_descriptions():
+    """spaces.from_json (the parser of vlafeed_rl.json's spaces) on arbitrary JSON: a space or RLError."""
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.floats(allow_nan=True), st.text(max_size=8),
+                     st.sampled_from(["Box", "Dict", "Tuple", "Discrete", "MultiDiscrete", "uint8", "float32"]))
+    js = st.recursive(leaf, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                   st.dictionaries(st.sampled_from(
+                                                       ["type", "n", "start", "nvec", "low", "high", "shape",
+                                                        "dtype", "spaces", "x"]), kids, max_size=6)), max_leaves=20)
+    valid = [S.to_json(sp) for sp in OBS_SPACES.values()]
+
+    @hyp.settings(max_examples=400, deadline=None, derandomize=True)
+    @hyp.given(st.one_of(js, st.sampled_from(valid)), st.data())
+    def run(d, data):
+        if isinstance(d, dict) and d and data.draw(st.booleans()):  # damage a valid description
+            d = dict(d)
+            d[data.draw(st.sampled_from(sorted(d)))] = data.draw(leaf)
+        try:
+            sp = S.from_json(d)
+        except RLError:
+            return
+        assert isinstance(sp, gs.Space)
+
+    run()

@@ -335,6 +335,16 @@ def main(argv=None) -> int:
     p.add_argument("--server-device", choices=("cpu", "cuda"), default="cpu",
                    help="where the policy server runs its forward passes (cuda: Ray gives it 1 GPU)")
     p.add_argument("--num-cpus", type=int, default=None, help="ray.init(num_cpus=...) (default: Ray's)")
+    # policies, algorithms, checkpoints (rl-policy)
+    p.add_argument("--policy", default="auto", help="mlp, cnn, auto, package.module:fn or lerobot:TYPE-or-DIR")
+    p.add_argument("--action-squash", choices=("tanh", "clip"), default="tanh", help="Box actions: squash or clip")
+    p.add_argument("--algorithm", choices=("reinforce", "ppo", "grpo"), default="reinforce")
+    p.add_argument("--ppo-epochs", type=int, default=1, help="ppo/grpo: passes over each global batch")
+    p.add_argument("--group-size", type=int, default=4, help="grpo: trajectories per group (same reset seed)")
+    p.add_argument("--gamma", type=float, default=0.97, help="discount")
+    p.add_argument("--checkpoint-dir", default=None, help="learner checkpoints: DIR/step_NNNNNN")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="a checkpoint every N steps (0: at the end)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     a = p.parse_args(argv)
     cfg = RLConfig(env=a.env, num_workers=a.workers, envs_per_worker=a.envs_per_worker, steps=a.steps,
@@ -342,7 +352,10 @@ def main(argv=None) -> int:
                    max_wait_ms=a.max_wait_ms, max_lag=a.max_lag, queue_size=a.queue_size,
                    train_async=not a.no_train_async, rollout_async=not a.no_rollout_async,
                    streamer=not a.no_streamer, colocated=a.colocated, lr=a.lr, seed=a.seed,
-                   server_device=a.server_device)
+                   server_device=a.server_device,
+                   policy=a.policy, action_squash=a.action_squash, algorithm=a.algorithm, ppo_epochs=a.ppo_epochs,
+                   group_size=a.group_size, gamma=a.gamma, checkpoint_dir=a.checkpoint_dir,
+                   checkpoint_every=a.checkpoint_every, resume=a.resume)
     try:
         cfg.check()
     except ValueError as e:
