@@ -17,7 +17,7 @@ pytest.importorskip("safetensors")
 from gymnasium import spaces as gs  # noqa: E402
 
 from vlafeed import rl  # noqa: E402
-from vlafeed.rl import RLConfig, RLError, algos, checkpoint, policies  # noqa: E402
+from vlafeed.rl import RLConfig, RLError, algos, policies  # noqa: E402
 from vlafeed.rl import spaces as S  # noqa: E402
 from vlafeed.rl.learner import Learner  # noqa: E402
 

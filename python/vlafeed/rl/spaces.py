@@ -11,7 +11,7 @@ for a Tuple. ``stack`` copies each observation once, into one array per leaf; wi
 server's steady state allocates nothing per batch."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
