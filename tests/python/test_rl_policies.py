@@ -460,3 +460,17 @@ def test_fuzz_checkpoint_space_descriptions():
         assert isinstance(sp, gs.Space)
 
     run()
+
+
+def test_async_grpo_trains_whole_groups_and_accounts_for_every_trajectory(ray_session):
+    from collections import Counter
+    rep = rl.train(RLConfig(algorithm="grpo", group_size=2, steps=4, env_kwargs={"size": 5, "max_steps": 16},
+                            num_workers=2, envs_per_worker=2, global_batch=8, micro_batch=4, max_lag=1))
+    assert rep["optimizer_steps"] == 4 and rep["trained_trajectories"] == 32
+    trained = rep["trained_ids"]
+    assert len(trained) == len(set(trained))
+    group = lambda tid: (tid.rsplit(".e", 1)[0], int(tid.rsplit(".e", 1)[1]) // 2)  # noqa: E731
+    sizes = Counter(group(t) for t in trained)
+    assert set(sizes.values()) == {2}, sizes  # both members of every group, never one alone
+    fates = trained + rep["dropped_stale_ids"] + rep["unused_ids"]
+    assert Counter(fates) == Counter(rep["pushed_ids"])
