@@ -2,7 +2,7 @@
 type ("lerobot:act", fresh, no pretrained backbone) as a vlafeed.rl policy on Dict(pixels,
 agent_pos) observations with Box actions: act/evaluate agree, gradients reach LeRobot's
 weights and the log-std, a colocated PPO step trains it and writes a checkpoint that
-load_policy reads back. Prints one JSON line; exit status 3 when the policy type cannot be
+load_policy reads back, and the saved pretrained_model/ folder loads as "lerobot:DIR". Prints one JSON line; exit status 3 when the policy type cannot be
 built here (its extras are missing), with the reason."""
 import json
 import sys
@@ -62,4 +62,9 @@ loaded = policies.load_policy(out_dir)
 a1 = loaded.act(batch, deterministic=True).action
 res["loaded_module"] = type(loaded.module).__name__
 res["loaded_deterministic"] = bool(torch.equal(a1, loaded.act(batch, deterministic=True).action))
+# a pretrained_model/ folder as LeRobot writes it: "lerobot:DIR" loads it with from_pretrained
+pm = out_dir + "/pretrained_model"
+loaded.module.save_pretrained(pm)
+from_dir = policies.make_policy(OBS, ACT, "lerobot:" + pm, squash="clip")
+res["from_dir_same_mean"] = bool(torch.allclose(from_dir.act(batch, deterministic=True).action, a1, atol=1e-5))
 print(json.dumps(res))

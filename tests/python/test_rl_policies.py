@@ -415,6 +415,7 @@ def test_lerobot_policy_adapter(typ, tmp_path):
     assert res["logp_diff"] < 1e-4 and res["value"] is None
     assert res["module_params_with_grad"] > 10 and res["log_std_grad"]  # the chunk mean is differentiable
     assert res["trained"] == 2 and res["loaded_module"] == res["module"] and res["loaded_deterministic"]
+    assert res["from_dir_same_mean"]  # lerobot:DIR (save_pretrained's folder) gives the same policy
 
 
 def test_cli_algorithm_and_checkpoint_flags(tmp_path):
