@@ -26,7 +26,7 @@ def _report(cfg, learner, t0, env_steps, extra):
            "seconds": secs, "optimizer_steps": learner.version, "env_steps": env_steps,
            "env_steps_per_s": env_steps / secs if secs else 0.0,
            "trained_trajectories": len(learner.trained_ids), "trained_samples": learner.trained_steps,
-           "trained_samples_per_s": learner.trained_steps / secs if secs else 0.0,
+           "trained_samples_per_s": (learner.trained_steps - learner.resumed_samples) / secs if secs else 0.0,
            "first_return": float(np.mean(learner.returns[:k])) if learner.returns else math.nan,
            "last_return": float(np.mean(learner.returns[-k:])) if learner.returns else math.nan,
            "lag_max": max(lags, default=0), "lag_mean": float(np.mean(lags)) if lags else 0.0,
