@@ -34,7 +34,8 @@ ablation can be run):
 
 Policy-version lag = learner version at training time minus the oldest
 version that acted in the trajectory. It is recorded per trajectory.
-Trajectories with lag > `max_lag` are dropped and counted. The loss is
+Trajectories with lag > `max_lag` are dropped and counted. The default loss
+(`algorithm`: reinforce | ppo | grpo, see vlafeed.rl.algos) is
 REINFORCE with a running-mean baseline and a PPO-style clipped importance
 ratio against the behaviour log-probabilities, so slightly stale samples are
 corrected.
@@ -48,18 +49,23 @@ resubmitted. A worker dead for good, a dead server, or no trajectory for
 `stall_timeout_s` ends the run with RLError. Every exit path (Ctrl-C
 included) stops the workers, kills the actors and reports what was dropped.
 
-Modules: ``config`` (RLConfig, RLError), ``envs`` (ToyReachEnv, make_env),
-``policy`` (PolicyNet, act_batch), ``learner`` (Learner: the loss and the
-optimizer step), ``server`` (PolicyServer), ``workers`` (RolloutWorker),
+Modules: ``config`` (RLConfig, RLError), ``envs`` (ToyReachEnv, make_env,
+the vlafeed/InvertedPendulumPixels-v0 env), ``policies`` (the policy protocol,
+make_policy, load_policy, the nn.Module and LeRobot adapters), ``spaces``
+(supported spaces, stack), ``algos`` (reinforce/ppo/grpo advantages),
+``checkpoint`` (learner checkpoints, resume), ``policy`` (the old PolicyNet,
+act_batch), ``learner`` (Learner: the loss and the optimizer step), ``server`` (PolicyServer), ``workers`` (RolloutWorker),
 ``run`` (train, train_colocated, the report and the command line).
 """
 from vlafeed.rl.config import RLConfig, RLError
-from vlafeed.rl.envs import ToyReachEnv, env_dims, make_env
+from vlafeed.rl.envs import ToyReachEnv, env_dims, env_spaces, make_env
 from vlafeed.rl.learner import Learner
+from vlafeed.rl.policies import ActOut, load_policy, make_policy
 from vlafeed.rl.policy import PolicyNet, act_batch
 from vlafeed.rl.run import main, mode_name, train, train_colocated
 # evaluation and simulators (rl-eval): vlafeed.rl.evaluate, vlafeed eval
 from vlafeed.rl.evaluation import evaluate, load_policy as load_eval_policy
 
-__all__ = ["RLConfig", "RLError", "ToyReachEnv", "make_env", "env_dims", "PolicyNet", "act_batch", "Learner",
+__all__ = ["RLConfig", "RLError", "ToyReachEnv", "make_env", "env_dims", "env_spaces", "ActOut", "make_policy",
+           "load_policy", "PolicyNet", "act_batch", "Learner",
            "train", "train_colocated", "mode_name", "main", "evaluate", "load_eval_policy"]

@@ -16,10 +16,9 @@ over micro-batches of trajectories, and the grouping of GRPO trajectories.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
-import torch
 
 ALGORITHMS = ("reinforce", "ppo", "grpo")
 

@@ -102,14 +102,11 @@ def env_spaces(cfg: "RLConfig"):
 # vlafeed/InvertedPendulumPixels-v0: image + state dict observations, continuous actions, MuJoCo
 
 def _headless_gl():
-    """MuJoCo's rendering backend when none is chosen: OSMesa (CPU) where libOSMesa is installed,
-    else EGL. Must run before mujoco is imported."""
-    import os
-    if "MUJOCO_GL" not in os.environ:
-        import ctypes.util
-        os.environ["MUJOCO_GL"] = "osmesa" if ctypes.util.find_library("OSMesa") else "egl"
-        if os.environ["MUJOCO_GL"] == "osmesa":
-            os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    """MuJoCo's rendering backend when none is chosen: one default for the whole package (sims._headless:
+    EGL, which gym-aloha's dm_control needs too; MUJOCO_GL=osmesa also works for gymnasium's tasks). Must
+    run before mujoco is imported."""
+    from vlafeed.rl.sims import _headless
+    _headless()
 
 
 def make_inverted_pendulum_pixels(width: int = 64, height: int = 64, max_episode_steps: int = 1000, **kwargs):

@@ -48,6 +48,7 @@ class Learner:
         if cfg.resume:
             from vlafeed.rl import checkpoint
             self.last_checkpoint = checkpoint.restore(self, cfg.checkpoint_dir)
+        self.resumed_samples = self.trained_steps  # trained before this run (throughput counts this run's)
 
     def state(self):
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}

@@ -39,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Optional
 
 import numpy as np
 import torch
@@ -362,11 +362,18 @@ class LeRobotPolicy(_DistPolicy):
                                                 else FeatureType.STATE, tuple(leaf.shape))
             out = {"action": PolicyFeature(FeatureType.ACTION, (self.head.dim,))}
             try:
-                pcfg = make_policy_config(target, input_features=feats, output_features=out, device="cpu")
+                import dataclasses
+                fields = {f.name for f in dataclasses.fields(type(make_policy_config(target)))}
+                # offline and any image size: no backbone download, no fixed random crop
+                kw = {k: None for k in ("pretrained_backbone_weights", "crop_shape") if k in fields}
+                pcfg = make_policy_config(target, input_features=feats, output_features=out, device="cpu", **kw)
             except ValueError as e:
                 raise RLError(f"vlafeed.rl: 'lerobot:{target}' is neither a pretrained_model folder (config.json) "
                               f"nor a LeRobot policy type: {e}") from None
-            self.module = get_policy_class(target)(pcfg)
+            try:
+                self.module = get_policy_class(target)(pcfg)
+            except ImportError as e:  # the policy's own extras (e.g. diffusers for diffusion)
+                raise RLError(f"vlafeed.rl: LeRobot policy {target!r} cannot be built here: {e}") from None
         fn = type(self.module).predict_action_chunk
         self._chunk = getattr(fn, "__wrapped__", fn)  # with gradients
         self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))

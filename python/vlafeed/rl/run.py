@@ -26,7 +26,7 @@ def _report(cfg, learner, t0, env_steps, extra):
            "seconds": secs, "optimizer_steps": learner.version, "env_steps": env_steps,
            "env_steps_per_s": env_steps / secs if secs else 0.0,
            "trained_trajectories": len(learner.trained_ids), "trained_samples": learner.trained_steps,
-           "trained_samples_per_s": learner.trained_steps / secs if secs else 0.0,
+           "trained_samples_per_s": (learner.trained_steps - learner.resumed_samples) / secs if secs else 0.0,
            "first_return": float(np.mean(learner.returns[:k])) if learner.returns else math.nan,
            "last_return": float(np.mean(learner.returns[-k:])) if learner.returns else math.nan,
            "lag_max": max(lags, default=0), "lag_mean": float(np.mean(lags)) if lags else 0.0,
@@ -288,6 +288,12 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         except Exception:
             pass
     pushed = [tid for r in results for tid in r["pushed"]]
+    if cfg.checkpoint_dir and learner.version:  # the episode counters as the workers ended: a resumed
+        for tid in pushed + [tid for r in results for tid in r["dropped_env"]]:  # run makes new ids only
+            if ".e" in tid:
+                wid, n = int(tid.split(".")[0][1:]), int(tid.rsplit(".e", 1)[1])
+                worker_seq[wid] = max(worker_seq.get(wid, 0), n + 1)
+        learner.save_checkpoint()
     dropped_env = [tid for r in results for tid in r["dropped_env"]]
     errs = [r for r in results if r["first_error"]]
     return _report(cfg, learner, t0, env_steps, {
@@ -329,6 +335,16 @@ def main(argv=None) -> int:
     p.add_argument("--server-device", choices=("cpu", "cuda"), default="cpu",
                    help="where the policy server runs its forward passes (cuda: Ray gives it 1 GPU)")
     p.add_argument("--num-cpus", type=int, default=None, help="ray.init(num_cpus=...) (default: Ray's)")
+    # policies, algorithms, checkpoints (rl-policy)
+    p.add_argument("--policy", default="auto", help="mlp, cnn, auto, package.module:fn or lerobot:TYPE-or-DIR")
+    p.add_argument("--action-squash", choices=("tanh", "clip"), default="tanh", help="Box actions: squash or clip")
+    p.add_argument("--algorithm", choices=("reinforce", "ppo", "grpo"), default="reinforce")
+    p.add_argument("--ppo-epochs", type=int, default=1, help="ppo/grpo: passes over each global batch")
+    p.add_argument("--group-size", type=int, default=4, help="grpo: trajectories per group (same reset seed)")
+    p.add_argument("--gamma", type=float, default=0.97, help="discount")
+    p.add_argument("--checkpoint-dir", default=None, help="learner checkpoints: DIR/step_NNNNNN")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="a checkpoint every N steps (0: at the end)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     a = p.parse_args(argv)
     cfg = RLConfig(env=a.env, num_workers=a.workers, envs_per_worker=a.envs_per_worker, steps=a.steps,
@@ -336,7 +352,10 @@ def main(argv=None) -> int:
                    max_wait_ms=a.max_wait_ms, max_lag=a.max_lag, queue_size=a.queue_size,
                    train_async=not a.no_train_async, rollout_async=not a.no_rollout_async,
                    streamer=not a.no_streamer, colocated=a.colocated, lr=a.lr, seed=a.seed,
-                   server_device=a.server_device)
+                   server_device=a.server_device,
+                   policy=a.policy, action_squash=a.action_squash, algorithm=a.algorithm, ppo_epochs=a.ppo_epochs,
+                   group_size=a.group_size, gamma=a.gamma, checkpoint_dir=a.checkpoint_dir,
+                   checkpoint_every=a.checkpoint_every, resume=a.resume)
     try:
         cfg.check()
     except ValueError as e:

@@ -11,7 +11,7 @@ for a Tuple. ``stack`` copies each observation once, into one array per leaf; wi
 server's steady state allocates nothing per batch."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -237,6 +237,20 @@ def to_json(space) -> Dict[str, Any]:
 
 
 def from_json(d: Dict[str, Any]):
+    """The space that to_json described; RLError for anything else (a damaged checkpoint)."""
+    try:
+        return _from_json(d)
+    except RLError:
+        raise
+    except Exception as e:  # KeyError, TypeError, ValueError, AssertionError from gymnasium, ...
+        raise RLError(f"vlafeed.rl: bad space description in a checkpoint: {type(e).__name__}: {e} "
+                      f"(in {str(d)[:200]})") from None
+
+
+def _from_json(d: Dict[str, Any]):
+    if not isinstance(d, dict):
+        raise RLError(f"vlafeed.rl: a space description is a JSON object, got {type(d).__name__}")
+    from_json = _from_json
     t = d["type"]
     if t == "Dict":
         return gspaces.Dict({k: from_json(s) for k, s in d["spaces"].items()})
