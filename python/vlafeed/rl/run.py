@@ -15,6 +15,7 @@ from vlafeed.rl.policy import act_batch
 from vlafeed.rl.learner import Learner
 from vlafeed.rl.server import policy_server_class
 from vlafeed.rl.workers import _finish, _new_traj, rollout_worker_class
+from vlafeed.rl import accounting, placement  # rl-runtime: ids, fates, placement, CPU seconds
 
 
 def _report(cfg, learner, t0, env_steps, extra):
@@ -38,8 +39,18 @@ def _report(cfg, learner, t0, env_steps, extra):
 def train_colocated(cfg: RLConfig) -> dict:
     """Synchronous colocated baseline: one process, all envs in lockstep with the learner's own policy."""
     cfg.check()
+    prev_threads = placement.set_threads(cfg.torch_threads)
+    try:
+        return _train_colocated(cfg)
+    finally:
+        placement.set_threads(prev_threads)
+
+
+def _train_colocated(cfg: RLConfig) -> dict:
+    import os
     obs_dim, n_act = env_dims(cfg)
     learner = Learner(cfg, obs_dim, n_act)
+    cpu0 = placement.cpu_seconds({"driver": [os.getpid()]})
     envs = [make_env(cfg.env, cfg.env_kwargs) for _ in range(cfg.num_workers * cfg.envs_per_worker)]
     rng = np.random.default_rng(cfg.seed + 999)
     seq, env_steps, env_errors, dropped = 0, 0, 0, []
@@ -82,7 +93,12 @@ def train_colocated(cfg: RLConfig) -> dict:
         for i in range(0, cfg.global_batch, cfg.micro_batch):
             learner.micro_step(batch[i:i + cfg.micro_batch])
         learner.step()
+    issued = {f"c.e{i}": (0, 0, i) for i in range(seq)}
+    acct = accounting.fates({"issued": issued, "env_dropped": dropped, "incarnations": [1], "next": [seq]},
+                            learner.trained_ids, [], [])
+    cpu = placement.cpu_delta(cpu0, placement.cpu_seconds({"driver": [os.getpid()]}))
     return _report(cfg, learner, t0, env_steps, {"mode": "sync colocated", "env_errors": env_errors,
+                                                 "accounting": acct, "cpu_seconds": cpu, "placement": "colocated",
                                                  "dropped_env_ids": dropped, "first_env_error": first_error,
                                                  "dropped_stale_ids": [], "unused_ids": [], "pushed_ids": None,
                                                  "worker_restarts": 0, "server": None})
@@ -103,27 +119,56 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
 
     Needs ray.init() to have been called (else it calls ray.init() with defaults) unless cfg.colocated.
     `on_step(info)` is called after each optimizer step (tests use it to kill a worker)."""
+    cfg.check()
     if cfg.colocated:
         return train_colocated(cfg)
-    cfg.check()
     import ray
     from ray.exceptions import RayActorError, RayTaskError
     from ray.util.queue import Empty, Queue
     if not ray.is_initialized():
         ray.init()
-    gpus = 1 if cfg.server_device == "cuda" else 0  # Ray places the server on a GPU (CUDA_VISIBLE_DEVICES)
-    if gpus and ray.cluster_resources().get("GPU", 0) < 1:
-        raise RLError(f"server_device 'cuda': the Ray cluster has no GPU (resources: {ray.cluster_resources()})")
+    import dataclasses
+    import os
+    cluster = ray.cluster_resources()
+    placement.check_resources(cfg, cluster)  # RLError at start when the roles ask for more than there is
+    opts = {r: placement.role_options(cfg, r, cluster.get("GPU", 0)) for r in ("worker", "server", "learner")}
+    scfg = dataclasses.replace(cfg, server_device="cuda") if opts["server"]["num_gpus"] > 0 else cfg
+    prev_threads = placement.set_threads(cfg.torch_threads)  # the driver (and a learner in it) too
     PolicyServer, RolloutWorker = policy_server_class(), rollout_worker_class()
     obs_dim, n_act = env_dims(cfg)
     learner = Learner(cfg, obs_dim, n_act)
     queue = Queue(maxsize=cfg.queue_size, actor_options={"num_cpus": 0})
-    server = control = PolicyServer.options(num_cpus=0, num_gpus=gpus, max_concurrency=1000).remote(
-        cfg, obs_dim, n_act, learner.state())
+    ledger = accounting.ledger_class().options(num_cpus=0).remote(cfg.num_workers)
+    server = control = PolicyServer.options(max_concurrency=1000, **opts["server"]).remote(
+        scfg, obs_dim, n_act, learner.state())
     # max_concurrency=2: pid() answers while run() is going (run is the one long call a worker has)
-    workers = [RolloutWorker.options(num_cpus=0, max_restarts=cfg.max_restarts, max_task_retries=0,
-                                          max_concurrency=2)
-               .remote(i, cfg, server, queue) for i in range(cfg.num_workers)]
+    workers = [RolloutWorker.options(max_restarts=cfg.max_restarts, max_task_retries=0,
+                                     max_concurrency=2, **opts["worker"])
+               .remote(i, cfg, server, queue, ledger) for i in range(cfg.num_workers)]
+    learner_actor = None
+    if placement.learner_is_actor(cfg):
+        learner_actor = placement.learner_actor_class().options(**opts["learner"]).remote(
+            cfg, (obs_dim, n_act), server)
+    trained_once = accounting.TrainedOnce()
+
+    def server_call(ref, what, timeout=None):
+        """ray.get on a server call; a dead server is RLError naming it, not a raw ActorDiedError."""
+        try:
+            return ray.get(ref, timeout=timeout)
+        except RayActorError as e:
+            raise RLError(f"the policy server actor (PolicyServer, pid {server_pid}) died during {what}: "
+                          f"{str(e).splitlines()[0]}") from None
+
+    def dead_role():
+        """Which shared actor is gone (server, ledger, queue, learner), or None."""
+        for name, ref in (("the policy server actor (PolicyServer, pid %s)" % server_pid, server.stats.remote()),
+                          ("the Ledger actor (trajectory ids)", ledger.snapshot.remote()),
+                          ("the trajectory queue actor", queue.actor.qsize.remote())):
+            try:
+                ray.get(ref, timeout=10)
+            except Exception:
+                return name
+        return None
     runs: Dict[Any, int] = {}
     results: List[dict] = []
     restarts = 0
@@ -131,11 +176,19 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     unused: List[str] = []
     env_steps = 0
     try:  # the clock starts once every actor is up (process start and imports are not throughput)
-        pids = ray.get([w.pid.remote() for w in workers] + [server.stats.remote()], timeout=120)[:-1]
+        pids = ray.get([w.pid.remote() for w in workers], timeout=120)
+        server_pid = ray.get(server.pid.remote(), timeout=120)
+        learner_pid = ray.get(learner_actor.pid.remote(), timeout=120) if learner_actor else os.getpid()
     except Exception as e:
-        for a in workers + [server]:
+        for a in workers + [server, ledger] + ([learner_actor] if learner_actor else []):
             ray.kill(a)
-        raise RLError(f"rollout workers did not start: {e}") from None
+        placement.set_threads(prev_threads)
+        raise RLError(f"the actors did not start: {e}") from None
+    if learner_actor:
+        learner = placement.RemoteLearner(learner_actor, learner_pid)
+    role_pids = lambda: {"workers": pids, "server": [server_pid], "learner": [learner_pid],  # noqa: E731
+                         "driver": [os.getpid()] if learner_actor else []}
+    cpu0 = placement.cpu_seconds(role_pids())
     t0 = time.perf_counter()
     per_worker = [cfg.global_batch // cfg.num_workers + (1 if i < cfg.global_batch % cfg.num_workers else 0)
                   for i in range(cfg.num_workers)]
@@ -155,10 +208,18 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                 res = ray.get(ref)
             except RayTaskError as e:
                 cause = e.cause if getattr(e, "cause", None) is not None else e
+                if isinstance(cause, RLError):
+                    raise RLError(f"rollout worker {i}: {cause}") from None
+                dead = dead_role()
+                if dead:
+                    raise RLError(f"{dead} died; rollout worker {i} stopped: {str(cause).splitlines()[0]}") from None
                 raise RLError(f"rollout worker {i} failed: {cause}") from None
             except RayActorError as e:
                 restarts += 1
                 if restarts > cfg.max_restarts * cfg.num_workers or not _alive(workers[i]):
+                    dead = dead_role()
+                    if dead:
+                        raise RLError(f"{dead} died (rollout worker {i} lost it: {str(e).splitlines()[0]})") from None
                     raise RLError(f"rollout worker {i} died and was not restarted (max_restarts="
                                   f"{cfg.max_restarts}): {str(e).splitlines()[0]}") from None
                 if cfg.train_async:
@@ -175,7 +236,7 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         deadline = time.perf_counter() + 60
         while time.perf_counter() < deadline:
             try:
-                ray.get(w.pid.remote(), timeout=30)
+                pids[workers.index(w)] = ray.get(w.pid.remote(), timeout=30)
                 return True
             except ActorUnavailableError:  # restarting: ask again
                 time.sleep(0.2)
@@ -188,6 +249,8 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         while True:
             try:
                 return queue.get(timeout=0.2)
+            except RayActorError as e:
+                raise RLError(f"the trajectory queue actor died: {str(e).splitlines()[0]}") from None
             except Empty:
                 collect_finished()
                 if not cfg.train_async and not runs and queue.empty():
@@ -219,9 +282,11 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                 pending.append(t)
                 got += 1
                 if cfg.streamer and len(pending) == cfg.micro_batch:
+                    trained_once.check(t["id"] for t in pending)
                     learner.micro_step(pending)
                     pending = []
             if not cfg.streamer:
+                trained_once.check(t["id"] for t in pending)
                 for i in range(0, len(pending), cfg.micro_batch):
                     learner.micro_step(pending[i:i + cfg.micro_batch])
                 pending = []
@@ -232,15 +297,23 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                         unused.append(queue.get_nowait()["id"])
                     except Empty:
                         break
-            learner.step()
-            ray.get(server.set_weights.remote(learner.state(), learner.version))
+            learner.step()  # a learner actor publishes to the server itself
+            if not learner_actor:  # one ray.put, the version stamp with it
+                server_call(server.set_weights.remote(ray.put(learner.state()), learner.version), "set_weights")
             collect_finished()
             if on_step:
-                on_step({"version": learner.version, "workers": workers, "server": server, "worker_pids": pids})
+                on_step({"version": learner.version, "workers": workers, "server": server, "worker_pids": pids,
+                         "server_pid": server_pid, "learner": learner_actor, "learner_pid": learner_pid})
     except BaseException:
-        ray.get(control.set_stop.remote())
+        try:
+            ray.get(control.set_stop.remote(), timeout=10)
+        except Exception:
+            pass
         raise
     finally:
+        placement.set_threads(prev_threads)
+        cpu = placement.cpu_delta(cpu0, placement.cpu_seconds(role_pids()))
+        snapshot = None
         try:
             ray.get(control.set_stop.remote(), timeout=10)
             if runs:
@@ -251,7 +324,7 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
                         results.append(res)
                         env_steps += res["env_steps"]
                     except RayActorError:  # died (and maybe restarted) after the last check
-                        restarts += 1
+                        restarts += 1  # noqa: SIM105
                     except Exception:
                         pass
                 runs.clear()
@@ -263,7 +336,13 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
             server_stats = ray.get(server.stats.remote(), timeout=10)
         except Exception:
             server_stats = None
-        for a in workers + [server]:
+        try:
+            snapshot = ray.get(ledger.snapshot.remote(), timeout=10)
+            if learner_actor:
+                learner.finish()
+        except Exception:
+            pass
+        for a in workers + [server, ledger] + ([learner_actor] if learner_actor else []):
             try:
                 ray.kill(a)
             except Exception:
@@ -272,6 +351,9 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
             queue.shutdown(force=True)
         except Exception:
             pass
+    if snapshot is None:
+        raise RLError("the Ledger actor (trajectory ids) was gone at the end of the run: no accounting")
+    acct = accounting.fates(snapshot, learner.trained_ids, dropped_stale, unused)
     pushed = [tid for r in results for tid in r["pushed"]]
     dropped_env = [tid for r in results for tid in r["dropped_env"]]
     errs = [r for r in results if r["first_error"]]
@@ -282,7 +364,9 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
         "worker_restarts": restarts, "server": server_stats, "worker_pids": pids,
         "worker_runs": [{"worker": r["worker"], "incarnation": r["incarnation"], "pushed": len(r["pushed"]),
                          "env_steps": r["env_steps"]} for r in results],
-        "abandoned_at_stop": sum(r.get("abandoned_at_stop", 0) for r in results)})
+        "abandoned_at_stop": sum(r.get("abandoned_at_stop", 0) for r in results),
+        "accounting": acct, "cpu_seconds": cpu, "placement": cfg.placement,
+        "placement_options": {**opts, "learner_actor": bool(learner_actor)}})
 
 
 # ---------------------------------------------------------------------------

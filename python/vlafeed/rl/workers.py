@@ -33,13 +33,14 @@ def rollout_worker_class():
 
     @ray.remote
     class RolloutWorker:
-        def __init__(self, worker_id: int, cfg: RLConfig, server, queue):
+        def __init__(self, worker_id: int, cfg: RLConfig, server, queue, ledger):
             self.wid, self.cfg, self.server, self.queue = worker_id, cfg, server, queue
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.incarnation = 1 if ray.get_runtime_context().was_current_actor_reconstructed else 0
-            self.seq = 0
+            # ids and the episode counter come from the driver's Ledger, so a restart resumes the counter
+            from vlafeed.rl.placement import set_threads
+            set_threads(cfg.torch_threads)
+            self.ledger = ledger
+            self.incarnation = ray.get(ledger.register.remote(worker_id))
+            self.tid = None
             self.envs = [make_env(cfg.env, cfg.env_kwargs) for _ in range(cfg.envs_per_worker)]
             self.env_errors = 0
             self.first_error = None
@@ -53,15 +54,20 @@ def rollout_worker_class():
             return os.getpid()
 
         def _reset(self, e):
-            seed = self.cfg.seed * 100003 + self.wid * 1009 + self.incarnation * 7919 + self.seq * 31 + e
-            obs, _ = self.envs[e].reset(seed=seed)
-            tid = f"w{self.wid}.i{self.incarnation}.e{self.seq}"
-            self.seq += 1
+            try:
+                self.tid = tid = ray.get(self.ledger.issue.remote(self.wid, self.incarnation))
+            except ray.exceptions.RayActorError as exc:
+                raise RLError(f"the Ledger actor (trajectory ids) died: {str(exc).splitlines()[0]}") from None
+            counter = int(tid.rsplit(".e", 1)[1])  # w{wid}.e{counter}: one seed per id, never reused
+            obs, _ = self.envs[e].reset(seed=self.cfg.seed * 1000003 + counter * self.cfg.num_workers + self.wid)
             return obs, tid
 
         def _error(self, e, tid, exc):
+            if isinstance(exc, RLError):  # not the env: the Ledger is gone
+                raise exc
             self.env_errors += 1
             self.dropped_env.append(tid)
+            self.ledger.dropped_by_env.remote(tid)
             if self.first_error is None:
                 self.first_error = f"worker {self.wid} env {e} ({type(self.envs[e]).__name__}): " \
                                    f"{type(exc).__name__}: {exc}"
@@ -129,7 +135,7 @@ def rollout_worker_class():
                         trs[e] = _new_traj()
                         active[e] = True
                     except Exception as exc:
-                        self._error(e, f"w{self.wid}.reset", exc)
+                        self._error(e, self.tid, exc)
                 while active:
                     if episodes is None and self._stop_due():
                         return
@@ -167,7 +173,7 @@ def rollout_worker_class():
                     try:
                         o, tid = self._reset(e)
                     except Exception as exc:
-                        self._error(e, f"w{self.wid}.reset", exc)
+                        self._error(e, self.tid, exc)
                         self._check_errors()
                         continue
                     started += 1
