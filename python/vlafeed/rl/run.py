@@ -189,6 +189,8 @@ def train(cfg: RLConfig, on_step: Optional[Callable[[dict], None]] = None, _hook
     role_pids = lambda: {"workers": pids, "server": [server_pid], "learner": [learner_pid],  # noqa: E731
                          "driver": [os.getpid()] if learner_actor else []}
     cpu0 = placement.cpu_seconds(role_pids())
+    if _hooks and "started" in _hooks:  # benches: every actor is up, the clock starts now
+        _hooks["started"]({"worker_pids": pids, "server_pid": server_pid, "learner_pid": learner_pid})
     t0 = time.perf_counter()
     per_worker = [cfg.global_batch // cfg.num_workers + (1 if i < cfg.global_batch % cfg.num_workers else 0)
                   for i in range(cfg.num_workers)]
