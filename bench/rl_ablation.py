@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fair RL-VLA3-style ablation of vlafeed.rl: five rungs, same threads, same CPUs, per CPU-second.
 
-    python3 bench/rl_ablation.py [--envs pendulum toy] [--steps 10] [--repeats 2] [--out bench/rl-ablation.json]
+    python3 bench/rl_ablation.py [--envs pendulum toy-sleep toy-cpu] [--steps 10] [--repeats 3] [--out bench/rl-ablation.json]
 
 Rungs (as in RL-VLA3's table), plus RLinf-style hybrid placement as a sixth row:
   colocated sync        one process: all envs in lockstep with a local policy, then train
@@ -16,7 +16,8 @@ server, learner actor); the same Ray cluster (ray.init(num_cpus=2)) and the same
 affinity for every rung; the same number of envs (workers x envs per worker) in every rung.
 CPU seconds: user+system time of the driver plus the whole Ray session's process tree (raylet and
 its children: every actor, the queue actor, idle workers; GCS), from the moment every actor is up
-to the last optimizer step, read with psutil. Env steps/s is wall-clock (the machine is shared).
+to the last optimizer step, read with psutil; for colocated sync (no Ray) the driver process
+alone. A 1-step warm-up run comes first so that Ray's pooled workers start outside the figures. Env steps/s is wall-clock (the machine is shared).
 """
 import argparse
 import json
@@ -48,8 +49,25 @@ def pendulum(max_episode_steps=200, bins=5):
     return DiscretizeAction(gym.make("InvertedPendulum-v5", max_episode_steps=max_episode_steps), bins=bins)
 
 
+def toy_cpu(spin_ms=1.0):
+    """vlafeed.rl's ToyReachEnv that burns `spin_ms` of CPU per step (a busy loop standing in for a
+    CPU-bound simulator). Pickled by value into the workers."""
+    import time as _t
+    from vlafeed.rl.envs import ToyReachEnv
+
+    class SpinReach(ToyReachEnv):
+        def step(self, action):
+            end = _t.thread_time() + spin_ms / 1000.0
+            while _t.thread_time() < end:
+                pass
+            return super().step(action)
+
+    return SpinReach(size=5, max_steps=16)
+
+
 ENVS = {"pendulum": dict(env=pendulum, env_kwargs={}),
-        "toy": dict(env="toy-reach", env_kwargs={"size": 5, "max_steps": 16, "step_delay_ms": 4.0})}
+        "toy-sleep": dict(env="toy-reach", env_kwargs={"size": 5, "max_steps": 16, "step_delay_ms": 4.0}),
+        "toy-cpu": dict(env=toy_cpu, env_kwargs={"spin_ms": 1.0})}
 
 
 def session_pids():
@@ -93,10 +111,10 @@ def run_rung(name, sw, envspec, a):
         if info["version"] == cfg.steps:
             marks["cpu1"], marks["t1"] = cpu_now(), time.perf_counter()
 
-    if sw.get("placement") == "colocated":
-        started(None)
+    if sw.get("placement") == "colocated":  # no Ray: its CPU is this process's
+        marks["cpu0"] = cpu_now([os.getpid()])
         rep = rl.train(cfg)
-        marks["cpu1"], marks["t1"] = cpu_now(), time.perf_counter()
+        marks["cpu1"] = cpu_now([os.getpid()])
     else:
         rep = rl.train(cfg, on_step=on_step, _hooks={"started": started})
     c0, c1 = marks["cpu0"], marks["cpu1"]
@@ -115,7 +133,7 @@ def run_rung(name, sw, envspec, a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", nargs="+", default=["pendulum", "toy"], choices=sorted(ENVS))
+    p.add_argument("--envs", nargs="+", default=["pendulum", "toy-sleep", "toy-cpu"], choices=sorted(ENVS))
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--envs-per-worker", type=int, default=2)
     p.add_argument("--steps", type=int, default=10, help="optimizer steps per run")
@@ -132,6 +150,8 @@ def main():
     torch.set_num_threads(1)
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:a.num_cpus])  # Ray's processes inherit it
     ray.init(num_cpus=a.num_cpus, include_dashboard=False, log_to_driver=False)
+    # warm-up (not recorded): Ray's pooled workers start and import once, outside every measurement
+    run_rung("warm-up", LADDER[-2][1], ENVS[a.envs[0]], argparse.Namespace(**{**vars(a), "steps": 1}))
     rows = []
     for rep_i in range(a.repeats):
         for env in a.envs:

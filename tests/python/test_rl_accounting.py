@@ -209,6 +209,8 @@ def test_placement_config_and_resources_checked():
         RLConfig(worker_resources={"num_cpus": -1}).check()
     with pytest.raises(ValueError, match="torch_threads must be >= 1"):
         RLConfig(torch_threads=0).check()
+    with pytest.raises(ValueError, match="colocated=True contradicts placement 'hybrid'"):
+        RLConfig(colocated=True, placement="hybrid").check()
     c = RLConfig(colocated=True)
     c.check()
     assert c.placement == "colocated"

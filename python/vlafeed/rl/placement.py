@@ -25,6 +25,8 @@ def check_placement(cfg) -> None:
         cfg.placement = "colocated"  # the old switch
     if cfg.placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {cfg.placement!r}")
+    if cfg.colocated and cfg.placement != "colocated":
+        raise ValueError(f"colocated=True contradicts placement {cfg.placement!r}")
     cfg.colocated = cfg.placement == "colocated"
     for role in ("worker", "server", "learner"):
         res = getattr(cfg, f"{role}_resources")

@@ -399,6 +399,10 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--server-device", choices=("cpu", "cuda"), default="cpu",
                    help="where the policy server runs its forward passes (cuda: Ray gives it 1 GPU)")
+    # rl-runtime: placement and threads
+    p.add_argument("--placement", choices=("colocated", "disaggregated", "hybrid"), default=None,
+                   help="where the roles run (default disaggregated; --colocated is placement colocated)")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads in every process")
     p.add_argument("--num-cpus", type=int, default=None, help="ray.init(num_cpus=...) (default: Ray's)")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     a = p.parse_args(argv)
@@ -407,7 +411,8 @@ def main(argv=None) -> int:
                    max_wait_ms=a.max_wait_ms, max_lag=a.max_lag, queue_size=a.queue_size,
                    train_async=not a.no_train_async, rollout_async=not a.no_rollout_async,
                    streamer=not a.no_streamer, colocated=a.colocated, lr=a.lr, seed=a.seed,
-                   server_device=a.server_device)
+                   server_device=a.server_device, torch_threads=a.torch_threads,
+                   placement=a.placement or ("colocated" if a.colocated else "disaggregated"))
     try:
         cfg.check()
     except ValueError as e:
@@ -431,4 +436,5 @@ def main(argv=None) -> int:
               f"return {rep['first_return']:.3f} -> {rep['last_return']:.3f}; lag mean {rep['lag_mean']:.2f} "
               f"max {rep['lag_max']}; dropped: {len(rep['dropped_stale_ids'])} stale, {rep['env_errors']} env "
               f"errors, {len(rep['unused_ids'])} unused at shutdown; worker restarts {rep['worker_restarts']}")
+        print(accounting.summary_line(rep["accounting"]))
     return 0
