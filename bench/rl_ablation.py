@@ -144,7 +144,15 @@ def main():
     p.add_argument("--num-cpus", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
+    p.add_argument("--from-log", default=None, help="only print the table of the JSON rows in this log")
     a = p.parse_args()
+    if a.from_log:
+        rows = [json.loads(x) for x in Path(a.from_log).read_text().splitlines() if x.startswith('{"env"')]
+        table(rows, [e for e in a.envs if any(r["env"] == e for r in rows)])
+        if a.out:
+            Path(a.out).write_text(json.dumps({"rows": rows, "args": vars(a), "cpu_count": os.cpu_count()},
+                                              indent=2) + "\n")
+        return
     import ray
     import torch
     torch.set_num_threads(1)
@@ -160,20 +168,27 @@ def main():
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "role_cpu_seconds"}), flush=True)
     ray.shutdown()
+    table(rows, a.envs)
+    if a.out:
+        Path(a.out).write_text(json.dumps({"rows": rows, "args": vars(a), "when": time.strftime("%Y-%m-%d %H:%M"),
+                                           "cpu_count": os.cpu_count()}, indent=2) + "\n")
+
+
+def table(rows, envs):
+    """The markdown table: per env and rung, the median over the repeats."""
     print("\n| env | mode | env steps/s | env steps / CPU-s | trained samples / CPU-s | vs colocated (per CPU-s) "
-          "| CPU-s | mean lag | stale |\n|---|---|---|---|---|---|---|---|---|")
-    for env in a.envs:
+          "| CPU-s | mean lag | stale | runs |\n|---|---|---|---|---|---|---|---|---|---|")
+    for env in envs:
         base = None
         for name, _ in LADDER:
             rs = [r for r in rows if r["env"] == env and r["mode"] == name]
             med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]  # noqa: E731
             base = base or med("samples_per_cpu_s")
+            if not rs:
+                continue
             print(f"| {env} | {name} | {med('env_steps_per_s'):.0f} | {med('env_steps_per_cpu_s'):.0f} | "
                   f"{med('samples_per_cpu_s'):.0f} | {med('samples_per_cpu_s') / base:.2f} | "
-                  f"{med('cpu_seconds'):.1f} | {med('lag_mean'):.2f} | {med('dropped_stale')} |")
-    if a.out:
-        Path(a.out).write_text(json.dumps({"rows": rows, "args": vars(a), "when": time.strftime("%Y-%m-%d %H:%M"),
-                                           "cpu_count": os.cpu_count()}, indent=2) + "\n")
+                  f"{med('cpu_seconds'):.1f} | {med('lag_mean'):.2f} | {med('dropped_stale')} | {len(rs)} |")
 
 
 if __name__ == "__main__":

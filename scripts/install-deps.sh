@@ -19,6 +19,9 @@ APT_PACKAGES=(
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
 PIP_PACKAGES=(pyarrow av numpy pytest hypothesis tqdm "torch==2.13.0" scikit-build-core ninja cmake matplotlib pandas boto3 "moto[server]" pyyaml safetensors "ray[data,train]==2.60.0" gymnasium "webdataset==1.0.2" pillow "transformers==5.24.0" "accelerate==1.15.0")
+# simulators (vlafeed.rl): gymnasium's MuJoCo tasks (InvertedPendulum-v5 in bench/rl_ablation.py; gymnasium's
+# mujoco module imports imageio); psutil reads the CPU seconds of the run's processes
+PIP_PACKAGES+=("mujoco==3.3.7" "imageio==2.37.0" "psutil==7.2.2")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
