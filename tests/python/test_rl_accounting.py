@@ -247,3 +247,19 @@ def test_hybrid_server_and_learner_share_one_gpu(ray_session):
     assert seen["server"]["gpu_ids"] and seen["server"]["gpu_ids"] == seen["learner"]["gpu_ids"]
     assert seen["server"]["device"].startswith("cuda") and seen["learner"]["torch_cuda"]
     check_exact(rep)
+
+
+def test_cli_placement_and_accounting_line(cli):
+    import json
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([cli, "rl", "--placement", "nowhere"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "--placement" in r.stderr
+    r = subprocess.run([cli, "rl", "--placement", "colocated", "--steps", "1", "--global-batch", "4"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "produced 4 = trained 4 + stale 0 + env errors 0 + lost to faults 0" in r.stdout
+    r = subprocess.run([cli, "rl", "--placement", "colocated", "--steps", "1", "--global-batch", "4", "--json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    rep = json.loads(r.stdout)
+    assert rep["placement"] == "colocated" and rep["accounting"]["trained"] == 4
