@@ -159,13 +159,17 @@ class RemoteLearner:
 
     def _get(self, ref, what: str):
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
         from vlafeed.rl.config import RLError
         try:
             return ray.get(ref)
         except RayActorError as e:
             raise RLError(f"the learner actor (LearnerActor, pid {self.pid}) died during {what}: "
                           f"{str(e).splitlines()[0]}") from None
+        except RayTaskError as e:
+            cause = e.cause if getattr(e, "cause", None) is not None else e
+            raise RLError(f"the learner actor (LearnerActor, pid {self.pid}) failed in {what}: "
+                          f"{type(cause).__name__}: {cause}") from None
 
     def lag(self, traj) -> int:
         return self.version - int(min(traj["versions"]))
