@@ -22,6 +22,7 @@ alone. A 1-step warm-up run comes first so that Ray's pooled workers start outsi
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -144,10 +145,10 @@ def main():
     p.add_argument("--num-cpus", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
-    p.add_argument("--from-log", default=None, help="only print the table of the JSON rows in this log")
+    p.add_argument("--from-log", nargs="+", default=None, help="only print the table of the JSON rows in these logs")
     a = p.parse_args()
     if a.from_log:
-        rows = [json.loads(x) for x in Path(a.from_log).read_text().splitlines() if x.startswith('{"env"')]
+        rows = [json.loads(x) for f in a.from_log for x in Path(f).read_text().splitlines() if x.startswith('{"env"')]
         table(rows, [e for e in a.envs if any(r["env"] == e for r in rows)])
         if a.out:
             Path(a.out).write_text(json.dumps({"rows": rows, "args": vars(a), "cpu_count": os.cpu_count()},
@@ -166,7 +167,7 @@ def main():
             for name, sw in LADDER:
                 row = {"env": env, "repeat": rep_i, **run_rung(name, sw, ENVS[env], a)}
                 rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "role_cpu_seconds"}), flush=True)
+                print(json.dumps(row), flush=True)
     ray.shutdown()
     table(rows, a.envs)
     if a.out:
@@ -182,7 +183,7 @@ def table(rows, envs):
         base = None
         for name, _ in LADDER:
             rs = [r for r in rows if r["env"] == env and r["mode"] == name]
-            med = lambda k: sorted(r[k] for r in rs)[len(rs) // 2]  # noqa: E731
+            med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
             base = base or med("samples_per_cpu_s")
             if not rs:
                 continue
