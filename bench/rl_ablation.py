@@ -189,7 +189,7 @@ def table(rows, envs):
                 continue
             print(f"| {env} | {name} | {med('env_steps_per_s'):.0f} | {med('env_steps_per_cpu_s'):.0f} | "
                   f"{med('samples_per_cpu_s'):.0f} | {med('samples_per_cpu_s') / base:.2f} | "
-                  f"{med('cpu_seconds'):.1f} | {med('lag_mean'):.2f} | {med('dropped_stale')} | {len(rs)} |")
+                  f"{med('cpu_seconds'):.1f} | {med('lag_mean'):.2f} | {med('dropped_stale'):g} | {len(rs)} |")
 
 
 if __name__ == "__main__":
