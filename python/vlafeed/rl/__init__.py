@@ -51,7 +51,9 @@ included) stops the workers, kills the actors and reports what was dropped.
 Modules: ``config`` (RLConfig, RLError), ``envs`` (ToyReachEnv, make_env),
 ``policy`` (PolicyNet, act_batch), ``learner`` (Learner: the loss and the
 optimizer step), ``server`` (PolicyServer), ``workers`` (RolloutWorker),
-``run`` (train, train_colocated, the report and the command line).
+``run`` (train, train_colocated, the report and the command line), ``placement`` (colocated /
+disaggregated / hybrid, per-role Ray resources, the learner actor, CPU seconds), ``accounting``
+(the Ledger of trajectory ids and each id's fate).
 """
 from vlafeed.rl.config import RLConfig, RLError
 from vlafeed.rl.envs import ToyReachEnv, env_dims, make_env
