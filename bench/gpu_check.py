@@ -17,7 +17,8 @@ Each step is one function ``step_<name>(ctx) -> dict`` returning {"status": "ok"
   on packed batches, SDPA and (when flash_attn imports) flash-attn varlen.
 - ``fp8``: vlafeed.quant.gpu_self_check() at a few shapes: FP8 blockwise GEMM against bf16
   (error and time).
-- ``rl``: a short vlafeed.rl run; the policy server on the GPU when RLConfig has a device field.
+- ``rl``: a short vlafeed.rl run; the policy server on the GPU when RLConfig has a device field; then
+  a hybrid-placement run (server and learner actor sharing the GPU, 0.5 each) when RLConfig has placement.
 
 On a machine with CUDA every step runs in its own child process with its own time limit (a hang or
 a crash fails that step only; the next one runs). Without CUDA, or with --dry-run, the datasets are
@@ -451,6 +452,24 @@ def step_rl(ctx):
     report = train(RLConfig(**kw))
     figures = {k: v for k, v in report.items() if isinstance(v, (int, float, str, bool)) or v is None}
     figures["wall_s"] = round(time.perf_counter() - t0, 1)
+    if "placement" in fields and not ctx.get("rehearsal"):
+        # hybrid placement: the policy server and the learner actor share the GPU (0.5 each)
+        seen = {}
+
+        def look(info):
+            if info["version"] == 1 and info.get("learner") is not None:
+                import ray
+                seen["server"] = ray.get(info["server"].placement.remote())
+                seen["learner"] = ray.get(info["learner"].placement.remote())
+
+        t1 = time.perf_counter()
+        rep = train(RLConfig(**{k: v for k, v in kw.items() if k not in ("device", "policy_device", "server_device")},
+                             placement="hybrid"), on_step=look)
+        figures["hybrid_wall_s"] = round(time.perf_counter() - t1, 1)
+        figures["hybrid_placement"] = rep.get("placement_options")
+        figures["hybrid_gpu_ids"] = {k: v.get("gpu_ids") for k, v in seen.items()}
+        figures["hybrid_accounting"] = {k: v for k, v in rep.get("accounting", {}).items() if isinstance(v, int)}
+        notes.append("hybrid: server and learner actor with num_gpus 0.5 each on one GPU")
     return result("ok", None, figures, notes)
 
 

@@ -8,7 +8,10 @@
 # the sample datasets once, then runs bench/gpu_check.py's steps (loader to
 # cuda with the data-wait fraction of a training step, NVDEC vs CPU decode,
 # vlafeed.train FSDP2/DDP with flash-attn or SDPA, FP8 GEMM vs bf16, a short
-# vlafeed.rl run), each with its own time limit, going on after a failure.
+# vlafeed.rl run, then vlafeed.rl's hybrid placement: policy server and learner
+# actor on one GPU at num_gpus 0.5 each), each with its own time limit, going
+# on after a failure. The RL GPU tests: VF_GPU_RL_TESTS=1 also runs
+# tests/python/test_rl_accounting.py (its GPU case skips without a GPU).
 # Everything fits in 8 minutes: the steps are cut to the time that is left.
 # Results: bench/gpu/<date>-<device name slug>/summary.json and summary.md.
 #
@@ -45,6 +48,13 @@ if [ "$has_cuda" = 1 ]; then
 elif ! built; then
     echo "gpu-check: no build yet: make py-inplace build"
     make py-inplace build >/tmp/vlafeed-gpu-check-build.log 2>&1 || { echo "gpu-check: build failed" >&2; exit 1; }
+fi
+
+# RL section (vlafeed.rl placement on the GPU): the kill/accounting tests and the hybrid GPU test
+if [ "$has_cuda" = 1 ] && [ "${VF_GPU_RL_TESTS:-0}" = 1 ]; then
+    echo "gpu-check: vlafeed.rl placement tests (test_rl_accounting.py)"
+    PYTHONPATH="$PWD/python" timeout 240 python3 -m pytest -q -p no:cacheprovider \
+        tests/python/test_rl_accounting.py -k "gpu or hybrid" 2>&1 | tail -5 || echo "gpu-check: RL tests failed" >&2
 fi
 
 deadline=$((start + budget))

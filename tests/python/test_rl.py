@@ -192,10 +192,11 @@ def test_killed_worker_is_restarted_and_a_dead_one_is_an_error(ray_session):
     assert len(trained) == len(set(trained))
     # the run was resubmitted to the restarted actor: it finished its run, or (on a loaded
     # machine, when the other worker's backlog fed the last steps) at least pushed trajectories
+    w0_after = {t for t, (w, inc) in rep["accounting"]["restarted_ids"].items() if w == 0 and inc == 1}
     runs = [{k: r[k] for k in ("worker", "incarnation")} for r in rep["worker_runs"]]
     assert ({"worker": 0, "incarnation": 1} in runs
-            or any(t.startswith("w0.i1.") for t in rep["pushed_ids"])), (runs, sorted(rep["pushed_ids"])[-5:])
-    assert all(not t.startswith("w0.i1.") or t in rep["pushed_ids"] for t in trained)
+            or any(t in w0_after for t in rep["pushed_ids"])), (runs, sorted(rep["pushed_ids"])[-5:])
+    assert all(t not in w0_after or t in rep["pushed_ids"] for t in trained)
 
     def kill_for_good(info):
         if info["version"] == 1:

@@ -55,7 +55,9 @@ make_policy, load_policy, the nn.Module and LeRobot adapters), ``spaces``
 (supported spaces, stack), ``algos`` (reinforce/ppo/grpo advantages),
 ``checkpoint`` (learner checkpoints, resume), ``policy`` (the old PolicyNet,
 act_batch), ``learner`` (Learner: the loss and the optimizer step), ``server`` (PolicyServer), ``workers`` (RolloutWorker),
-``run`` (train, train_colocated, the report and the command line).
+``run`` (train, train_colocated, the report and the command line), ``placement`` (colocated /
+disaggregated / hybrid, per-role Ray resources, the learner actor, CPU seconds), ``accounting``
+(the Ledger of trajectory ids and each id's fate), ``evaluation`` and ``sims`` (vlafeed eval, simulators).
 """
 from vlafeed.rl.config import RLConfig, RLError
 from vlafeed.rl.envs import ToyReachEnv, env_dims, env_spaces, make_env

@@ -47,6 +47,12 @@ class RLConfig:
     checkpoint_dir: Optional[str] = None  # learner checkpoints go to DIR/step_NNNNNN (None: none)
     checkpoint_every: int = 0          # a checkpoint every N optimizer steps (versions); 0: only at the end
     resume: bool = False               # continue from the latest checkpoint in checkpoint_dir
+    # --- placement and threads (rl-runtime: vlafeed/rl/placement.py) ---
+    placement: str = "disaggregated"   # 'colocated' | 'disaggregated' | 'hybrid' (see docs/rl.md "Placement")
+    worker_resources: dict = field(default_factory=dict)   # Ray options per rollout worker: num_cpus, num_gpus
+    server_resources: dict = field(default_factory=dict)   # ... for the policy server
+    learner_resources: dict = field(default_factory=dict)  # ... for the learner (non-empty: the learner is an actor)
+    torch_threads: int = 1             # torch.set_num_threads in every process of the run (the fair setting)
 
     def check(self):
         if self.global_batch % self.micro_batch:
@@ -57,6 +63,8 @@ class RLConfig:
                 raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
         if self.max_wait_ms < 0 or self.max_lag < 0:
             raise ValueError("max_wait_ms and max_lag must be >= 0")
+        from vlafeed.rl.placement import check_placement
+        check_placement(self)
         if self.server_device not in ("cpu", "cuda"):
             raise ValueError(f"server_device must be 'cpu' or 'cuda' (Ray assigns the GPU), got {self.server_device!r}")
         self._check_policy_keys()

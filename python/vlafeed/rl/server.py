@@ -49,12 +49,29 @@ def policy_server_class():
             self.task = None
             self.batch_sizes: List[int] = []
             self.stop = False  # the run's stop flag, read by the workers
-            torch.set_num_threads(1)
+            self.publishes = self.ignored_publishes = 0
+            torch.set_num_threads(cfg.torch_threads)
 
-        def set_weights(self, state: dict, version: int) -> int:
+        def set_weights(self, state: dict, version: int) -> bool:
+            """Loads a publish stamped `version`; an older or equal stamp (a stale publish) is ignored
+            and counted. Each action returns the version that chose it."""
+            if version <= self.version:
+                self.ignored_publishes += 1
+                return False
             self.model.load_state_dict(state)
             self.version = version
-            return version
+            self.publishes += 1
+            return True
+
+        def pid(self) -> int:
+            import os
+            return os.getpid()
+
+        def placement(self) -> dict:
+            import os
+            return {"pid": os.getpid(), "gpu_ids": [str(x) for x in ray.get_gpu_ids()],
+                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(self.device),
+                    "torch_threads": torch.get_num_threads()}
 
         async def act(self, obs_rows: list):
             """Actions for a list of n observations (arrays, dicts or tuples as the space has them):
@@ -108,8 +125,8 @@ def policy_server_class():
         def stats(self):
             b = self.batch_sizes
             return {"batches": len(b), "mean_batch": float(np.mean(b)) if b else 0.0, "max_batch": max(b, default=0),
-                    "version": self.version, "device": str(self.device),
-                    "stack_allocations": self.stacker.allocations}
+                    "version": self.version, "device": str(self.device), "publishes": self.publishes,
+                    "ignored_stale_publishes": self.ignored_publishes, "stack_allocations": self.stacker.allocations}
 
     _CLASS.append(PolicyServer)
     return PolicyServer

@@ -38,13 +38,14 @@ def _finish(tr, tid, env=None, last_obs=None, terminated=True, group=None):
             "last_obs": last, "terminated": bool(terminated), "group": group}
 
 
-def reset_seed(cfg: RLConfig, wid, incarnation: int, seq: int, e: int) -> tuple:
-    """(reset seed, group id) of a worker's seq-th episode. GRPO: the group_size consecutive
-    episodes of a group share one seed (the same start state); otherwise each has its own."""
+def reset_seed(cfg: RLConfig, wid: int, counter: int) -> tuple:
+    """(reset seed, GRPO group id or None) of worker wid's episode number `counter` (the Ledger's counter,
+    which goes on across restarts and resumes, so no seed is used twice). GRPO: the group_size consecutive
+    episodes of a group share one seed (the same start state)."""
     if cfg.algorithm == "grpo":
-        g = seq // cfg.group_size
-        return cfg.seed * 100003 + wid * 1009 + incarnation * 7919 + g * 31, f"w{wid}.i{incarnation}.g{g}"
-    return cfg.seed * 100003 + wid * 1009 + incarnation * 7919 + seq * 31 + e, None
+        g = counter // cfg.group_size
+        return cfg.seed * 1000003 + g * cfg.num_workers + wid, f"w{wid}.g{g}"
+    return cfg.seed * 1000003 + counter * cfg.num_workers + wid, None
 
 
 def rollout_worker_class():
@@ -55,14 +56,15 @@ def rollout_worker_class():
 
     @ray.remote
     class RolloutWorker:
-        def __init__(self, worker_id: int, cfg: RLConfig, server, queue, seq0: int = 0):
+        def __init__(self, worker_id: int, cfg: RLConfig, server, queue, ledger):
             self.wid, self.cfg, self.server, self.queue = worker_id, cfg, server, queue
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.incarnation = 1 if ray.get_runtime_context().was_current_actor_reconstructed else 0
-            gs = cfg.group_size if cfg.algorithm == "grpo" else 1
-            self.seq = -(-seq0 // gs) * gs  # a resumed run goes on from the checkpoint's counter (whole groups)
+            # ids and the episode counter come from the driver's Ledger, so a restart (or a resumed run,
+            # whose Ledger starts at the checkpoint's counters) goes on from the counter
+            from vlafeed.rl.placement import set_threads
+            set_threads(cfg.torch_threads)
+            self.ledger = ledger
+            self.incarnation = ray.get(ledger.register.remote(worker_id))
+            self.tid = None
             self.groups = {}  # trajectory id -> GRPO group id
             self.envs = [make_env(cfg.env, cfg.env_kwargs) for _ in range(cfg.envs_per_worker)]
             self.env_errors = 0
@@ -77,16 +79,21 @@ def rollout_worker_class():
             return os.getpid()
 
         def _reset(self, e):
-            seed, self.group = reset_seed(self.cfg, self.wid, self.incarnation, self.seq, e)
+            try:
+                self.tid = tid = ray.get(self.ledger.issue.remote(self.wid, self.incarnation))
+            except ray.exceptions.RayActorError as exc:
+                raise RLError(f"the Ledger actor (trajectory ids) died: {str(exc).splitlines()[0]}") from None
+            counter = int(tid.rsplit(".e", 1)[1])  # w{wid}.e{counter}: one seed per id (per group under GRPO)
+            seed, self.groups[tid] = reset_seed(self.cfg, self.wid, counter)
             obs, _ = self.envs[e].reset(seed=seed)
-            tid = f"w{self.wid}.i{self.incarnation}.e{self.seq}"
-            self.seq += 1
-            self.groups[tid] = self.group
             return obs, tid
 
         def _error(self, e, tid, exc):
+            if isinstance(exc, RLError):  # not the env: the Ledger is gone
+                raise exc
             self.env_errors += 1
             self.dropped_env.append(tid)
+            self.ledger.dropped_by_env.remote(tid)
             if self.first_error is None:
                 self.first_error = f"worker {self.wid} env {e} ({type(self.envs[e]).__name__}): " \
                                    f"{type(exc).__name__}: {exc}"
@@ -154,7 +161,7 @@ def rollout_worker_class():
                         trs[e] = _new_traj()
                         active[e] = True
                     except Exception as exc:
-                        self._error(e, f"w{self.wid}.reset", exc)
+                        self._error(e, self.tid, exc)
                 while active:
                     if episodes is None and self._stop_due():
                         return
@@ -193,7 +200,7 @@ def rollout_worker_class():
                     try:
                         o, tid = self._reset(e)
                     except Exception as exc:
-                        self._error(e, f"w{self.wid}.reset", exc)
+                        self._error(e, self.tid, exc)
                         self._check_errors()
                         continue
                     started += 1
