@@ -206,7 +206,7 @@ model:
 train: {steps: 8, lr: 1.0e-4, warmup_steps: 2, log_every: 4, threads: 1}
 EOF
   act() { PYTHONPATH="$here/python" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
-            "$py312" "$@" 2>&1 | grep -v -e '^W[0-9]' -e 'OMP_NUM_THREADS' -e '^\*\*\*' -e 'Warning' -e 'return func' || true; }
+            "$py312" "$@" 2>&1 | grep -v -e '^W[0-9]' -e 'OMP_NUM_THREADS' -e '^\*\*\*' -e 'Warning' -e 'return func' -e 'sys.exit(main())' -e '^Loading weights' || true; }
   timed "ACT: 8 steps, 2 ranks FSDP2 (random init)" \
     act -m torch.distributed.run --standalone --nproc_per_node=2 -m vlafeed.train --config "$out/act.yaml" \
       --checkpoint.dir "$out/act-base"

@@ -49,6 +49,7 @@ FORMAT = 1
 
 # config keys that must be equal for a resume to continue the same run
 RUN_KEYS = ("data.dataset", "data.mode", "data.batch_size", "data.seed", "data.chunk", "data.image_size",
+            "data.rename", "data.episodes",  # t-models
             "model.*", "packing.*", "train.grad_accum", "train.seed", "train.precision")
 
 
@@ -77,6 +78,14 @@ def run_identity(cfg: dict) -> dict:
     ds = out.get("data.dataset")
     if ds and "://" not in ds:
         out["data.dataset"] = str(Path(ds).resolve())
+    return out
+
+
+def _default_identity() -> dict:
+    """The run identity of the default config (keys newer than a checkpoint compare against these)."""
+    from vlafeed.train.config import Config
+    out = run_identity(Config().to_dict())
+    out.pop("data.dataset", None)
     return out
 
 
@@ -160,7 +169,10 @@ def check_compatible(path, meta, signature, identity):
                 raise CheckpointError(f"{meta_file}: the checkpoint is of another model: parameter '{k}' has "
                                       f"shape {theirs.get(k, 'absent')} there, {ours.get(k, 'absent')} here")
         raise CheckpointError(f"{meta_file}: the checkpoint is of another model (parameter order differs)")
+    defaults = _default_identity()
     for k in sorted(set(meta["run"]) | set(identity)):
+        if k not in meta["run"] and k in defaults and identity.get(k) == defaults[k]:
+            continue  # a key added after the checkpoint was written, at its default here: the same run
         if meta["run"].get(k) != identity.get(k):
             raise CheckpointError(f"{meta_file}: the checkpoint is from another run: '{k}' is "
                                   f"{meta['run'].get(k)!r} there and {identity.get(k)!r} here")
