@@ -106,6 +106,11 @@ def test_error_paths(datasets, tmp_path):
     for extra, message in cases:
         with pytest.raises(models.ModelError, match=message):
             models.build(cfg_of(sample, tmp_path, "--model.source", "python", *extra), meta, cpu)
+    try:
+        import lerobot  # noqa: F401
+    except ImportError:  # this Python has no LeRobot (3.11): the lerobot source says so, naming 3.12
+        with pytest.raises(models.ModelError, match="LeRobot is not importable.*Python >= 3.12"):
+            models.build(cfg_of(sample, tmp_path, "--model.source", "lerobot", "--model.name", "act"), meta, cpu)
     # a forward without "loss": a clear error at the first step, exit status 2
     r = H.train(sys.executable, tmp_path, ["--data.dataset", str(sample), "--model.source", "python",
                                            "--model.entry", "train_entry_module:build_no_loss", "--train.steps", "1",

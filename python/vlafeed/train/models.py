@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import sys
 import warnings
@@ -630,5 +629,3 @@ def export_main(argv) -> int:
                                             if (out / "pretrained_model").is_dir() else ""), flush=True)
     return 0
 
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
