@@ -189,7 +189,6 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.train.warmup_steps, cfg.train.steps))
 
-    fps = float(meta.fps)
     loader_kwargs = dict(mode=cfg.data.mode, batch_size=cfg.data.batch_size, seed=cfg.data.seed, rank=rank,
                          world_size=world, delta_timestamps=tm.delta_timestamps,
                          image_format=tm.image_format, drop_last=True, threads=cfg.data.loader_threads)
@@ -234,8 +233,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             print(f"resumed from {path} at step {step} (saved at world size {cmeta['world_size']}, now {world}; "
                   f"{data_note})", flush=True)
     batches = Batches(loader, restored)
-    if dinfo.is_main and path is None:  # t-models: what export needs besides the weights
-        tm.save_assets(Path(cfg.checkpoint.dir) / models.ASSETS)
+    if dinfo.is_main and not (Path(cfg.checkpoint.dir) / models.ASSETS / "vlafeed_model.json").is_file():
+        tm.save_assets(Path(cfg.checkpoint.dir) / models.ASSETS)  # t-models: what export needs besides weights
 
     if dinfo.is_main:
         kind = {"fsdp": f"FSDP2 ({wrapped.units} units)", "ddp": "DDP", "local": "1 process"}[wrapped.kind]
