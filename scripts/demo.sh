@@ -20,6 +20,10 @@
 #      Foundry's layout; a policy trained from a 0.7/0.3 sample-level mix of
 #      the shards and the LeRobot dataset (vlafeed.Mix over ShardLoader and
 #      Loader), exact shares per window, exact resume of the mix
+#  10. vlafeed.train with a LeRobot policy (ACT, tiny, random init) in LeRobot's
+#      Python 3.12 venv: trained at 2 ranks (FSDP2), exported, fine-tuned from
+#      the exported pretrained_model/, exported again and loaded back by
+#      LeRobot's own ACTPolicy.from_pretrained (DEMO_LEROBOT=0 skips it)
 # Parts that are not available yet are skipped with the reason.
 # Knobs: DEMO_OUT (output folder), DEMO_STEPS (training steps, default 60),
 # DEMO_BASELINE=0 (skip step 6).
@@ -176,6 +180,58 @@ if [ "$have_loader" = 1 ]; then
     --weights 0.7,0.3 --steps 30 --batch-size 16
 else
   echo "(skipped: the Python package is not built)"
+fi
+
+step "10. vlafeed.train fine-tunes a LeRobot ACT policy (Python 3.12 venv), exports it, LeRobot loads it back"
+py312="$here/build-lerobot/venv312/bin/python"
+lerobot_ready() {
+  [ -x "$py312" ] && "$py312" -c 'import lerobot.policies.act.modeling_act' 2>/dev/null
+}
+if [ "${DEMO_LEROBOT:-1}" = 0 ]; then
+  skip "DEMO_LEROBOT=0"
+elif ! lerobot_ready && ! { "$here/tests/python/install_lerobot06.sh" >"$out/lerobot06-install.log" 2>&1 && lerobot_ready; }; then
+  skip "no LeRobot 0.6 venv at $py312 (tests/python/install_lerobot06.sh failed: see $out/lerobot06-install.log)"
+elif ! PYTHONPATH="$here/python" "$py312" -c 'import vlafeed._native._core' 2>/dev/null \
+     && ! make -C "$here" py312-inplace >"$out/py312-build.log" 2>&1; then
+  skip "vlafeed does not build for Python 3.12 (see $out/py312-build.log)"
+else
+  cat > "$out/act.yaml" <<EOF
+data: {dataset: $sample, batch_size: 8, image_size: 96}
+model:
+  source: lerobot
+  name: act
+  overrides: {pretrained_backbone_weights: null, dim_model: 64, n_heads: 2, dim_feedforward: 128,
+              n_encoder_layers: 2, n_decoder_layers: 1, n_vae_encoder_layers: 1, latent_dim: 8,
+              chunk_size: 10, n_action_steps: 10}
+train: {steps: 8, lr: 1.0e-4, warmup_steps: 2, log_every: 4, threads: 1}
+EOF
+  act() { PYTHONPATH="$here/python" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
+            "$py312" "$@" 2>&1 | grep -v -e '^W[0-9]' -e 'OMP_NUM_THREADS' -e '^\*\*\*' -e 'Warning' -e 'return func' -e 'sys.exit(main())' -e '^Loading weights' || true; }
+  timed "ACT: 8 steps, 2 ranks FSDP2 (random init)" \
+    act -m torch.distributed.run --standalone --nproc_per_node=2 -m vlafeed.train --config "$out/act.yaml" \
+      --checkpoint.dir "$out/act-base"
+  act -m vlafeed.train export "$out/act-base" "$out/act-base-export"
+  timed "ACT: fine-tune 6 steps from the export" \
+    act -m torch.distributed.run --standalone --nproc_per_node=2 -m vlafeed.train --config "$out/act.yaml" \
+      --model.path "$out/act-base-export/pretrained_model" --train.steps 6 --checkpoint.dir "$out/act-tuned"
+  act -m vlafeed.train export "$out/act-tuned" "$out/act-tuned-export"
+  PYTHONPATH="$here/python" HF_HUB_OFFLINE=1 "$py312" - "$out" <<'EOF' 2>&1 | grep -v Warning || true
+import sys, torch
+from pathlib import Path
+from lerobot.policies.act.modeling_act import ACTPolicy
+from lerobot.policies.factory import make_pre_post_processors
+import vlafeed
+out = Path(sys.argv[1]) / "act-tuned-export" / "pretrained_model"
+policy = ACTPolicy.from_pretrained(out).eval()
+pre, post = make_pre_post_processors(policy.config, pretrained_path=str(out))
+loader = vlafeed.Loader(str(Path(sys.argv[1]) / "sample"), batch_size=4, resize=(96, 96), shuffle=False)
+batch = next(iter(loader))
+with torch.no_grad():
+    actions = post(policy.predict_action_chunk(pre(batch)))
+err = (actions[:, 0] - batch["action"].float()).abs().mean()
+print(f"LeRobot's ACTPolicy.from_pretrained({out.name}/) predicts action chunks {tuple(actions.shape)} on "
+      f"vlafeed batches; mean |first action - recorded action| = {err:.3f}")
+EOF
 fi
 
 step "summary"

@@ -106,6 +106,11 @@ def test_error_paths(datasets, tmp_path):
     for extra, message in cases:
         with pytest.raises(models.ModelError, match=message):
             models.build(cfg_of(sample, tmp_path, "--model.source", "python", *extra), meta, cpu)
+    try:
+        import lerobot  # noqa: F401
+    except ImportError:  # this Python has no LeRobot (3.11): the lerobot source says so, naming 3.12
+        with pytest.raises(models.ModelError, match="LeRobot is not importable.*Python >= 3.12"):
+            models.build(cfg_of(sample, tmp_path, "--model.source", "lerobot", "--model.name", "act"), meta, cpu)
     # a forward without "loss": a clear error at the first step, exit status 2
     r = H.train(sys.executable, tmp_path, ["--data.dataset", str(sample), "--model.source", "python",
                                            "--model.entry", "train_entry_module:build_no_loss", "--train.steps", "1",
@@ -133,3 +138,25 @@ def test_init_from_shape_mismatch_names_the_tensor(datasets, tmp_path):
                                            "--model.init_from", str(tmp_path / "small"), "--checkpoint.dir",
                                            str(tmp_path / "big")], procs=1, check=False)
     assert r.returncode == 2 and "model.init_from" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_identity_new_keys(tmp_path):
+    """data.rename and data.episodes belong to a run's identity; a checkpoint written before the model keys
+    existed resumes while they are at their defaults, and is refused when they are not."""
+    from vlafeed.train import checkpoint as ckpt
+    from vlafeed.train.config import Config
+    cfg = Config()
+    cfg.data.dataset = str(tmp_path)
+    mine = ckpt.run_identity(cfg.to_dict())
+    new = ("model.source", "model.name", "model.path", "model.entry", "model.config", "model.overrides",
+           "model.init_from", "data.rename", "data.episodes")
+    old = {k: v for k, v in mine.items() if k not in new}
+    meta = {"model_fingerprint": ckpt.fingerprint([]), "model_signature": [], "run": old}
+    ckpt.check_compatible(tmp_path, meta, [], mine)  # same run
+    cfg.data.episodes = [0, 1]
+    with pytest.raises(ckpt.CheckpointError, match=r"'data.episodes' is None there and \[0, 1\] here"):
+        ckpt.check_compatible(tmp_path, meta, [], ckpt.run_identity(cfg.to_dict()))
+    meta["run"] = ckpt.run_identity(cfg.to_dict())
+    cfg.data.rename = {"state": "observation.state"}
+    with pytest.raises(ckpt.CheckpointError, match="'data.rename'"):
+        ckpt.check_compatible(tmp_path, meta, [], ckpt.run_identity(cfg.to_dict()))

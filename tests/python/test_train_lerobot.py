@@ -149,6 +149,11 @@ def test_lerobot_errors(py312, datasets, tmp_path):
         (["--model.path", "lerobot/act_aloha_sim"], "huggingface-cli download lerobot/act_aloha_sim"),
         (["--model.overrides.no_such_field", "1"], "has no field 'no_such_field'"),
     ]
+    has_diffusers = subprocess.run([py312, "-c", "import diffusers"], capture_output=True).returncode == 0
+    if not has_diffusers:  # LeRobot's diffusion policy imports diffusers: the error names the pip install
+        cases.append((["--model.name", "diffusion", "--model.overrides", "{}"], "pip install 'lerobot[diffusion]'"))
+    if subprocess.run([py312, "-c", "import transformers"], capture_output=True).returncode != 0:  # SmolVLA needs it
+        cases.append((["--model.name", "smolvla", "--model.overrides", "{}"], "pip install 'lerobot[smolvla]'"))
     for args, message in cases:
         r = H.train(py312, tmp_path, ["--config", str(cfg)] + args, procs=1, check=False)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr[-2000:])

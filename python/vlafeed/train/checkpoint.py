@@ -86,6 +86,14 @@ def run_identity(cfg: dict) -> dict:
     return out
 
 
+def _default_identity() -> dict:
+    """The run identity of the default config (keys newer than a checkpoint compare against these)."""
+    from vlafeed.train.config import Config
+    out = run_identity(Config().to_dict())
+    out.pop("data.dataset", None)
+    return out
+
+
 def _barrier(world):
     if world > 1:
         dist.barrier()
@@ -167,7 +175,10 @@ def check_compatible(path, meta, signature, identity):
                 raise CheckpointError(f"{meta_file}: the checkpoint is of another model: parameter '{k}' has "
                                       f"shape {theirs.get(k, 'absent')} there, {ours.get(k, 'absent')} here")
         raise CheckpointError(f"{meta_file}: the checkpoint is of another model (parameter order differs)")
+    defaults = _default_identity()
     for k in sorted(set(meta["run"]) | set(identity)):
+        if k not in meta["run"] and k in defaults and identity.get(k) == defaults[k]:
+            continue  # a key added after the checkpoint was written, at its default here: the same run
         if meta["run"].get(k) != identity.get(k):
             raise CheckpointError(f"{meta_file}: the checkpoint is from another run: '{k}' is "
                                   f"{meta['run'].get(k)!r} there and {identity.get(k)!r} here")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import sys
 import warnings
@@ -601,6 +600,9 @@ def export(checkpoint, out) -> Path:
 
 def _export_lerobot(assets, sd, folder):
     import_lerobot()
+    if not (assets / "config.json").is_file():
+        raise ModelError(f"{assets}/config.json is missing: the LeRobot policy's config and processors are written "
+                         f"there when a run starts; without them the pretrained_model/ folder cannot be made")
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.factory import get_policy_class
     pcfg = PreTrainedConfig.from_pretrained(str(assets))
@@ -630,5 +632,3 @@ def export_main(argv) -> int:
                                             if (out / "pretrained_model").is_dir() else ""), flush=True)
     return 0
 
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

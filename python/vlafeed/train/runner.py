@@ -259,8 +259,8 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
             print(f"resumed from {path} at step {step} (saved at world size {cmeta['world_size']}, now {world}; "
                   f"{data_note})", flush=True)
     batches = Batches(loader, restored)
-    if dinfo.is_main and path is None:  # what export needs besides the weights (models.py)
-        tm.save_assets(Path(cfg.checkpoint.dir) / models.ASSETS)
+    if dinfo.is_main and not (Path(cfg.checkpoint.dir) / models.ASSETS / "vlafeed_model.json").is_file():
+        tm.save_assets(Path(cfg.checkpoint.dir) / models.ASSETS)  # t-models: what export needs besides weights
 
     def model_batch(batch):  # the example policy reads the newest step of a windowed key; others the window
         return vdata.newest_step(batch, plan.windows) if tm.source == "vlafeed" else batch
