@@ -293,6 +293,11 @@ class LeRobotModel(TrainModel):
             if act is not None:
                 dts[inverse.get(key, key)] = [i / fps for i in act]
         super().__init__(policy, dts, cfg.data.rename)
+        # the policy's vector features as declared ((1,) for a 1-dim action): a loader column of shape
+        # [B] or [B, T] for such a key gets its trailing dimension back before the policy sees it
+        self.vector_shapes = {k: tuple(f.shape) for k, f in {**pcfg.input_features, **pcfg.output_features}.items()
+                              if len(tuple(f.shape)) == 1}
+        self.windowed = {cfg.data.rename.get(k, k) for k in dts}  # in the policy's names
         blocks = LEROBOT_BLOCKS.get(pcfg.type)
         if blocks:
             mod = importlib.import_module(blocks[0])
@@ -308,8 +313,19 @@ class LeRobotModel(TrainModel):
             value = tuple(value)
         setattr(pcfg, key, value)
 
+    def with_feature_dims(self, batch: dict) -> dict:
+        """A 1-dim vector feature read back as [B] (or [B, T] when windowed) gets its declared last dimension."""
+        out = dict(batch)
+        for key, shape in self.vector_shapes.items():
+            v = out.get(key)
+            if isinstance(v, torch.Tensor) and shape == (1,):
+                want = 3 if key in self.windowed else 2
+                if v.dim() == want - 1:
+                    out[key] = v.unsqueeze(-1)
+        return out
+
     def loss(self, wrapped, batch):
-        batch = self.prepare(batch)
+        batch = self.with_feature_dims(self.prepare(batch))
         n = int(batch["action"].shape[0]) if "action" in batch else 0
         batch = self.preprocessor(batch)
         out = wrapped(batch)
