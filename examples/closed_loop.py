@@ -102,7 +102,7 @@ def have(module: str) -> bool:
         return False
 
 
-def train_act(dataset: Path, work: Path, steps: int, batch_size: int):
+def train_act(dataset: Path, work: Path, steps: int, batch_size: int, max_steps: int = 100):
     """(b) vlafeed.train with model.source lerobot (ACT), then export; returns pretrained_model/ or (None, why)."""
     if not have("lerobot"):
         return None, f"needs LeRobot 0.6 in this Python ({sys.executable}); run with build-lerobot/venv312/bin/python"
@@ -114,7 +114,9 @@ def train_act(dataset: Path, work: Path, steps: int, batch_size: int):
            "model": {"source": "lerobot", "name": "act", "overrides": act},
            "train": {"steps": steps, "lr": 1e-3, "warmup_steps": 1, "log_every": max(1, steps // 5), "threads": 2,
                      "log_file": str(work / "train.jsonl")},
-           "checkpoint": {"dir": str(work / "ckpt")}}
+           "checkpoint": {"dir": str(work / "ckpt")},
+           # vlafeed.train's simulator hook: the final checkpoint, exported and run in the simulator (2 episodes)
+           "eval": {"env": ENV, "env_episodes": 2, "env_max_steps": max_steps}}
     work.mkdir(parents=True, exist_ok=True)
     (work / "train.yaml").write_text(json.dumps(cfg))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "2"}
@@ -180,7 +182,7 @@ def main(argv=None) -> int:
     rows, skipped = {}, {}
     rows["scripted expert"] = evaluate(Expert(), ENV, **ev)
     rows["zero action"] = evaluate(Zero(), ENV, **ev)
-    pretrained, why = train_act(dataset, out / "train", a.train_steps, a.batch_size)
+    pretrained, why = train_act(dataset, out / "train", a.train_steps, a.batch_size, a.max_steps)
     if pretrained is None:
         skipped["(b) train"] = why
     else:

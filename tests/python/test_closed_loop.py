@@ -103,9 +103,28 @@ def test_full_loop_in_lerobot_venv(tmp_path):
     summary = json.loads((tmp_path / "loop" / "closed_loop.json").read_text())
     assert "ACT (vlafeed.train)" in summary["rows"], r.stdout
     assert (tmp_path / "loop" / "train" / "export" / "pretrained_model" / "config.json").is_file()
+    # vlafeed.train's simulator hook (eval.env) evaluated the final checkpoint during training
+    train_summary = json.loads((tmp_path / "loop" / "train" / "ckpt" / "summary.json").read_text())
+    (sim,) = train_summary["sim_evals"]
+    assert sim["step"] == 20 and sim["sim_episodes"] == 2 and 0.0 <= sim["sim_success"] <= 100.0, sim
+    logged = [json.loads(line) for line in (tmp_path / "loop" / "train" / "train.jsonl").read_text().splitlines()]
+    assert [row["sim_return"] for row in logged if "sim_return" in row] == [sim["sim_return"]]
     assert any((tmp_path / "loop" / "videos").glob("*.mp4"))
     if importlib.util.find_spec("vlafeed.rl.policies") is None:
         assert "skipped (d) fine-tune" in r.stdout
     else:
         assert {"ACT via vlafeed.rl adapter", "ACT + vlafeed.rl GRPO"} <= set(summary["rows"]), r.stdout
         assert any((tmp_path / "loop" / "finetune" / "rl").glob("step_*/vlafeed_rl.json"))
+
+
+def test_train_sim_eval_hook_refuses_policies_that_do_not_act(tmp_path):
+    """eval.env runs exported LeRobot policies in the simulator; the example policy has no act(): a config error."""
+    from vlafeed.train.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match="'eval.env'.*model.source lerobot"):
+        load_config(None, ["--data.dataset", str(tmp_path), "--eval.env", closed_loop.ENV])
+    with pytest.raises(ConfigError, match="'eval.env'.*checkpoint"):
+        load_config(None, ["--data.dataset", str(tmp_path), "--eval.env", closed_loop.ENV, "--model.source", "lerobot",
+                           "--model.name", "act", "--checkpoint.at_end", "false"])
+    cfg = load_config(None, ["--data.dataset", str(tmp_path), "--eval.env", closed_loop.ENV, "--model.source",
+                             "lerobot", "--model.name", "act", "--eval.env_episodes", "3"])
+    assert cfg.eval.env == closed_loop.ENV and cfg.eval.env_episodes == 3 and cfg.eval.env_max_steps == 0

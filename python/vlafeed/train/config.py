@@ -135,6 +135,10 @@ class EvalConfig:  # validation on held-out episodes (train/data.py)
     fraction: float = 0.0          # or: this fraction of the episodes, held out by a split seeded by data.seed
     batches: int = 0               # batches per validation (0: all of the held-out episodes)
     batch_size: int = 0            # samples per validation batch (0: data.batch_size)
+    # in a simulator (vlafeed.rl.evaluate), at every checkpoint: model.source lerobot only
+    env: str = ""                  # simulator (a vlafeed eval alias or gymnasium id); "" off
+    env_episodes: int = 10         # seeded episodes per simulator evaluation
+    env_max_steps: int = 0         # steps per episode (0: the env's own limit)
 
 
 @dataclass
@@ -347,6 +351,8 @@ INT_RANGES = {
     "eval.every": (0, None),
     "eval.batches": (0, None),
     "eval.batch_size": (0, None),
+    "eval.env_episodes": (1, None),
+    "eval.env_max_steps": (0, None),
 }
 # Float keys: (lowest, lowest allowed itself?, highest or None, highest allowed itself?); NaN and
 # infinities are refused for all of them.
@@ -414,6 +420,10 @@ def validate(cfg: Config):
     need(src != "hf" or cfg.model.config or cfg.model.path, "model.config",
          "model.source hf needs model.config (a config.json or a mapping with model_type) or model.path")
     need(src != "python" or cfg.model.entry, "model.entry", "model.source python needs 'package.module:build_fn'")
+    need(not cfg.eval.env or src == "lerobot", "eval.env", "simulator evaluation runs policies that act: "
+         "model.source lerobot (the exported pretrained_model/ is what vlafeed eval loads)")
+    need(not cfg.eval.env or cfg.checkpoint.every or cfg.checkpoint.at_end, "eval.env",
+         "evaluates checkpoints: set checkpoint.every or checkpoint.at_end")
 
     # t-essentials
     b = cfg.train.betas
@@ -526,4 +536,8 @@ KEY_HELP.update({
     "eval.fraction": "hold out this fraction of the episodes instead (a split seeded by data.seed)",
     "eval.batches": "batches per validation (0: all of the held-out episodes)",
     "eval.batch_size": "samples per validation batch (0: data.batch_size)",
+    "eval.env": "evaluate each checkpoint in this simulator (vlafeed eval's alias or a gymnasium id; "
+                "model.source lerobot): exported, run by vlafeed.rl.evaluate on rank 0, success rate and return logged",
+    "eval.env_episodes": "seeded episodes per simulator evaluation (seeds train.seed, train.seed + 1, ...)",
+    "eval.env_max_steps": "steps per simulator episode (0: the env's own limit)",
 })

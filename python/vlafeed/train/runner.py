@@ -289,13 +289,36 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
     t_start = time.perf_counter()
     every = cfg.checkpoint.every
     end = min(cfg.train.steps, cfg.train.stop_at) if cfg.train.stop_at > 0 else cfg.train.steps
+    sim_evals = []
+
+    def sim_eval(where):
+        """eval.env: the checkpoint just written, exported (as `vlafeed.train export` does) and run in the
+        simulator by vlafeed.rl.evaluate on rank 0; the other ranks wait at a barrier."""
+        if dinfo.is_main:
+            from vlafeed.rl.evaluation import evaluate
+            out = models.export(where, Path(cfg.checkpoint.dir) / "sim_eval" / Path(where).name)
+            rep = evaluate(str(out / "pretrained_model"), cfg.eval.env, episodes=cfg.eval.env_episodes,
+                           seed=cfg.train.seed, max_steps=cfg.eval.env_max_steps or None)
+            agg = rep["aggregated"]
+            row = {"step": step, "sim_success": agg["pc_success"], "sim_return": agg["avg_sum_reward"],
+                   "sim_length": agg.get("avg_length"), "sim_episodes": agg["n_episodes"]}
+            sim_evals.append(row)
+            metrics.log(row)
+            success = "n/a" if agg["pc_success"] is None else f"{agg['pc_success']:.0f}%"
+            print(f"step {step}/{cfg.train.steps} {cfg.eval.env}: success {success}, return "
+                  f"{agg['avg_sum_reward']:.3f} over {agg['n_episodes']} episodes", flush=True)
+        if dinfo.distributed:
+            dist.barrier()
+
     def save_now():
         ts = time.perf_counter()
-        ckpt.save(cfg.checkpoint.dir, step, wrapped.model, optimizer, scheduler, rank=rank, world=world,
+        where = ckpt.save(cfg.checkpoint.dir, step, wrapped.model, optimizer, scheduler, rank=rank, world=world,
                   signature=signature, identity=identity, loader_state=loader.state_dict(), rng=rng_state(),
                   keep=cfg.checkpoint.keep, extra={"config": cfg.to_dict(), "ema": ema is not None},
                   extra_state={"ema": ema.state_dict()} if ema is not None else None)
         saves.append(time.perf_counter() - ts)
+        if cfg.eval.env:
+            sim_eval(where)
 
     while step < end:
         t0 = time.perf_counter()
@@ -402,7 +425,7 @@ def _train(cfg: Config, dinfo, vlafeed) -> dict:
                "grad_accum": cfg.train.grad_accum, "last_grad_norm": float(norm) if norm is not None else None,
                "ema": ema is not None, "frozen": frozen, "preempted": preempted,
                "val_loss": val_losses[-1]["val_loss"] if val_losses else None, "val_losses": val_losses,
-               "heldout_episodes": plan.heldout}
+               "heldout_episodes": plan.heldout, "sim_evals": sim_evals}
     if dinfo.is_main:
         Path(cfg.checkpoint.dir).mkdir(parents=True, exist_ok=True)
         (Path(cfg.checkpoint.dir) / "summary.json").write_text(json.dumps(summary, indent=1))
