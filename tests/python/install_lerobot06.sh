@@ -29,10 +29,10 @@ stamp="$venv/.vlafeed-installed"
 want_stamp="${specs[*]}"
 # lerobot-train's own extra (lerobot[training] asks for accelerate; wandb is only imported when
 # enabled): added to an existing venv in place, so a venv from before this line is not rebuilt.
-train_extras=("accelerate>=1.14.0,<2.0.0")
+train_extras=("accelerate>=1.14.0,<2.0.0" "diffusers>=0.38.0,<0.40.0")  # diffusers: the diffusion policy
 
 ensure_train_extras() {
-  "$venv/bin/python" -c 'import accelerate' 2>/dev/null && return 0
+  "$venv/bin/python" -c 'import accelerate, diffusers' 2>/dev/null && return 0
   echo "install_lerobot06: adding ${train_extras[*]} (lerobot-train) to $venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${train_extras[@]}" || \
     echo "install_lerobot06: could not install ${train_extras[*]}; the lerobot-train tests will skip" >&2

@@ -157,3 +157,36 @@ def test_lerobot_errors(py312, datasets, tmp_path):
     for args, message in cases:
         r = H.train(py312, tmp_path, ["--config", str(cfg)] + args, procs=1, check=False)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr[-2000:])
+
+
+DIFFUSION = {"pretrained_backbone_weights": None, "down_dims": [16, 32], "n_groups": 4, "kernel_size": 3,
+             "diffusion_step_embed_dim": 16, "spatial_softmax_num_keypoints": 8, "n_obs_steps": 2, "horizon": 8,
+             "n_action_steps": 4, "num_train_timesteps": 10, "num_inference_steps": 2, "crop_shape": None,
+             "use_group_norm": True}
+
+
+def test_diffusion_trains_with_its_observation_window(py312, datasets, tmp_path):
+    """LeRobot's diffusion policy (n_obs_steps 2, horizon 8): the loader delivers the windows the policy's
+    delta indices ask for, the loss is the policy's own, and the export loads with DiffusionPolicy.from_pretrained."""
+    if subprocess.run([py312, "-c", "import diffusers"], capture_output=True).returncode != 0:
+        pytest.skip("LeRobot's diffusion policy needs diffusers (tests/python/install_lerobot06.sh installs it)")
+    sample, _ = datasets
+    cfg = config(tmp_path, sample, tmp_path / "diffusion", model__name="diffusion", model__overrides=DIFFUSION,
+                 train__steps=3)
+    r = H.train(py312, tmp_path, ["--config", str(cfg)], procs=1)
+    assert "LeRobot diffusion" in r.stdout, r.stdout
+    losses = H.losses(tmp_path / "diffusion.jsonl")
+    assert sorted(losses) == [1, 2, 3]
+    assert all(float.fromhex(v) == float.fromhex(v) and abs(float.fromhex(v)) < 1e3 for v in losses.values())
+    out = tmp_path / "diffusion-export"
+    r = subprocess.run([py312, "-m", "vlafeed.train", "export", str(tmp_path / "diffusion"), str(out)],
+                       env=H.env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    check = f"""
+from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
+p = DiffusionPolicy.from_pretrained({str(out / 'pretrained_model')!r})
+assert p.config.n_obs_steps == 2 and p.config.horizon == 8, p.config
+print("ok")
+"""
+    r = subprocess.run([py312, "-c", check], env=H.env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
