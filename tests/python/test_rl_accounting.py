@@ -183,15 +183,16 @@ def test_hybrid_on_cpu_learner_actor_publishes_with_versions(ray_session):
 
 
 def test_stale_publish_is_ignored(ray_session):
-    from vlafeed.rl.policy import PolicyNet
+    from vlafeed.rl.learner import Learner, _spaces
     from vlafeed.rl.server import policy_server_class
     cfg = RLConfig(**FAST)
-    net = PolicyNet(2, 5, cfg.hidden)
-    server = policy_server_class().options(num_cpus=0).remote(cfg, 2, 5, net.state_dict())
+    obs_space, act_space = _spaces(2, 5)
+    weights = Learner(cfg, obs_space, act_space).state()
+    server = policy_server_class().options(num_cpus=0).remote(cfg, obs_space, act_space, weights)
     try:
-        assert ray.get(server.set_weights.remote(net.state_dict(), 3)) is True
-        assert ray.get(server.set_weights.remote(net.state_dict(), 2)) is False  # older stamp: ignored
-        assert ray.get(server.set_weights.remote(net.state_dict(), 3)) is False  # same stamp: ignored
+        assert ray.get(server.set_weights.remote(weights, 3)) is True
+        assert ray.get(server.set_weights.remote(weights, 2)) is False  # older stamp: ignored
+        assert ray.get(server.set_weights.remote(weights, 3)) is False  # same stamp: ignored
         _a, _lp, version = ray.get(server.act.remote(np.zeros((1, 2), np.float32)))
         assert version == 3
         s = ray.get(server.stats.remote())

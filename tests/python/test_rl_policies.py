@@ -273,10 +273,12 @@ def test_ppo_and_grpo_improve_cartpole(algorithm):
 def test_grpo_groups_start_from_the_same_state():
     from vlafeed.rl.workers import reset_seed
     cfg = RLConfig(algorithm="grpo", group_size=3)
-    seeds = [reset_seed(cfg, 1, 0, s, s % 2) for s in range(6)]
+    seeds = [reset_seed(cfg, 1, counter) for counter in range(6)]  # the Ledger's episode counter of worker 1
     assert seeds[0] == seeds[1] == seeds[2] and seeds[3] == seeds[4] == seeds[5] and seeds[0] != seeds[3]
-    assert seeds[0][1] == "w1.i0.g0" and seeds[3][1] == "w1.i0.g1"
-    assert reset_seed(cfg, 2, 0, 0, 0)[0] != seeds[0][0]
+    assert seeds[0][1] == "w1.g0" and seeds[3][1] == "w1.g1"
+    assert reset_seed(cfg, 2, 0)[0] != seeds[0][0]  # another worker, another start state
+    plain = [reset_seed(RLConfig(), 1, counter) for counter in range(3)]  # not grpo: one seed per episode
+    assert len({s for s, _ in plain}) == 3 and all(g is None for _, g in plain)
     with pytest.raises(ValueError, match="micro_batch 4 is not a multiple of group_size 3"):
         RLConfig(algorithm="grpo", group_size=3).check()
 
@@ -389,7 +391,22 @@ def test_async_resume_continues_version_and_ids(ray_session, tmp_path):
 # ---------------------------------------------------------------------------
 # LeRobot policy adapter (LeRobot 0.6 lives in its own Python 3.12 venv)
 
-@pytest.mark.parametrize("typ", ["act", "diffusion"])
+def test_lerobot_sampled_action_policies_are_refused():
+    """diffusion (and the flow-matching VLAs) act through an iterative sampler: refused with the reason, before
+    LeRobot is even imported."""
+    import gymnasium.spaces as gs
+    obs = gs.Dict({"pixels": gs.Box(0, 255, (32, 32, 3), np.uint8), "state": gs.Box(-1, 1, (4,), np.float32)})
+    act = gs.Box(-1, 1, (2,), np.float32)
+    for typ in ("diffusion", "pi0", "smolvla"):
+        try:
+            policies.make_policy(obs, act, "lerobot:" + typ)
+        except RLError as e:
+            assert "cannot be an RL policy" in str(e) and repr(typ) in str(e), str(e)
+        else:
+            raise AssertionError(f"lerobot:{typ} was accepted")
+
+
+@pytest.mark.parametrize("typ", ["act"])
 def test_lerobot_policy_adapter(typ, tmp_path):
     import subprocess
     import lerobot_venv

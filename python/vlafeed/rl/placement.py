@@ -156,6 +156,7 @@ class RemoteLearner:
         self.lags: List[int] = []
         self.returns: List[float] = []
         self.trained_steps = 0
+        self.resumed_samples = 0  # a learner actor never resumes (checkpoints need the learner in the driver)
 
     def _get(self, ref, what: str):
         import ray

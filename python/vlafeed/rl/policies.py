@@ -326,6 +326,11 @@ class ModulePolicy(_DistPolicy):
 # ---------------------------------------------------------------------------
 # LeRobot adapter
 
+# LeRobot policy types whose action is the end of an iterative sampler: refused by the adapter
+SAMPLED_ACTIONS = {"diffusion": "a denoising loop (num_inference_steps)", "pi0": "a flow-matching integration",
+                   "pi05": "a flow-matching integration", "smolvla": "a flow-matching integration"}
+
+
 class LeRobotPolicy(_DistPolicy):
     """A LeRobot policy (ACT, diffusion, ...) as a Gaussian policy: the first action of its
     predicted chunk is the mean (computed with gradients: the undecorated predict_action_chunk),
@@ -336,6 +341,12 @@ class LeRobotPolicy(_DistPolicy):
 
     def __init__(self, target: str, observation_space, action_space, squash: str = "clip", init_log_std=-0.5):
         super().__init__()
+        p = Path(target)
+        kind = json.loads((p / "config.json").read_text()).get("type") if (p / "config.json").is_file() else target
+        if kind in SAMPLED_ACTIONS:
+            raise RLError(f"vlafeed.rl: LeRobot policy {kind!r} cannot be an RL policy here: its action comes out of "
+                          f"{SAMPLED_ACTIONS[kind]}, which the Gaussian adapter would have to backpropagate through "
+                          f"at every step; use a policy with a direct action head (act), or a plain nn.Module")
         try:
             import lerobot  # noqa: F401
             from lerobot.configs.types import FeatureType, PolicyFeature
@@ -346,9 +357,8 @@ class LeRobotPolicy(_DistPolicy):
             raise RLError(f"vlafeed.rl: a LeRobot policy acts in a Box; action space is {S.describe(action_space)}")
         self.head = ActionHead(action_space, squash)
         self.obs_map = self._obs_map(observation_space)
-        p = Path(target)
         if (p / "config.json").is_file():
-            cfg_type = json.loads((p / "config.json").read_text()).get("type")
+            cfg_type = kind
             self.module = get_policy_class(cfg_type).from_pretrained(str(p))
         else:
             feats = {}
@@ -366,6 +376,8 @@ class LeRobotPolicy(_DistPolicy):
                 fields = {f.name for f in dataclasses.fields(type(make_policy_config(target)))}
                 # offline and any image size: no backbone download, no fixed random crop
                 kw = {k: None for k in ("pretrained_backbone_weights", "crop_shape") if k in fields}
+                if "use_group_norm" in fields:  # a backbone trained from scratch: GroupNorm, as LeRobot advises
+                    kw["use_group_norm"] = True  # (BatchNorm fails on its 1-sample shape probe at small images)
                 pcfg = make_policy_config(target, input_features=feats, output_features=out, device="cpu", **kw)
             except ValueError as e:
                 raise RLError(f"vlafeed.rl: 'lerobot:{target}' is neither a pretrained_model folder (config.json) "
