@@ -397,7 +397,7 @@ def test_lerobot_sampled_action_policies_are_refused():
     import gymnasium.spaces as gs
     obs = gs.Dict({"pixels": gs.Box(0, 255, (32, 32, 3), np.uint8), "state": gs.Box(-1, 1, (4,), np.float32)})
     act = gs.Box(-1, 1, (2,), np.float32)
-    for typ in ("diffusion", "pi0", "smolvla"):
+    for typ in ("pi0", "smolvla"):
         try:
             policies.make_policy(obs, act, "lerobot:" + typ)
         except RLError as e:
@@ -406,7 +406,7 @@ def test_lerobot_sampled_action_policies_are_refused():
             raise AssertionError(f"lerobot:{typ} was accepted")
 
 
-@pytest.mark.parametrize("typ", ["act"])
+@pytest.mark.parametrize("typ", ["act", "diffusion"])
 def test_lerobot_policy_adapter(typ, tmp_path):
     import subprocess
     import lerobot_venv

@@ -327,8 +327,11 @@ class ModulePolicy(_DistPolicy):
 # LeRobot adapter
 
 # LeRobot policy types whose action is the end of an iterative sampler: refused by the adapter
-SAMPLED_ACTIONS = {"diffusion": "a denoising loop (num_inference_steps)", "pi0": "a flow-matching integration",
-                   "pi05": "a flow-matching integration", "smolvla": "a flow-matching integration"}
+SAMPLED_ACTIONS = {"pi0": "a flow-matching integration", "pi05": "a flow-matching integration",
+                   "smolvla": "a flow-matching integration"}
+# diffusion: its denoising loop from zero noise is the Gaussian's mean (deterministic, so act() and evaluate()
+# agree), with few sampler steps for a fresh policy (every RL step backpropagates through all of them)
+DIFFUSION_RL_STEPS = 4
 
 
 class LeRobotPolicy(_DistPolicy):
@@ -378,6 +381,8 @@ class LeRobotPolicy(_DistPolicy):
                 kw = {k: None for k in ("pretrained_backbone_weights", "crop_shape") if k in fields}
                 if "use_group_norm" in fields:  # a backbone trained from scratch: GroupNorm, as LeRobot advises
                     kw["use_group_norm"] = True  # (BatchNorm fails on its 1-sample shape probe at small images)
+                if "num_inference_steps" in fields:  # DDIM (eta 0) is deterministic; DDPM adds noise per step
+                    kw.update(num_inference_steps=DIFFUSION_RL_STEPS, noise_scheduler_type="DDIM")
                 pcfg = make_policy_config(target, input_features=feats, output_features=out, device="cpu", **kw)
             except ValueError as e:
                 raise RLError(f"vlafeed.rl: 'lerobot:{target}' is neither a pretrained_model folder (config.json) "
@@ -386,6 +391,10 @@ class LeRobotPolicy(_DistPolicy):
                 self.module = get_policy_class(target)(pcfg)
             except ImportError as e:  # the policy's own extras (e.g. diffusers for diffusion)
                 raise RLError(f"vlafeed.rl: LeRobot policy {target!r} cannot be built here: {e}") from None
+        sched = getattr(getattr(self.module, "diffusion", None), "noise_scheduler", None)
+        if sched is not None and type(sched).__name__ != "DDIMScheduler":  # a loaded DDPM policy: sampled by
+            from diffusers import DDIMScheduler  # DDIM from the same schedule, deterministic from zero noise
+            self.module.diffusion.noise_scheduler = DDIMScheduler.from_config(sched.config)
         fn = type(self.module).predict_action_chunk
         self._chunk = getattr(fn, "__wrapped__", fn)  # with gradients
         self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
@@ -415,8 +424,17 @@ class LeRobotPolicy(_DistPolicy):
                 batch[lkey] = x.contiguous()
             else:
                 batch[lkey] = x.float()
+        steps = int(getattr(self.module.config, "n_obs_steps", 1) or 1)
+        kw = {}
+        if steps > 1 or hasattr(self.module.config, "num_inference_steps"):  # diffusion
+            # its observation window filled with the current observation (as LeRobot's queues are at an
+            # episode's first step), and its sampler run from zero noise: a deterministic mean
+            batch = {k: v.unsqueeze(1).expand(-1, steps, *v.shape[1:]) for k, v in batch.items()}
+            cfg = self.module.config
+            kw["noise"] = torch.zeros(batch[next(iter(batch))].shape[0], cfg.horizon, self.head.dim,
+                                      device=next(self.module.parameters()).device)
         self.module.eval()
-        chunk = self._chunk(self.module, batch)
+        chunk = self._chunk(self.module, batch, **kw)
         return chunk[:, 0].reshape(chunk.shape[0], -1).float(), None
 
 
