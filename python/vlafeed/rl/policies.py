@@ -34,7 +34,6 @@ Action distributions:
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ import torch.nn.functional as F
 
 from vlafeed.rl import spaces as S
 from vlafeed.rl.config import RLError
+from vlafeed._entry import import_entry
 
 gspaces = S.gspaces
 
@@ -457,9 +457,8 @@ def make_policy(observation_space, action_space, spec: str = "mlp", *, hidden: i
     if spec.startswith("lerobot:"):
         return LeRobotPolicy(spec[len("lerobot:"):], observation_space, action_space, squash=squash)
     if ":" in spec:
-        mod, _, fn = spec.partition(":")
         try:
-            factory = getattr(importlib.import_module(mod), fn)
+            factory = import_entry(spec)
         except (ImportError, AttributeError) as e:
             raise RLError(f"vlafeed.rl: policy factory {spec!r} not found: {e}") from None
         obj = factory(observation_space, action_space)

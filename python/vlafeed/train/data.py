@@ -21,13 +21,13 @@ windows, image augmentation, weighted mixing and the held-out validation set.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from vlafeed._entry import import_entry
 from vlafeed.train.config import Config, ConfigError
 
 # offsets closer than this (in frames) to a whole frame count as whole
@@ -165,9 +165,8 @@ def load_augment(spec: str):
     if not spec:
         return None
     if ":" in spec:
-        mod, _, name = spec.partition(":")
         try:
-            fn = getattr(importlib.import_module(mod), name)
+            fn = import_entry(spec)
         except (ImportError, AttributeError) as e:
             raise ConfigError(f"config key 'data.augment': cannot load {spec!r} ({e})") from None
         if not callable(fn):

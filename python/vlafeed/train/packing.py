@@ -14,12 +14,12 @@ stays a function of the loader's order.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from dataclasses import dataclass
 
 import torch
 
 from vlafeed import _native
+from vlafeed._entry import import_entry
 
 BOS, EOS, PAD = 256, 257, 258
 
@@ -34,9 +34,8 @@ def load_tokenizer(spec: str):
         return byte_tokenizer
     if ":" not in spec:
         raise ValueError(f"model.tokenizer {spec!r}: expected 'bytes' or 'module:function'")
-    mod, fn = spec.split(":", 1)
     try:
-        return getattr(importlib.import_module(mod), fn)
+        return import_entry(spec)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"model.tokenizer {spec!r}: {e}") from None
 
