@@ -13,7 +13,8 @@
  *     file, its tail SHA-256 [32], u64 ident_len, u64 body_len, u32 CRC-32
  *     of everything else in the file, u32 0
  *   ident: absolute path, NUL, projection (compared byte for byte)
- *   body: i64 rows, cameras, flags, item type, items, data bytes; the six
+ *   body: i64 rows, cameras, flags, item type (1 string, 2 binary), items,
+ *     data bytes; the six
  *     fixed columns; per camera chunk, file, from, to; then, with a tasks
  *     column, its list offsets, item offsets, validity bytes and string data
  *
@@ -49,7 +50,8 @@
 #define CRC_AT 104
 #define MAX_CACHE_FILE ((uint64_t)1 << 32) /* far above any real entry (~150 bytes per episode) */
 
-enum { HAS_TASKS = 1, LIST_VALID = 2, ITEMS_VALID = 4 };
+enum { HAS_TASKS = 1, LIST_VALID = 2, ITEMS_VALID = 4 };          /* body flags */
+enum { ITEMS_STRING = 1, ITEMS_BINARY = 2 };                      /* the task items' type, in the file */
 
 struct vf_ds_meta_cache {
     char *dir;
@@ -182,7 +184,7 @@ int vf_ds_meta_cache_encode(const vf_ds_meta_key *key, const vf_ds_episodes_colu
     emit_i64(&w, cols->rows);
     emit_i64(&w, (int64_t)nc);
     emit_i64(&w, flags);
-    emit_i64(&w, items ? (int64_t)items->type : 0);
+    emit_i64(&w, !items ? 0 : items->type == VF_PQ_T_STRING ? ITEMS_STRING : ITEMS_BINARY);
     emit_i64(&w, num_items);
     emit_i64(&w, data_len);
     for (int k = 0; k < VF_DS_EP_NFIXED; k++)
@@ -269,14 +271,14 @@ static int decode_body(reader *rd, size_t num_cameras, vf_ds_episodes_columns *c
         if (flags || num_items || data_len)
             return corrupt("task data without a tasks column");
     } else {
-        if (item_type != VF_PQ_T_STRING && item_type != VF_PQ_T_BINARY)
+        if (item_type != ITEMS_STRING && item_type != ITEMS_BINARY)
             return corrupt("bad task item type");
         vf_pq_array *list = &c->tasks, *items = &c->task_items;
         list->type = VF_PQ_T_LIST;
         list->length = rows;
         list->num_children = 1;
         list->children = items;
-        items->type = (vf_pq_type)item_type;
+        items->type = item_type == ITEMS_STRING ? VF_PQ_T_STRING : VF_PQ_T_BINARY;
         items->length = num_items;
         items->data_len = data_len;
         if (!(list->offsets = take(rd, (uint64_t)rows + 1, 8)) ||
