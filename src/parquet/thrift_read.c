@@ -258,7 +258,13 @@ typedef struct skip_frame {
     uint64_t left;             /* list elements, or map keys + values, still to skip */
 } skip_frame;
 
-void vf_pq_tr_skip(vf_pq_tr *t, int type)
+/* Pseudo type for skip_values: no value of its own (the run of structs
+ * is on the stack already). */
+#define SKIP_NOTHING (-1)
+
+/* Skips one value of type `type`, or (type SKIP_NOTHING) `structs`
+ * structs in a row. */
+static void skip_values(vf_pq_tr *t, int type, uint32_t structs)
 {
     if (t->err)
         return;
@@ -268,9 +274,18 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
     const uint8_t *p = t->p, *end = t->end;
     const char *why = NULL;
     int cur = type, in_container = 0;
+    if (type == SKIP_NOTHING) {
+        if (limit < 2) { /* the list frame and a struct in it */
+            why = "thrift structs nested too deeply";
+            goto fail;
+        }
+        st[++sp] = (skip_frame){.kind = VF_TC_LIST, .elem = VF_TC_STRUCT, .left = structs};
+    }
     for (;;) {
         /* Skip one value of type cur. */
         switch (cur) {
+        case SKIP_NOTHING:
+            break;
         case VF_TC_TRUE:
         case VF_TC_FALSE:
             if (in_container) {
@@ -462,6 +477,20 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                         continue;
                     }
                     /* I16/I32/I64 value or BINARY length: a varint */
+                    if (ft != VF_TC_BINARY) {
+                        /* An integer, whose value is not needed: only
+                         * its end (at least 23 bytes remain here). */
+                        const uint8_t *q = p;
+                        while ((*q & 0x80) && q - p < 9)
+                            q++;
+                        if (*q & 0x80) {
+                            p = q + 1;
+                            why = "varint longer than 10 bytes";
+                            goto fail;
+                        }
+                        p = q + 1;
+                        continue;
+                    }
                     uint64_t v;
                     int len = fast_varint(p, &v);
                     if (!len) {
@@ -510,4 +539,12 @@ truncated:
 fail:
     t->p = p;
     vf_pq_tr_fail(t, why);
+}
+
+void vf_pq_tr_skip(vf_pq_tr *t, int type) { skip_values(t, type, 0); }
+
+void vf_pq_tr_skip_structs(vf_pq_tr *t, uint32_t count)
+{
+    if (count)
+        skip_values(t, SKIP_NOTHING, count);
 }
