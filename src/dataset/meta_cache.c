@@ -60,6 +60,7 @@ struct vf_ds_meta_cache {
     pthread_mutex_t lock;        /* dir_state */
     int dir_state;               /* 0 not yet created, 1 ready, -1 unusable (stores off) */
     atomic_int stores_off;
+    atomic_int corrupt_seen;     /* damaged entries met: the first is a warning, the rest debug lines */
 };
 
 static inline size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
@@ -544,8 +545,11 @@ int vf_ds_meta_cache_load(vf_ds_meta_cache *mc, const char *path, size_t num_cam
         return 0;
     }
     int r = vf_ds_meta_cache_decode(buf, len, key, num_cameras, 1, out);
-    if (r == VF_ECORRUPT)
-        vf_log(VF_LOG_WARN, "%s (cache of %s): %s; decoding the file again", entry, path, vf_last_error());
+    if (r == VF_ECORRUPT) {
+        int first = atomic_fetch_add(&mc->corrupt_seen, 1) == 0;
+        vf_log(first ? VF_LOG_WARN : VF_LOG_DEBUG, "%s (cache of %s): %s; decoding the file again%s", entry, path,
+               vf_last_error(), first ? " (other damaged entries of this open: VF_LOG=debug)" : "");
+    }
     free(entry);
     return r == 0;
 }
