@@ -119,96 +119,131 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-/* CRC-32 of the file without its CRC field. zlib's crc32 takes a uInt
- * length: long buffers go in slices. */
+
+/* A cache file as the parts it is made of, each followed by zeros up to
+ * a multiple of 8 bytes: the header, then pointers to the caller's
+ * arrays, so that a store writes the columns without copying them into
+ * one buffer first (2 x 180 MB at 1M episodes). */
+typedef struct part {
+    const void *data;
+    size_t len;
+} part;
+
+typedef struct layout {
+    uint8_t header[HEADER_BYTES];
+    int64_t counts[6];           /* rows, cameras, flags, item type, items, data bytes */
+    part *parts;
+    size_t num_parts;
+    size_t total;
+} layout;
+
+static const uint8_t zeros[8];
+
+/* CRC-32 of the file the layout describes, without its CRC field. zlib's
+ * crc32 takes a uInt length: long parts go in slices. */
+static uLong crc_add(uLong crc, const void *data, size_t len)
+{
+    for (size_t at = 0; at < len;) {
+        size_t n = VF_MIN(len - at, (size_t)1 << 30);
+        crc = crc32(crc, (const Bytef *)data + at, (uInt)n);
+        at += n;
+    }
+    return crc;
+}
+
+static void add_part(layout *l, const void *data, size_t len)
+{
+    l->parts[l->num_parts++] = (part){data, len};
+    l->total += pad8(len);
+}
+
+static int build_layout(const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols, layout *l)
+{
+    memset(l, 0, sizeof *l);
+    const vf_pq_array *list = cols->tasks.type == VF_PQ_T_LIST ? &cols->tasks : NULL;
+    const vf_pq_array *items = list ? &list->children[0] : NULL;
+    size_t rows = (size_t)cols->rows, nc = cols->num_cameras;
+    l->parts = vf_malloc_array(2 + VF_DS_EP_NFIXED + 4 * nc + 5, sizeof *l->parts);
+    if (!l->parts)
+        return VF_ENOMEM;
+    l->counts[0] = cols->rows;
+    l->counts[1] = (int64_t)nc;
+    l->counts[2] = list ? HAS_TASKS | (list->valid ? LIST_VALID : 0) | (items->valid ? ITEMS_VALID : 0) : 0;
+    l->counts[3] = !items ? 0 : items->type == VF_PQ_T_STRING ? ITEMS_STRING : ITEMS_BINARY;
+    l->counts[4] = items ? items->length : 0;
+    l->counts[5] = items ? items->data_len : 0;
+    add_part(l, key->ident, key->ident_len);
+    add_part(l, l->counts, sizeof l->counts);
+    for (int k = 0; k < VF_DS_EP_NFIXED; k++)
+        add_part(l, cols->fixed[k], rows * 8);
+    for (size_t c = 0; c < nc; c++) {
+        add_part(l, cols->vchunk[c], rows * 8);
+        add_part(l, cols->vfile[c], rows * 8);
+        add_part(l, cols->vfrom[c], rows * 8);
+        add_part(l, cols->vto[c], rows * 8);
+    }
+    if (list) {
+        size_t num_items = (size_t)items->length;
+        add_part(l, list->offsets, (rows + 1) * 8);
+        add_part(l, items->offsets, (num_items + 1) * 8);
+        if (list->valid)
+            add_part(l, list->valid, rows);
+        if (items->valid)
+            add_part(l, items->valid, num_items);
+        add_part(l, items->data, (size_t)items->data_len);
+    }
+    uint8_t *h = l->header;
+    memcpy(h, MAGIC, 8);
+    put_u32(h + 8, VF_DS_META_CACHE_VERSION);
+    put_u32(h + 12, BYTE_ORDER_MARK);
+    put_u64(h + 16, key->size);
+    put_u64(h + 24, key->mtime_ns);
+    put_u64(h + 32, key->ctime_ns);
+    put_u64(h + 40, key->inode);
+    put_u64(h + 48, key->device);
+    memcpy(h + 56, key->tail_sha256, 32);
+    put_u64(h + 88, key->ident_len);
+    put_u64(h + 96, l->total - pad8(key->ident_len)); /* the body */
+    uLong crc = crc_add(crc_add(crc32(0L, Z_NULL, 0), h, CRC_AT), h + CRC_AT + 4, HEADER_BYTES - CRC_AT - 4);
+    for (size_t i = 0; i < l->num_parts; i++)
+        crc = crc_add(crc_add(crc, l->parts[i].data, l->parts[i].len), zeros, pad8(l->parts[i].len) - l->parts[i].len);
+    put_u32(h + CRC_AT, (uint32_t)crc);
+    l->total += HEADER_BYTES;
+    return 0;
+}
+
+/* CRC-32 of a whole cache file's bytes without its CRC field. */
 static uint32_t file_crc(const uint8_t *buf, size_t len)
 {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    const uint8_t *parts[2] = {buf, buf + CRC_AT + 4};
-    size_t lens[2] = {CRC_AT, len - CRC_AT - 4};
-    for (int i = 0; i < 2; i++)
-        for (size_t at = 0; at < lens[i];) {
-            size_t n = VF_MIN(lens[i] - at, (size_t)1 << 30);
-            crc = crc32(crc, parts[i] + at, (uInt)n);
-            at += n;
-        }
-    return (uint32_t)crc;
+    uLong crc = crc_add(crc32(0L, Z_NULL, 0), buf, CRC_AT);
+    return (uint32_t)crc_add(crc, buf + CRC_AT + 4, len - CRC_AT - 4);
 }
-
-typedef struct writer {
-    uint8_t *p;
-} writer;
-
-static void emit(writer *w, const void *data, size_t n)
-{
-    if (n)
-        memcpy(w->p, data, n);
-    memset(w->p + n, 0, pad8(n) - n);
-    w->p += pad8(n);
-}
-
-static void emit_i64(writer *w, int64_t v) { emit(w, &v, 8); }
 
 int vf_ds_meta_cache_encode(const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols, uint8_t **out,
                             size_t *len)
 {
     *out = NULL;
     *len = 0;
-    const vf_pq_array *list = cols->tasks.type == VF_PQ_T_LIST ? &cols->tasks : NULL;
-    const vf_pq_array *items = list ? &list->children[0] : NULL;
-    size_t rows = (size_t)cols->rows, nc = cols->num_cameras;
-    int64_t num_items = items ? items->length : 0, data_len = items ? items->data_len : 0;
-    int64_t flags = list ? HAS_TASKS | (list->valid ? LIST_VALID : 0) | (items->valid ? ITEMS_VALID : 0) : 0;
-    /* Sizes, each bounded by arrays that exist in memory: no overflow. */
-    size_t body = 6 * 8 + (VF_DS_EP_NFIXED + 4 * nc) * rows * 8;
-    if (list)
-        body += (rows + 1) * 8 + ((size_t)num_items + 1) * 8 + (list->valid ? pad8(rows) : 0) +
-                (items->valid ? pad8((size_t)num_items) : 0) + pad8((size_t)data_len);
-    size_t total = HEADER_BYTES + pad8(key->ident_len) + body;
-    uint8_t *buf = vf_malloc(total);
-    if (!buf)
-        return VF_ENOMEM;
-    memset(buf, 0, HEADER_BYTES);
-    memcpy(buf, MAGIC, 8);
-    put_u32(buf + 8, VF_DS_META_CACHE_VERSION);
-    put_u32(buf + 12, BYTE_ORDER_MARK);
-    put_u64(buf + 16, key->size);
-    put_u64(buf + 24, key->mtime_ns);
-    put_u64(buf + 32, key->ctime_ns);
-    put_u64(buf + 40, key->inode);
-    put_u64(buf + 48, key->device);
-    memcpy(buf + 56, key->tail_sha256, 32);
-    put_u64(buf + 88, key->ident_len);
-    put_u64(buf + 96, body);
-    writer w = {buf + HEADER_BYTES};
-    emit(&w, key->ident, key->ident_len);
-    emit_i64(&w, cols->rows);
-    emit_i64(&w, (int64_t)nc);
-    emit_i64(&w, flags);
-    emit_i64(&w, !items ? 0 : items->type == VF_PQ_T_STRING ? ITEMS_STRING : ITEMS_BINARY);
-    emit_i64(&w, num_items);
-    emit_i64(&w, data_len);
-    for (int k = 0; k < VF_DS_EP_NFIXED; k++)
-        emit(&w, cols->fixed[k], rows * 8);
-    for (size_t c = 0; c < nc; c++) {
-        emit(&w, cols->vchunk[c], rows * 8);
-        emit(&w, cols->vfile[c], rows * 8);
-        emit(&w, cols->vfrom[c], rows * 8);
-        emit(&w, cols->vto[c], rows * 8);
+    layout l;
+    int r = build_layout(key, cols, &l);
+    uint8_t *buf = r == 0 ? vf_malloc(l.total) : NULL;
+    if (r == 0 && !buf)
+        r = VF_ENOMEM;
+    if (r == 0) {
+        uint8_t *p = buf;
+        memcpy(p, l.header, HEADER_BYTES);
+        p += HEADER_BYTES;
+        for (size_t i = 0; i < l.num_parts; i++) {
+            if (l.parts[i].len)
+                memcpy(p, l.parts[i].data, l.parts[i].len);
+            memset(p + l.parts[i].len, 0, pad8(l.parts[i].len) - l.parts[i].len);
+            p += pad8(l.parts[i].len);
+        }
+        *out = buf;
+        *len = l.total;
     }
-    if (list) {
-        emit(&w, list->offsets, (rows + 1) * 8);
-        emit(&w, items->offsets, ((size_t)num_items + 1) * 8);
-        if (list->valid)
-            emit(&w, list->valid, rows);
-        if (items->valid)
-            emit(&w, items->valid, (size_t)num_items);
-        emit(&w, items->data, (size_t)data_len);
-    }
-    put_u32(buf + CRC_AT, file_crc(buf, total));
-    *out = buf;
-    *len = total;
-    return 0;
+    free(l.parts);
+    return r;
 }
 
 /* ---- decoding ------------------------------------------------------------------- */
@@ -554,8 +589,22 @@ int vf_ds_meta_cache_load(vf_ds_meta_cache *mc, const char *path, size_t num_cam
     return r == 0;
 }
 
-/* Writes len bytes to a new file in the cache folder and renames it to entry. */
-static int write_entry(const char *entry, const uint8_t *buf, size_t len)
+static int write_all(int fd, const void *data, size_t len)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t k = write(fd, (const uint8_t *)data + done, len - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+/* Writes the file of layout l to a new file in the cache folder and
+ * renames it to entry. */
+static int write_entry(const char *entry, const layout *l)
 {
     char *tmp = vf_asprintf("%s.XXXXXX", entry);
     if (!tmp)
@@ -565,20 +614,12 @@ static int write_entry(const char *entry, const uint8_t *buf, size_t len)
         free(tmp);
         return VF_EIO;
     }
-    size_t done = 0;
-    while (done < len) {
-        ssize_t k = write(fd, buf + done, len - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
-    int r = done == len && close(fd) == 0 ? 0 : VF_EIO;
-    if (done != len)
-        close(fd);
-    if (r == 0 && rename(tmp, entry) < 0)
-        r = VF_EIO;
+    int ok = write_all(fd, l->header, HEADER_BYTES) == 0;
+    for (size_t i = 0; i < l->num_parts && ok; i++)
+        ok = write_all(fd, l->parts[i].data, l->parts[i].len) == 0 &&
+             write_all(fd, zeros, pad8(l->parts[i].len) - l->parts[i].len) == 0;
+    ok = close(fd) == 0 && ok;
+    int r = ok && rename(tmp, entry) == 0 ? 0 : VF_EIO;
     if (r < 0)
         unlink(tmp);
     free(tmp);
@@ -598,15 +639,14 @@ int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, cons
     if (ensure_dir(mc) < 0)
         return 0;
     char *entry = entry_path(mc, key);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int r = entry ? vf_ds_meta_cache_encode(key, cols, &buf, &len) : VF_ENOMEM;
+    layout l = {0};
+    int r = entry ? build_layout(key, cols, &l) : VF_ENOMEM;
     if (r == 0)
-        r = write_entry(entry, buf, len);
+        r = write_entry(entry, &l);
     if (r < 0 && !atomic_exchange(&mc->stores_off, 1))
         vf_log(VF_LOG_DEBUG, "%s: metadata cache entry cannot be written (%s); not caching", entry ? entry : mc->dir,
                strerror(errno));
-    free(buf);
+    free(l.parts);
     free(entry);
     return r == 0;
 }
