@@ -497,14 +497,15 @@ static char *entry_path(const vf_ds_meta_cache *mc, const vf_ds_meta_key *key)
 
 static uint64_t ns(struct timespec t) { return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
 
-/* Identity of the file at path as it is now: stat data and tail hash. */
+/* Identity of the file at path as it is now: stat data and tail hash.
+ * Opens are non-blocking: a FIFO in the way is refused, not waited on. */
 static int take_key(const vf_ds_meta_cache *mc, const char *path, vf_ds_meta_key *key)
 {
     memset(key, 0, sizeof *key);
     char *abs = realpath(path, NULL);
     if (!abs)
         return -1;
-    int fd = open(abs, O_RDONLY | O_CLOEXEC);
+    int fd = open(abs, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     int r = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
     size_t tail = r == 0 ? (size_t)VF_MIN((uint64_t)st.st_size, (uint64_t)VF_DS_META_CACHE_TAIL) : 0;
@@ -540,7 +541,7 @@ static int take_key(const vf_ds_meta_cache *mc, const char *path, vf_ds_meta_key
 static int read_entry(const char *path, uint8_t **out, size_t *len)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -1;
     struct stat st;

@@ -2,7 +2,8 @@
  * datasets written here: a hit after the first open with the same model
  * as a fresh decode; a miss after the episodes file is touched, rewritten
  * with other content, or rewritten at the same size with its mtime put
- * back; a corrupt, truncated or foreign cache file rebuilt with a warning;
+ * back; a corrupt, truncated or foreign cache file rebuilt with a warning
+ * (a FIFO in its place: a miss, not a hang);
  * a cache folder that cannot be created; the cache turned off by setting
  * and by VF_META_CACHE=0 (nothing written); and the entry format itself
  * (round trip, each key field, every truncation). VF_CACHE_DIR points at
@@ -449,6 +450,14 @@ static void test_corrupt_entries(void)
         CHECK_COUNTS(healed, 1, 0, 0);
         free(healed.dump);
     }
+    /* a FIFO where the entry should be: a miss, not a hang; replaced by the store */
+    CHECK(unlink(entry) == 0 && mkfifo(entry, 0600) == 0);
+    opened fifo = open_ds(dir, 1);
+    CHECK_COUNTS(fifo, 0, 1, 1);
+    check_same_model(&fifo, ref.dump);
+    struct stat st;
+    CHECK(stat(entry, &st) == 0 && S_ISREG(st.st_mode));
+    free(fifo.dump);
     free(good);
     free(entry);
     free(ref.dump);
