@@ -390,6 +390,20 @@ static void skip_values(vf_pq_tr *t, int type, uint32_t structs)
                 while (end - p >= 24) {
                     uint8_t h = *p;
                     int ft = h & 0x0f;
+                    if ((unsigned)(ft - VF_TC_I16) <= VF_TC_I64 - VF_TC_I16 && (h >> 4)) {
+                        /* The commonest field first: an integer (short
+                         * form header), skipped by its varint's last byte. */
+                        const uint8_t *q = p + 1;
+                        while ((*q & 0x80) && q - p < 10)
+                            q++;
+                        if (*q & 0x80) {
+                            p = q + 1;
+                            why = "varint longer than 10 bytes";
+                            goto fail;
+                        }
+                        p = q + 1;
+                        continue;
+                    }
                     if (h == VF_TC_STOP) {
                         /* The struct ends: back to its parent here when
                          * that is a struct, or a list of structs with
@@ -476,21 +490,7 @@ static void skip_values(vf_pq_tr *t, int type, uint32_t structs)
                         p++;
                         continue;
                     }
-                    /* I16/I32/I64 value or BINARY length: a varint */
-                    if (ft != VF_TC_BINARY) {
-                        /* An integer, whose value is not needed: only
-                         * its end (at least 23 bytes remain here). */
-                        const uint8_t *q = p;
-                        while ((*q & 0x80) && q - p < 9)
-                            q++;
-                        if (*q & 0x80) {
-                            p = q + 1;
-                            why = "varint longer than 10 bytes";
-                            goto fail;
-                        }
-                        p = q + 1;
-                        continue;
-                    }
+                    /* a BINARY length (integers were taken above) */
                     uint64_t v;
                     int len = fast_varint(p, &v);
                     if (!len) {
@@ -499,13 +499,11 @@ static void skip_values(vf_pq_tr *t, int type, uint32_t structs)
                         goto fail;
                     }
                     p += len;
-                    if (ft == VF_TC_BINARY) {
-                        if (v > (uint64_t)(end - p)) {
-                            why = "binary length past the end";
-                            goto fail;
-                        }
-                        p += v;
+                    if (v > (uint64_t)(end - p)) {
+                        why = "binary length past the end";
+                        goto fail;
                     }
+                    p += v;
                 }
                 if (p >= end)
                     goto truncated;
