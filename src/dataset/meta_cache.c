@@ -33,6 +33,7 @@
 #define _GNU_SOURCE /* realpath, pread, mkstemp, O_CLOEXEC, st_mtim */
 #include "dataset/meta_cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -41,6 +42,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -650,4 +652,57 @@ int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, cons
     free(l.parts);
     free(entry);
     return r == 0;
+}
+
+/* ---- pruning -------------------------------------------------------------------- */
+
+/* 1 when the cache file at path is a well-formed entry of this version
+ * whose episodes file no longer exists (ENOENT). */
+static int source_gone(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    uint8_t head[HEADER_BYTES + 4096];
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    if (n < HEADER_BYTES || memcmp(head, MAGIC, 8) || get_u32(head + 8) != VF_DS_META_CACHE_VERSION ||
+        get_u32(head + 12) != BYTE_ORDER_MARK)
+        return 0;
+    const char *ident = (const char *)head + HEADER_BYTES;
+    size_t ident_len = (size_t)VF_MIN(get_u64(head + 88), (uint64_t)(n - HEADER_BYTES));
+    if (!memchr(ident, 0, ident_len) || ident[0] != '/')
+        return 0; /* no complete absolute path in what was read */
+    struct stat st;
+    return stat(ident, &st) < 0 && errno == ENOENT;
+}
+
+size_t vf_ds_meta_cache_prune(vf_ds_meta_cache *mc)
+{
+    DIR *dh = opendir(mc->dir);
+    if (!dh)
+        return 0;
+    size_t removed = 0, seen = 0;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(dh)) != NULL && seen < 100000) {
+        const char *ext = strstr(e->d_name, ".vfmeta");
+        if (!ext || (ext[7] && ext[7] != '.'))
+            continue; /* not ours */
+        seen++;
+        char *path = vf_path_join(mc->dir, e->d_name);
+        struct stat st;
+        int remove = 0;
+        if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+            remove = ext[7] ? now - st.st_mtime > 3600 /* a writer's temporary file, left by a crash */
+                            : source_gone(path);
+        if (remove && unlink(path) == 0)
+            removed++;
+        free(path);
+    }
+    closedir(dh);
+    if (removed)
+        vf_log(VF_LOG_DEBUG, "%s: removed %zu metadata cache files of episodes files that no longer exist", mc->dir,
+               removed);
+    return removed;
 }

@@ -95,6 +95,13 @@ int vf_ds_meta_cache_load(vf_ds_meta_cache *mc, const char *path, size_t num_cam
  * not (never an error). */
 int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols);
 
+/* Removes the entries of episodes files that no longer exist (their path
+ * is gone: a deleted or moved dataset) and temporary files older than an
+ * hour (a writer that crashed); other files are left alone. Returns how
+ * many were removed. The v3.0 backend calls it after an open that wrote
+ * entries, so the folder does not keep what nothing can use again. */
+size_t vf_ds_meta_cache_prune(vf_ds_meta_cache *mc);
+
 /* The cache file format, for the fuzzer and the tests. encode: the bytes
  * of a cache file for key and cols (*out newly allocated, free()). decode:
  * parses a cache file's bytes, taking ownership of buf (a malloc'd buffer,

@@ -591,6 +591,8 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
             free_episodes_cols(&cols[k]);
     pthread_mutex_destroy(&lock);
     pthread_cond_destroy(&cond);
+    if (cache && d->meta_cache.written)
+        vf_ds_meta_cache_prune(cache); /* an open that wrote entries also drops the useless ones */
     vf_ds_meta_cache_close(cache);
     free(cols);
     free(jobs);

@@ -5,7 +5,8 @@
  * back; a corrupt, truncated or foreign cache file rebuilt with a warning
  * (a FIFO in its place: a miss, not a hang);
  * a cache folder that cannot be created; the cache turned off by setting
- * and by VF_META_CACHE=0 (nothing written); and the entry format itself
+ * and by VF_META_CACHE=0 (nothing written); pruning of the entries of
+ * deleted datasets and of old temporary files; and the entry format itself
  * (round trip, each key field, every truncation). VF_CACHE_DIR points at
  * scratch folders throughout. */
 #define _GNU_SOURCE /* utimensat, setenv, st_mtim */
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- writing datasets ------------------------------------------------------ */
@@ -509,6 +511,54 @@ static void test_unusable_folder(void)
     free(scratch);
 }
 
+/* An open that writes entries removes those of deleted datasets and old
+ * temporary files, and leaves everything else. */
+static void test_prune(void)
+{
+    char *gone = vf_test_tmpdir("mc-gone"), *kept = vf_test_tmpdir("mc-kept"), *fresh = vf_test_tmpdir("mc-new");
+    char *cache = vf_test_tmpdir("mc-cache");
+    char *meta = vf_path_join(cache, "meta");
+    setenv("VF_CACHE_DIR", cache, 1);
+    write_dataset(gone);
+    write_dataset(kept);
+    write_dataset(fresh);
+    opened a = open_ds(gone, 1), b = open_ds(kept, 1);
+    CHECK_COUNTS(a, 0, 3, 3);
+    CHECK_COUNTS(b, 0, 3, 3);
+    CHECK_EQ_INT(count_entries(meta, NULL), 6);
+    vf_test_rmtree(gone);
+    write_text(meta, "old.vfmeta.AbCdEf", "x");   /* a crashed writer's, 2 hours old */
+    write_text(meta, "young.vfmeta.AbCdEf", "x"); /* a writer at work */
+    write_text(meta, "notes.txt", "x");           /* not ours */
+    write_text(meta, "junk.vfmeta", "not a cache file");
+    char *old = vf_path_join(meta, "old.vfmeta.AbCdEf");
+    set_mtime(old, (struct timespec){.tv_sec = time(NULL) - 7200, .tv_nsec = 0});
+    CHECK_EQ_INT(count_entries(meta, NULL), 10);
+    opened b2 = open_ds(kept, 1); /* all hits: writes nothing, prunes nothing */
+    CHECK_COUNTS(b2, 3, 0, 0);
+    CHECK_EQ_INT(count_entries(meta, NULL), 10);
+    opened c = open_ds(fresh, 1); /* writes: prunes */
+    CHECK_COUNTS(c, 0, 3, 3);
+    int temps = 0;
+    CHECK_EQ_INT(count_entries(meta, &temps), 3 + 3 + 3); /* kept's, fresh's, young temp, notes, junk */
+    CHECK_EQ_INT(temps, 2);                               /* young.vfmeta.AbCdEf, notes.txt */
+    CHECK(!vf_file_exists(old));
+    opened b3 = open_ds(kept, 1);
+    CHECK_COUNTS(b3, 3, 0, 0);
+    opened *all[] = {&a, &b, &b2, &c, &b3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]->dump);
+    free(old);
+    free(meta);
+    vf_test_rmtree(kept);
+    vf_test_rmtree(fresh);
+    vf_test_rmtree(cache);
+    free(gone);
+    free(kept);
+    free(fresh);
+    free(cache);
+}
+
 /* The entry format: round trip; every key field; every truncation. */
 static void test_entry_format(void)
 {
@@ -624,5 +674,6 @@ int main(void)
     test_hits_and_invalidation();
     test_corrupt_entries();
     test_unusable_folder();
+    test_prune();
     return vf_test_finish("test_meta_cache");
 }
