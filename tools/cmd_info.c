@@ -132,6 +132,12 @@ static void print_human(const vf_dataset *d)
                nfiles, VF_LAZY_FILE_CHECKS);
     else if (vf_dataset_file_checks(d) == VF_FILES_NOT_CHECKED)
         printf("files      %zu data and video files not checked (--no-file-checks)\n", nfiles);
+    vf_meta_cache_stats mc;
+    vf_dataset_meta_cache_stats(d, &mc);
+    if (mc.enabled)
+        printf("metadata   %zu episodes file%s from the metadata cache, %zu decoded (%zu cache entr%s written, "
+               "%s)\n",
+               mc.hits, mc.hits == 1 ? "" : "s", mc.misses, mc.written, mc.written == 1 ? "y" : "ies", mc.dir);
     if (vf_dataset_num_missing_files(d))
         printf("missing    %zu file%s\n", vf_dataset_num_missing_files(d),
                vf_dataset_num_missing_files(d) == 1 ? "" : "s");

@@ -140,6 +140,9 @@ def test_cli_switches(tmp_path, cache_dir, cli):
     assert not cache_dir.exists()
     assert run()["written"] == 2
     assert run()["hits"] == 2
+    human = subprocess.run([cli, "info", str(root), "--no-file-checks"], capture_output=True, text=True).stdout
+    assert f"metadata   2 episodes files from the metadata cache, 0 decoded (0 cache entries written, " \
+           f"{cache_dir / 'meta'})" in human
     r = subprocess.run([cli, "info", "--help"], capture_output=True, text=True)
     assert "--no-meta-cache" in r.stdout
 
