@@ -342,7 +342,8 @@ int vf_ds_meta_cache_decode(uint8_t *buf, size_t len, const vf_ds_meta_key *key,
 {
     memset(out, 0, sizeof *out);
     int r = 0;
-    uint64_t ident_len = len >= HEADER_BYTES ? get_u64(buf + 88) : 0, body_len = len >= HEADER_BYTES ? get_u64(buf + 96) : 0;
+    uint64_t ident_len = len >= HEADER_BYTES ? get_u64(buf + 88) : 0;
+    uint64_t body_len = len >= HEADER_BYTES ? get_u64(buf + 96) : 0;
     if (len < HEADER_BYTES)
         r = corrupt("shorter than its header");
     else if (memcmp(buf, MAGIC, 8))
