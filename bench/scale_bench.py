@@ -36,6 +36,14 @@ Measurements:
   loader:<mode>:<keys>[@W]
              vlafeed.Loader(root, mode=<mode>, rank=0, world_size=W, num_consumers=1,
                             keys=None (all) | tabular, output="numpy"), then the first batch
+The metadata cache (docs/scale.md, "Opening big metadata") is set per run with
+--meta-cache, a comma list of modes; each measurement runs once per mode and its
+row is labelled [mode] unless the only mode is off:
+  off   VF_META_CACHE=0: every open decodes meta/episodes (the default; the figures
+        before the cache existed)
+  cold  a new, empty VF_CACHE_DIR per run: the first open, writing the cache
+  warm  a VF_CACHE_DIR per dataset filled once beforehand (`vlafeed info`, not
+        timed): every later open
 A suffix @W runs a measurement at world size W instead of --world-size
 (e.g. plan@8, loader:stream:all@1), to see how a rank's cost falls with W.
 Optional keyword arguments that today's API may not accept (skip_file_checks,
@@ -254,9 +262,13 @@ def problem_summary(doc):
     return ", ".join(f"{n} {m}" for m, n in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
 
 
-def measure(what, root, args, cli, flags, env, has_data):
-    """One measurement -> result dict (status 'ok' | 'timeout' | 'error: ...')."""
+def measure(what, root, args, cli, flags, env, has_data, extra_env=None):
+    """One measurement -> result dict (status 'ok' | 'timeout' | 'error: ...').
+    extra_env: variables added to the child's environment (the metadata cache)."""
     res = dict(measure=what)
+    cli_env = dict(os.environ, **extra_env) if extra_env else None
+    if extra_env:
+        env = dict(env or os.environ, **extra_env)
     world_size = args.world_size
     if "@" in what:  # e.g. loader:stream:all@8: this measurement at another world size
         what, _, ws = what.partition("@")
@@ -301,7 +313,7 @@ def measure(what, root, args, cli, flags, env, has_data):
     else:
         return dict(res, status=f"error: unknown measurement {what}")
     res["command"] = " ".join(cmd[:-1]) + " ROOT"
-    r = run_child(cmd, args.timeout)
+    r = run_child(cmd, args.timeout, cli_env)
     res.update(wall_s=r["wall_s"], cpu_s=r["cpu_s"], maxrss_mb=r["maxrss_mb"])
     if r["timed_out"]:
         return dict(res, status="timeout")
@@ -318,6 +330,9 @@ def measure(what, root, args, cli, flags, env, has_data):
     if what == "info":
         # Exit 1 is expected: no MP4s (and no data files for the meta variants).
         res["notes"] = f"exit {r['rc']}; errors: " + (problem_summary(doc) or "none")
+        mc = doc.get("meta_cache")
+        if mc and mc.get("enabled"):
+            res["notes"] += f"; meta cache: {mc['hits']} hits, {mc['misses']} misses, {mc['written']} written"
     else:
         fg = (doc.get("strategies") or {}).get("file_group") or {}
         distinct = sum(c.get("files", 0) for c in doc.get("cameras") or [])
@@ -327,6 +342,40 @@ def measure(what, root, args, cli, flags, env, has_data):
 
 
 SAMPLE_ARGS = ["--episodes", "20", "--cameras", "3", "--codec", "h264", "--size", "160x120", "--quiet"]
+
+
+META_CACHE_MODES = ("off", "cold", "warm")
+
+
+class MetaCacheDirs:
+    """The VF_CACHE_DIR of each --meta-cache mode: a new empty folder per run
+    (cold), one per dataset filled beforehand (warm); all removed at exit."""
+
+    def __init__(self, cli):
+        self.cli = cli
+        self.top = pathlib.Path(tempfile.mkdtemp(prefix="vf-scale-metacache-"))
+        self.count = 0
+
+    def env(self, mode, root):
+        if mode == "off":
+            return {"VF_META_CACHE": "0"}
+        self.count += 1
+        if mode == "cold":
+            return {"VF_META_CACHE": "1", "VF_CACHE_DIR": str(self.top / f"cold-{self.count}")}
+        d = self.top / ("warm-" + re.sub(r"[^A-Za-z0-9_.-]", "_", str(root)))
+        if not d.exists():
+            env = dict(os.environ, VF_META_CACHE="1", VF_CACHE_DIR=str(d))
+            r = subprocess.run([self.cli, "info", "--json", "--compact", "--no-file-checks", str(root)],
+                               capture_output=True, text=True, env=env)
+            try:
+                mc = json.loads(r.stdout)["meta_cache"]
+                print(f"  meta cache filled: {mc['written']} entries in {d}", file=sys.stderr)
+            except (ValueError, KeyError, TypeError):
+                print(f"  meta cache not filled: {first_line(r.stderr)}", file=sys.stderr)
+        return {"VF_META_CACHE": "1", "VF_CACHE_DIR": str(d)}
+
+    def close(self):
+        shutil.rmtree(self.top, ignore_errors=True)
 
 
 def ensure_sample(cache, cli):
@@ -414,6 +463,9 @@ def main(argv=None):
     ap.add_argument("--no-warm", action="store_true",
                     help="do not read a dataset's meta/ files once before its measurements (by default the "
                          "page cache is warmed, so the first measurement does not also time the disk)")
+    ap.add_argument("--meta-cache", default="off",
+                    help="comma list of off,cold,warm: how the metadata cache is set for each run (default off; "
+                         "see above)")
     ap.add_argument("--quick", action="store_true",
                     help="10k, variants meta and data, measurements meta_py,info,plan,loader:stream:all,"
                          "loader:map:tabular (under a minute once the datasets are cached)")
@@ -431,8 +483,12 @@ def main(argv=None):
         m = m.partition("@")[0]
         if m.startswith("loader:") and (len(m.split(":")) != 3 or m.split(":")[2] not in ("all", "tabular")):
             ap.error(f"bad measurement {m!r}: use loader:MODE:all or loader:MODE:tabular")
+    cache_modes = [m.strip() for m in args.meta_cache.split(",") if m.strip()]
+    if not cache_modes or any(m not in META_CACHE_MODES for m in cache_modes):
+        ap.error(f"--meta-cache: a comma list of {','.join(META_CACHE_MODES)}")
     cli = find_cli(args.cli)
     flags = skip_check_flags(cli)
+    cache_dirs = MetaCacheDirs(cli)
     env = python_env()
     log = sys.stderr
     rows = []
@@ -458,10 +514,11 @@ def main(argv=None):
                 warmed = warm_meta(root)
                 print(f"  page cache: read {warmed / 1e6:.0f} MB of meta/ in {time.perf_counter() - t0:.1f} s",
                       file=log)
-            for m in measures:
+            for m, mode in ((m, mode) for m in measures for mode in cache_modes):
                 if m.partition("@")[0].endswith(":tabular") and not has_data:
                     continue  # tabular loaders only say something where rows exist
-                runs = [measure(m, root, args, cli, flags, env, has_data) for _ in range(max(1, args.repeat))]
+                runs = [measure(m, root, args, cli, flags, env, has_data, cache_dirs.env(mode, root))
+                        for _ in range(max(1, args.repeat))]
                 ok = [x for x in runs if x.get("wall_s") is not None and x["status"] == "ok"] or runs
                 r = min(ok, key=lambda x: x.get("wall_s") or float("inf"))
                 if len(runs) > 1:
@@ -471,10 +528,14 @@ def main(argv=None):
                                   ).lstrip("; ")
                 r.update(dataset=f"{size}/{variant}", root=str(root), episodes_total=stamp["params"]["episodes"],
                          frames_total=stamp["total_frames"])
+                if cache_modes != ["off"]:
+                    r["measure"] = f"{m} [{mode}]"
+                    r["meta_cache"] = mode
                 rows.append(r)
-                print(f"  {m}: {fmt(r.get('wall_s'))} s, {fmt(r.get('cpu_s'))} CPU-s, {fmt(r.get('maxrss_mb'), 0)} MB, "
+                print(f"  {r['measure']}: {fmt(r.get('wall_s'))} s, {fmt(r.get('cpu_s'))} CPU-s, {fmt(r.get('maxrss_mb'), 0)} MB, "
                       f"{r['status'][:100]}",
                       file=log)
+    cache_dirs.close()
     doc = dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:])),
                date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
                machine=dict(host=platform.node(), cpus=os.cpu_count(), python=platform.python_version(),

@@ -22,7 +22,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: vlafeed info PATH [--json] [--compact] [--episodes LIST] [--no-data-check]\n"
-            "                         [--no-file-checks | --check-files]\n"
+            "                         [--no-file-checks | --check-files] [--no-meta-cache]\n"
             "\n"
             "Describes the LeRobot dataset (v3.0, v2.1 or v2.0) in the folder PATH: format,\n"
             "fps, totals, features, cameras, tasks, normalization statistics, and every\n"
@@ -37,6 +37,8 @@ static void usage(FILE *out)
             "  --no-file-checks   do not check that data and video files exist\n"
             "  --check-files      check every file at open even above 10,000 files (by\n"
             "                     default larger datasets are checked when files are opened)\n"
+            "  --no-meta-cache    decode meta/episodes from Parquet, neither reading nor\n"
+            "                     writing the metadata cache (also: VF_META_CACHE=0)\n"
             "  -h, --help         this text\n"
             "\n"
             "exit status: 0 no errors (warnings allowed), 1 errors found or unreadable\n"
@@ -130,6 +132,12 @@ static void print_human(const vf_dataset *d)
                nfiles, VF_LAZY_FILE_CHECKS);
     else if (vf_dataset_file_checks(d) == VF_FILES_NOT_CHECKED)
         printf("files      %zu data and video files not checked (--no-file-checks)\n", nfiles);
+    vf_meta_cache_stats mc;
+    vf_dataset_meta_cache_stats(d, &mc);
+    if (mc.enabled)
+        printf("metadata   %zu episodes file%s from the metadata cache, %zu decoded (%zu cache entr%s written, "
+               "%s)\n",
+               mc.hits, mc.hits == 1 ? "" : "s", mc.misses, mc.written, mc.written == 1 ? "y" : "ies", mc.dir);
     if (vf_dataset_num_missing_files(d))
         printf("missing    %zu file%s\n", vf_dataset_num_missing_files(d),
                vf_dataset_num_missing_files(d) == 1 ? "" : "s");
@@ -138,7 +146,7 @@ static void print_human(const vf_dataset *d)
 int vf_cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
-    int json = 0, compact = 0, data_check = 1, file_checks = VF_CHECK_FILES_AUTO;
+    int json = 0, compact = 0, data_check = 1, file_checks = VF_CHECK_FILES_AUTO, meta_cache = 1;
     int64_t *episodes = NULL;
     size_t num_episodes = 0;
     for (int i = 1; i < argc; i++) {
@@ -157,6 +165,8 @@ int vf_cmd_info(int argc, char **argv)
             file_checks = VF_CHECK_FILES_OFF;
         } else if (!strcmp(a, "--check-files")) {
             file_checks = VF_CHECK_FILES_ALL;
+        } else if (!strcmp(a, "--no-meta-cache")) {
+            meta_cache = 0;
         } else if (!strcmp(a, "--episodes") || !strncmp(a, "--episodes=", 11)) {
             const char *list = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
             free(episodes);
@@ -187,6 +197,7 @@ int vf_cmd_info(int argc, char **argv)
     s.num_episodes = num_episodes;
     s.check_data_files = data_check;
     s.check_files = file_checks;
+    s.meta_cache = meta_cache;
     vf_dataset *d;
     int r = vf_dataset_open(&d, path, &s);
     free(episodes);

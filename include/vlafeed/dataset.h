@@ -106,6 +106,16 @@ typedef struct vf_dataset_settings {
      * refuse every episode of the file. Applies to the open-time video
      * check, vf_dataset_read_frame and vf_dataset_decode_check. */
     vf_video_mismatch video_mismatch;
+    /* 1 (default): for a local v3.0 root, keep the columns decoded from
+     * each meta/episodes file in a persistent cache and reuse them while
+     * the file is unchanged (validated by its stat data, a hash of its
+     * footer tail and a checksum of the entry), so that opens after the
+     * first skip the Parquet decoding of the episodes metadata. The folder
+     * is $VF_CACHE_DIR/meta, else $XDG_CACHE_HOME/vlafeed/meta, else
+     * ~/.cache/vlafeed/meta; VF_META_CACHE=0 in the environment turns it
+     * off. A cache that cannot be read or written is never an error
+     * (docs/scale.md, "Opening big metadata"). 0: off. */
+    int meta_cache;
 } vf_dataset_settings;
 
 enum { VF_CHECK_FILES_OFF = 0, VF_CHECK_FILES_AUTO = 1, VF_CHECK_FILES_ALL = 2 };
@@ -128,7 +138,19 @@ typedef enum vf_file_checks {
 } vf_file_checks;
 vf_file_checks vf_dataset_file_checks(const vf_dataset *d);
 
-/* Fills s with the defaults (all episodes, check_files VF_CHECK_FILES_AUTO). */
+/* How the open read the episodes metadata through the metadata cache
+ * (settings.meta_cache). */
+typedef struct vf_meta_cache_stats {
+    int enabled;          /* 1: the cache was consulted (local v3.0 root, not turned off) */
+    const char *dir;      /* its folder (owned by the dataset), NULL when not enabled */
+    size_t hits;          /* episodes files whose columns came from the cache */
+    size_t misses;        /* episodes files decoded from Parquet */
+    size_t written;       /* cache entries written by this open */
+} vf_meta_cache_stats;
+void vf_dataset_meta_cache_stats(const vf_dataset *d, vf_meta_cache_stats *out);
+
+/* Fills s with the defaults (all episodes, check_files VF_CHECK_FILES_AUTO,
+ * meta_cache 1). */
 void vf_dataset_defaults(vf_dataset_settings *s);
 
 /* Opens the dataset at root: a local folder holding meta/info.json, or a

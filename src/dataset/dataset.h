@@ -199,6 +199,7 @@ struct vf_dataset {
     int fingerprint_ready;
     uint64_t fingerprint;
     vf_file_checks file_checks;   /* what the open did (vf_dataset_file_checks) */
+    vf_meta_cache_stats meta_cache; /* enabled: wanted at open, then whether it was used (v3.c) */
     vf_video_mismatch video_mismatch; /* settings.video_mismatch, resolved at open (never _DEFAULT) */
 };
 

@@ -427,6 +427,12 @@ void vf_dataset_defaults(vf_dataset_settings *s)
     s->check_files = VF_CHECK_FILES_AUTO;
     s->check_data_files = 0;
     s->check_videos = 1;
+    s->meta_cache = 1;
+}
+
+void vf_dataset_meta_cache_stats(const vf_dataset *d, vf_meta_cache_stats *out)
+{
+    *out = d->meta_cache;
 }
 
 static int cmp_size_by_episode(const void *a, const void *b, void *ctx)
@@ -829,6 +835,8 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
     pthread_mutex_init(&d->fingerprint_lock, NULL);
     d->video_mismatch = vf_video_mismatch_resolve(settings->video_mismatch);
     d->fs = *fs;
+    d->local_fs = fs->open_source == local_open_source;
+    d->meta_cache.enabled = settings->meta_cache != 0;
     d->root = vf_ds_strdup(d, root);
     if (!d->root) {
         vf_dataset_close(d);
@@ -844,6 +852,8 @@ int vf_ds_open_fs(vf_dataset **out, const char *root, const vf_ds_fs *fs, const 
         r = vf_ds_load_info(d, (const char *)text, len);
         free(text);
     }
+    if (r == 0 && d->major != 3)
+        d->meta_cache.enabled = 0; /* only v3.0's Parquet episodes files are cached */
     if (r == 0)
         r = d->major == 3 ? vf_ds_load_v3(d) : vf_ds_load_v2(d);
     if (r == 0)

@@ -195,6 +195,25 @@ static int add_problems(const vf_dataset *d, json_t *root)
     return r;
 }
 
+/* How the episodes metadata was read: "meta_cache": {enabled, dir, hits, misses, written}. */
+static int add_meta_cache(const vf_dataset *d, json_t *root)
+{
+    const vf_meta_cache_stats *m = &d->meta_cache;
+    json_t *o = json_object();
+    int r = put(root, "meta_cache", o);
+    if (r == 0)
+        r = put(o, "enabled", json_boolean(m->enabled));
+    if (r == 0)
+        r = put(o, "dir", m->dir ? str(m->dir) : json_null());
+    if (r == 0)
+        r = put(o, "hits", json_integer((json_int_t)m->hits));
+    if (r == 0)
+        r = put(o, "misses", json_integer((json_int_t)m->misses));
+    if (r == 0)
+        r = put(o, "written", json_integer((json_int_t)m->written));
+    return r;
+}
+
 int vf_dataset_info_json(const vf_dataset *d, int flags, char **out)
 {
     *out = NULL;
@@ -223,6 +242,8 @@ int vf_dataset_info_json(const vf_dataset *d, int flags, char **out)
         goto done;
     for (size_t i = 0; i < d->num_tasks && r == 0; i++)
         r = append(tasks, str(d->tasks[i]));
+    if (r == 0)
+        r = add_meta_cache(d, root);
     if (r < 0 || (r = add_stats(d, root)) < 0 ||
         (r = put(root, "episodes_selected", json_integer((json_int_t)d->num_selected))) < 0 ||
         (r = add_problems(d, root)) < 0 || (r = put(root, "fingerprint", str(fp))) < 0)

@@ -20,6 +20,7 @@
  *    metadata's index_columns. Row position is the task_index (verified).
  */
 #include "dataset/dataset.h"
+#include "dataset/meta_cache.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -245,9 +246,11 @@ static int string_at(const vf_pq_array *a, int64_t i, const char **s, size_t *n)
 /* ---- episodes ------------------------------------------------------------ */
 
 /* The columns of one meta/episodes file, read without touching the
- * dataset (so several files can be read at once), then appended to it in
- * file order by add_episodes(). */
-enum { EP, LEN, DCHUNK, DFILE, FROM, TO, NFIXED };
+ * dataset (so several files can be read at once), from the metadata cache
+ * (meta_cache.c) or the file itself, then appended to it in file order by
+ * add_episodes(). */
+enum { EP = VF_DS_EP_INDEX, LEN = VF_DS_EP_LENGTH, DCHUNK = VF_DS_EP_DATA_CHUNK, DFILE = VF_DS_EP_DATA_FILE,
+       FROM = VF_DS_EP_FROM, TO = VF_DS_EP_TO, NFIXED = VF_DS_EP_NFIXED };
 static const char *const fixed_columns[NFIXED] = {"episode_index", "length", "data/chunk_index", "data/file_index",
                                                   "dataset_from_index", "dataset_to_index"};
 
@@ -255,34 +258,15 @@ typedef struct episodes_cols {
     const vf_dataset *d;
     const char *rel;
     char *file;                /* absolute, for messages */
-    int64_t rows;
-    int64_t *fixed[NFIXED];
-    int64_t **vchunk, **vfile; /* per camera */
-    double **vfrom, **vto;
-    vf_pq_array tasks;         /* LIST<STRING>, or zeroed when the column is absent */
+    vf_ds_episodes_columns cols;
+    int cache_hit, cache_written;
     int r;
     char *error;               /* the message of a failure on a worker thread */
 } episodes_cols;
 
 static void free_episodes_cols(episodes_cols *c)
 {
-    for (int k = 0; k < NFIXED; k++)
-        free(c->fixed[k]);
-    for (size_t k = 0; k < c->d->num_cameras; k++) {
-        if (c->vchunk)
-            free(c->vchunk[k]);
-        if (c->vfile)
-            free(c->vfile[k]);
-        if (c->vfrom)
-            free(c->vfrom[k]);
-        if (c->vto)
-            free(c->vto[k]);
-    }
-    free(c->vchunk);
-    free(c->vfile);
-    free(c->vfrom);
-    free(c->vto);
-    vf_pq_array_free(&c->tasks);
+    vf_ds_episodes_columns_free(&c->cols);
     free(c->file);
     free(c->error);
     const vf_dataset *d = c->d;
@@ -319,15 +303,14 @@ static char **needed_columns(const vf_dataset *d, int *count)
     return names;
 }
 
-static int read_episodes_cols(episodes_cols *c, char *const *needed, int num_needed)
+static int read_episodes_cols(episodes_cols *ec, char *const *needed, int num_needed)
 {
-    const vf_dataset *d = c->d;
-    c->file = vf_path_join(d->root, c->rel);
-    if (!c->file)
-        return VF_ENOMEM;
-    const char *file = c->file;
+    const vf_dataset *d = ec->d;
+    const char *file = ec->file;
+    vf_ds_episodes_columns *c = &ec->cols;
+    c->num_cameras = d->num_cameras;
     vf_source *src;
-    int r = d->fs.open_source(d->fs.ctx, c->rel, &src);
+    int r = d->fs.open_source(d->fs.ctx, ec->rel, &src);
     if (r < 0)
         return r;
     vf_pq_file *f;
@@ -405,6 +388,7 @@ typedef struct episodes_job {
     episodes_cols *cols;
     char *const *needed;
     int num_needed;
+    vf_ds_meta_cache *cache; /* NULL: no metadata cache */
     /* completion, for the reader that appends files in order */
     pthread_mutex_t *lock;
     pthread_cond_t *cond;
@@ -414,9 +398,19 @@ typedef struct episodes_job {
 static void episodes_job_run(void *arg)
 {
     episodes_job *j = arg;
-    j->cols->r = read_episodes_cols(j->cols, j->needed, j->num_needed);
-    if (j->cols->r < 0)
-        j->cols->error = vf_strdup(vf_last_error());
+    episodes_cols *c = j->cols;
+    c->file = vf_path_join(c->d->root, c->rel);
+    vf_ds_meta_key key;
+    memset(&key, 0, sizeof key);
+    if (!c->file)
+        c->r = VF_ENOMEM;
+    else if (j->cache && vf_ds_meta_cache_load(j->cache, c->file, c->d->num_cameras, &key, &c->cols))
+        c->cache_hit = 1;
+    else if ((c->r = read_episodes_cols(c, j->needed, j->num_needed)) == 0 && j->cache)
+        c->cache_written = vf_ds_meta_cache_store(j->cache, &key, &c->cols);
+    vf_ds_meta_key_free(&key);
+    if (c->r < 0)
+        c->error = vf_strdup(vf_last_error());
     if (j->lock) {
         pthread_mutex_lock(j->lock);
         j->done = 1;
@@ -441,9 +435,10 @@ static int index_too_large(const char *file, int64_t row, const vf_ds_episode *e
 
 /* Appends the episodes of one file to the model; `prev` carries the last
  * episode's task list so that runs of identical lists share one copy. */
-static int add_episodes(vf_dataset *d, episodes_cols *c, size_t file_id)
+static int add_episodes(vf_dataset *d, const episodes_cols *ec, size_t file_id)
 {
-    const char *file = c->file;
+    const char *file = ec->file;
+    const vf_ds_episodes_columns *c = &ec->cols;
     size_t nc = d->num_cameras;
     const vf_pq_array *a = c->tasks.type == VF_PQ_T_LIST ? &c->tasks : NULL;
     const vf_pq_array *items = a ? &a->children[0] : NULL;
@@ -541,6 +536,14 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
     size_t window = pool ? (size_t)threads * 2 : 1;
+    /* The metadata cache: local roots only (a remote file's stat data is
+     * not available to validate an entry). */
+    vf_ds_meta_cache *cache = NULL;
+    if (r == 0 && d->meta_cache.enabled && d->local_fs)
+        r = vf_ds_meta_cache_open(&cache, needed, num_needed);
+    d->meta_cache.enabled = cache != NULL;
+    if (r == 0 && cache && !(d->meta_cache.dir = vf_ds_strdup(d, vf_ds_meta_cache_dir(cache))))
+        r = VF_ENOMEM;
     episodes_cols *cols = vf_calloc(window, sizeof *cols);
     episodes_job *jobs = vf_calloc(window, sizeof *jobs);
     if (r == 0 && (!cols || !jobs))
@@ -552,7 +555,7 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
             size_t k = submitted % window;
             cols[k].d = d;
             cols[k].rel = files[submitted].rel;
-            jobs[k] = (episodes_job){.cols = &cols[k], .needed = needed, .num_needed = num_needed,
+            jobs[k] = (episodes_job){.cols = &cols[k], .needed = needed, .num_needed = num_needed, .cache = cache,
                                      .lock = pool ? &lock : NULL, .cond = pool ? &cond : NULL};
             if (!pool || vf_thread_pool_submit(pool, episodes_job_run, &jobs[k]) < 0) {
                 jobs[k].lock = NULL;
@@ -570,9 +573,14 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
         if (cols[k].r < 0)
             r = cols[k].r == VF_ENOMEM ? VF_ENOMEM : vf_error(cols[k].r, "%s", cols[k].error ? cols[k].error : "?");
         if (r == 0)
-            r = vf_ds_reserve_episodes(d, d->num_all_episodes + (size_t)cols[k].rows);
+            r = vf_ds_reserve_episodes(d, d->num_all_episodes + (size_t)cols[k].cols.rows);
         if (r == 0)
             r = add_episodes(d, &cols[k], i);
+        if (cache) {
+            d->meta_cache.hits += cols[k].cache_hit;
+            d->meta_cache.misses += !cols[k].cache_hit;
+            d->meta_cache.written += cols[k].cache_written;
+        }
         free_episodes_cols(&cols[k]);
     }
     /* On an error, the files still in flight finish before their columns go. */
@@ -583,6 +591,9 @@ static int load_episodes(vf_dataset *d, const episodes_file *files, size_t n)
             free_episodes_cols(&cols[k]);
     pthread_mutex_destroy(&lock);
     pthread_cond_destroy(&cond);
+    if (cache && d->meta_cache.written)
+        vf_ds_meta_cache_prune(cache); /* an open that wrote entries also drops the useless ones */
+    vf_ds_meta_cache_close(cache);
     free(cols);
     free(jobs);
     for (int i = 0; i < num_needed; i++)

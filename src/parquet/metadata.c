@@ -336,14 +336,22 @@ static void parse_row_group(vf_pq_tr *t, vf_pq_row_group_meta *rg, const footer 
                     rg->columns[i].null_count = -1;
                 }
             }
-            for (uint32_t i = 0; i < n && !t->err; i++) {
+            for (uint32_t i = 0; i < n && !t->err;) {
                 int s = (int)i;
                 if (m->leaf_slot)
                     s = (int)i < m->num_flat_leaves ? m->leaf_slot[i] : -1;
-                if (s >= 0)
+                if (s >= 0) {
                     parse_column_chunk(t, &rg->columns[s]);
-                else
-                    vf_pq_tr_skip(t, VF_TC_STRUCT); /* not projected: never materialised */
+                    i++;
+                    continue;
+                }
+                /* Not projected, never materialised: the run of such
+                 * chunks (LeRobot's stats columns) is skipped in one pass. */
+                uint32_t run = 1;
+                while (i + run < n && ((int)(i + run) >= m->num_flat_leaves || m->leaf_slot[i + run] < 0))
+                    run++;
+                vf_pq_tr_skip_structs(t, run);
+                i += run;
             }
         } else if (id == 3) {
             rg->num_rows = vf_pq_tr_int_field(t, type, &ok);

@@ -84,6 +84,10 @@ int64_t vf_pq_tr_int_field(vf_pq_tr *t, int type, int *ok);
 
 /* Skips one value of the given wire type, recursing into containers. */
 void vf_pq_tr_skip(vf_pq_tr *t, int type);
+/* Skips `count` structs one after the other, as vf_pq_tr_skip(t,
+ * VF_TC_STRUCT) `count` times but in one pass (the unprojected column
+ * chunks of a row group: most of a wide file's footer). */
+void vf_pq_tr_skip_structs(vf_pq_tr *t, uint32_t count);
 
 /* Bytes consumed so far. */
 static inline size_t vf_pq_tr_consumed(const vf_pq_tr *t) { return (size_t)(t->p - t->start); }

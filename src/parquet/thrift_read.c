@@ -258,7 +258,13 @@ typedef struct skip_frame {
     uint64_t left;             /* list elements, or map keys + values, still to skip */
 } skip_frame;
 
-void vf_pq_tr_skip(vf_pq_tr *t, int type)
+/* Pseudo type for skip_values: no value of its own (the run of structs
+ * is on the stack already). */
+#define SKIP_NOTHING (-1)
+
+/* Skips one value of type `type`, or (type SKIP_NOTHING) `structs`
+ * structs in a row. */
+static void skip_values(vf_pq_tr *t, int type, uint32_t structs)
 {
     if (t->err)
         return;
@@ -268,9 +274,18 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
     const uint8_t *p = t->p, *end = t->end;
     const char *why = NULL;
     int cur = type, in_container = 0;
+    if (type == SKIP_NOTHING) {
+        if (limit < 2) { /* the list frame and a struct in it */
+            why = "thrift structs nested too deeply";
+            goto fail;
+        }
+        st[++sp] = (skip_frame){.kind = VF_TC_LIST, .elem = VF_TC_STRUCT, .left = structs};
+    }
     for (;;) {
         /* Skip one value of type cur. */
         switch (cur) {
+        case SKIP_NOTHING:
+            break;
         case VF_TC_TRUE:
         case VF_TC_FALSE:
             if (in_container) {
@@ -375,6 +390,20 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                 while (end - p >= 24) {
                     uint8_t h = *p;
                     int ft = h & 0x0f;
+                    if ((unsigned)(ft - VF_TC_I16) <= VF_TC_I64 - VF_TC_I16 && (h >> 4)) {
+                        /* The commonest field first: an integer (short
+                         * form header), skipped by its varint's last byte. */
+                        const uint8_t *q = p + 1;
+                        while ((*q & 0x80) && q - p < 10)
+                            q++;
+                        if (*q & 0x80) {
+                            p = q + 1;
+                            why = "varint longer than 10 bytes";
+                            goto fail;
+                        }
+                        p = q + 1;
+                        continue;
+                    }
                     if (h == VF_TC_STOP) {
                         /* The struct ends: back to its parent here when
                          * that is a struct, or a list of structs with
@@ -461,7 +490,7 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                         p++;
                         continue;
                     }
-                    /* I16/I32/I64 value or BINARY length: a varint */
+                    /* a BINARY length (integers were taken above) */
                     uint64_t v;
                     int len = fast_varint(p, &v);
                     if (!len) {
@@ -470,13 +499,11 @@ void vf_pq_tr_skip(vf_pq_tr *t, int type)
                         goto fail;
                     }
                     p += len;
-                    if (ft == VF_TC_BINARY) {
-                        if (v > (uint64_t)(end - p)) {
-                            why = "binary length past the end";
-                            goto fail;
-                        }
-                        p += v;
+                    if (v > (uint64_t)(end - p)) {
+                        why = "binary length past the end";
+                        goto fail;
                     }
+                    p += v;
                 }
                 if (p >= end)
                     goto truncated;
@@ -510,4 +537,12 @@ truncated:
 fail:
     t->p = p;
     vf_pq_tr_fail(t, why);
+}
+
+void vf_pq_tr_skip(vf_pq_tr *t, int type) { skip_values(t, type, 0); }
+
+void vf_pq_tr_skip_structs(vf_pq_tr *t, uint32_t count)
+{
+    if (count)
+        skip_values(t, SKIP_NOTHING, count);
 }

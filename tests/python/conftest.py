@@ -1,14 +1,23 @@
 """Shared pytest fixtures: paths to the shared fixtures and to the built
 `vlafeed` command. The extension is imported from python/ (in-place build,
 `make py-inplace`) or from the installed package."""
+import atexit
 import os
 import pathlib
 import shutil
+import tempfile
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+# Datasets the tests open cache their decoded metadata (docs/scale.md,
+# "Opening big metadata"): in a scratch folder of this session, never in the
+# user's ~/.cache. Set at import, so every subprocess inherits it.
+_META_CACHE_DIR = tempfile.mkdtemp(prefix="vf-test-cache-")
+os.environ["VF_CACHE_DIR"] = _META_CACHE_DIR
+atexit.register(shutil.rmtree, _META_CACHE_DIR, True)
 
 
 @pytest.fixture(scope="session")

@@ -264,3 +264,31 @@ def test_100k_metadata_opens_with_only_files_missing(tmp_path, cli):
     plan = json.loads(r.stdout)
     assert plan["frames"] == stamp["total_frames"]
     assert [c["files"] for c in plan["cameras"]] == stamp["video_files_per_camera"]
+
+
+def test_bench_meta_cache_modes(tmp_path, cli):
+    """scale_bench --meta-cache: off sets VF_META_CACHE=0 (the cache untouched), cold a new empty
+    VF_CACHE_DIR per run (every episodes file a miss, written), warm one folder per dataset filled
+    beforehand (every file a hit); the folders go with close()."""
+    root = tmp_path / "ds"
+    scale_meta.generate(root, episodes=40, seed=2, meta_row_group=10, episodes_per_meta_file=20, num_tasks=5)
+
+    class Args:
+        world_size, workers, batch_size, timeout, py_kwarg = 4, 2, 8, 60, {}
+
+    dirs = scale_bench.MetaCacheDirs(cli)
+    try:
+        notes = {}
+        for mode in ("off", "cold", "cold", "warm", "warm"):
+            res = scale_bench.measure("info", root, Args, cli, ["--no-file-checks"], scale_bench.python_env(), False,
+                                      dirs.env(mode, root))
+            assert res["status"] == "ok", res
+            notes.setdefault(mode, []).append(res["notes"])
+        assert all("meta cache" not in n for n in notes["off"])
+        assert all("0 hits, 2 misses, 2 written" in n for n in notes["cold"])
+        assert all("2 hits, 0 misses, 0 written" in n for n in notes["warm"])
+        top = dirs.top
+        assert len(list(top.glob("cold-*"))) == 2 and len(list(top.glob("warm-*"))) == 1
+    finally:
+        dirs.close()
+    assert not top.exists()

@@ -1,9 +1,11 @@
 /*
  * py_dataset.c: the dataset area of vlafeed._native.
  *
- *   Dataset(root, episodes=None, on_metadata_error="raise", check_videos=1, check_files=None)
+ *   Dataset(root, episodes=None, on_metadata_error="raise", check_videos=1, check_files=None,
+ *           video_mismatch=None, meta_cache=True)
  *       an open dataset (vf_dataset): metadata getters, info(), subset()
- *   dataset_info(path, episodes=None, check_data=True, check_files=None, check_videos=True) -> dict
+ *   dataset_info(path, episodes=None, check_data=True, check_files=None, check_videos=True,
+ *                meta_cache=True) -> dict
  *       the `vlafeed info --json` document (docs/info-json.md), parsed with
  *       Python's json module so both always carry the same content. A
  *       dataset that cannot be opened raises (FileNotFoundError for a
@@ -110,6 +112,7 @@ static const vf_py_setting dataset_list[] = {
     /* not given: VF_VIDEO_MISMATCH in the environment, else "refuse" */
     {"video_mismatch", VF_PY_STR, VF_PY_FIELD(D, s.video_mismatch), .choices = mismatch_policies,
      .error = "video_mismatch must be \"refuse\" or \"timestamp\", not \"%s\""},
+    {"meta_cache", VF_PY_BOOL, VF_PY_FIELD(D, s.meta_cache)}, /* the persistent metadata cache (default on) */
 };
 static const vf_py_setting info_list[] = {
     {"path", VF_PY_PATH, VF_PY_FIELD(D, path)},
@@ -117,6 +120,7 @@ static const vf_py_setting info_list[] = {
     {"check_data", VF_PY_BOOL, VF_PY_FIELD(D, s.check_data_files)},
     CHECK_FILES,
     {"check_videos", VF_PY_BOOL, VF_PY_FIELD(D, s.check_videos)},
+    {"meta_cache", VF_PY_BOOL, VF_PY_FIELD(D, s.meta_cache)},
 };
 static const vf_py_setting plan_list[] = {
     {"root", VF_PY_PATH, VF_PY_FIELD(D, path)},
@@ -433,7 +437,8 @@ PyTypeObject vf_py_dataset_type = {
                 "Dataset(root, episodes=None, on_metadata_error=\"raise\", check_videos=1, check_files=None): an "
                 "open LeRobot dataset (v3.0, v2.1). Metadata errors raise unless on_metadata_error=\"warn\"; "
                 "check_videos indexes the videos at open (1 local roots, 2 remote too, 0 off); check_files: None "
-                "checks the files exist at open up to 10,000 files, True always, False never.",
+                "checks the files exist at open up to 10,000 files, True always, False never; meta_cache=False "
+                "neither reads nor writes the persistent metadata cache (VF_CACHE_DIR, VF_META_CACHE=0).",
                 Dataset_init, Dataset_methods, Dataset_getset),
 };
 
@@ -623,14 +628,17 @@ done:
 
 PyMethodDef vf_py_dataset_functions[] = {
     VF_PY_KW_FUNCTION("dataset_info", py_dataset_info,
-     "dataset_info(path, episodes=None, check_data=True, check_files=None, check_videos=True) -> dict\n\n"
+     "dataset_info(path, episodes=None, check_data=True, check_files=None, check_videos=True,\n"
+     "             meta_cache=True) -> dict\n\n"
      "Opens the LeRobot dataset at path and returns the `vlafeed info --json`\n"
      "report (docs/info-json.md) as a dict. episodes selects episode indices;\n"
      "check_data=False skips opening the data Parquet footers. check_files: None\n"
      "(default) checks that data and video files exist at open up to 10,000 files and\n"
      "defers the checks to first use above; True always checks at open; False never.\n"
      "check_videos=False skips indexing the local video files (codec, size, every\n"
-     "episode's frames)."),
+     "episode's frames). meta_cache=False decodes meta/episodes from Parquet without\n"
+     "reading or writing the persistent metadata cache (the report's meta_cache says\n"
+     "how the metadata was read)."),
     VF_PY_KW_FUNCTION("plan", py_plan,
      "plan(root, episodes=None, world_size=1, num_consumers=1) -> dict\n\n"
      "The `vlafeed plan --json` document: tasks and MP4 opens per partition strategy."),

@@ -1,0 +1,118 @@
+/*
+ * meta_cache.h: the decoded columns of one v3.0 meta/episodes file, and a
+ * persistent on-disk cache of them (meta_cache.c).
+ *
+ * Decoding a recorder-layout episodes file (10-row row groups, ~120
+ * columns of which ~20 are needed) is mostly footer walking: ~18 MB of
+ * Thrift per 10,000 episodes. The cache keeps what the v3.0 backend
+ * (v3.c) extracts from each file, keyed by the file's absolute path and
+ * the projection (the camera keys), and validated on every load against
+ * the file's stat data (size, mtime, ctime, inode, device), a SHA-256 of
+ * its last 64 KiB (the Parquet footer tail) and a CRC-32 of the cache file
+ * itself. Whatever does not match is a miss: the file is decoded again and
+ * the cache entry rewritten. A hit yields the same columns a fresh decode
+ * would, which go through the same checks (add_episodes in v3.c).
+ *
+ * Depends on: base, parquet (vf_pq_array), zlib (crc32), libcrypto (SHA-256).
+ */
+#ifndef VF_DATASET_META_CACHE_H
+#define VF_DATASET_META_CACHE_H
+
+#include "dataset/dataset.h"
+
+/* The fixed integer columns of an episodes file, in this order. */
+enum {
+    VF_DS_EP_INDEX = 0,      /* episode_index */
+    VF_DS_EP_LENGTH,         /* length */
+    VF_DS_EP_DATA_CHUNK,     /* data/chunk_index */
+    VF_DS_EP_DATA_FILE,      /* data/file_index */
+    VF_DS_EP_FROM,           /* dataset_from_index */
+    VF_DS_EP_TO,             /* dataset_to_index */
+    VF_DS_EP_NFIXED
+};
+
+/* What v3.c needs from one episodes file: rows x (6 fixed int64 columns,
+ * per camera chunk/file int64 and from/to timestamps as double) and the
+ * optional `tasks` column (LIST of STRING or BINARY). */
+typedef struct vf_ds_episodes_columns {
+    int64_t rows;
+    size_t num_cameras;
+    int64_t *fixed[VF_DS_EP_NFIXED];
+    int64_t **vchunk, **vfile;   /* [num_cameras], each [rows] */
+    double **vfrom, **vto;
+    vf_pq_array tasks;           /* LIST<STRING|BINARY>, or zeroed when the file has no tasks column */
+    /* A cache hit: every column array above (and the tasks arrays) points
+     * into this one buffer, which is all that is freed with them. */
+    uint8_t *backing;
+    vf_pq_array task_items;      /* with backing: tasks.children points here */
+} vf_ds_episodes_columns;
+
+/* Frees what c owns (either way it was filled) and zeroes it. */
+void vf_ds_episodes_columns_free(vf_ds_episodes_columns *c);
+
+/* ---- the cache ------------------------------------------------------------ */
+
+/* The version of the cache file format; a file of another version is a miss. */
+#define VF_DS_META_CACHE_VERSION 1
+/* Bytes at the end of the Parquet file whose SHA-256 is part of the key. */
+#define VF_DS_META_CACHE_TAIL ((size_t)64 << 10)
+
+/* The identity of one version of one episodes file. */
+typedef struct vf_ds_meta_key {
+    int valid;                   /* 0: the file could not be stat'ed or read; nothing is stored */
+    uint64_t size, mtime_ns, ctime_ns, inode, device;
+    uint8_t tail_sha256[32];
+    char *ident;                 /* absolute path, NUL, projection (owned) */
+    size_t ident_len;
+} vf_ds_meta_key;
+void vf_ds_meta_key_free(vf_ds_meta_key *key);
+
+typedef struct vf_ds_meta_cache vf_ds_meta_cache;
+
+/* A cache for one dataset open, in $VF_CACHE_DIR/meta, else
+ * $XDG_CACHE_HOME/vlafeed/meta, else $HOME/.cache/vlafeed/meta. columns:
+ * the projection (the names v3.c reads), part of every key. *out is NULL
+ * (result 0) when VF_META_CACHE is 0/off/false/no or no folder can be
+ * named; the result is < 0 only for ENOMEM. Thread-safe: loads and stores
+ * of different files may run at once. The folder is created (mode 0700)
+ * at the first store; a folder that cannot be created or written disables
+ * the stores of this open with one debug line, never an error. */
+int vf_ds_meta_cache_open(vf_ds_meta_cache **out, char *const *columns, int num_columns);
+void vf_ds_meta_cache_close(vf_ds_meta_cache *mc);
+/* The cache's folder (owned by mc). */
+const char *vf_ds_meta_cache_dir(const vf_ds_meta_cache *mc);
+
+/* Looks up the episodes file at path (absolute or relative to the current
+ * directory). 1: a hit, *out filled (num_cameras camera columns). 0: a
+ * miss, *out zeroed; *key identifies the file as read now (key->valid 0 if
+ * it could not be stat'ed), to pass to vf_ds_meta_cache_store after a
+ * successful decode. A corrupt cache file is a miss with a logged warning.
+ * *key is the caller's to free (vf_ds_meta_key_free) either way. */
+int vf_ds_meta_cache_load(vf_ds_meta_cache *mc, const char *path, size_t num_cameras, vf_ds_meta_key *key,
+                          vf_ds_episodes_columns *out);
+/* Stores cols for the file identified by key, atomically (temporary file
+ * + rename), unless the file changed since key was taken. 1 written, 0
+ * not (never an error). */
+int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols);
+
+/* Removes the entries of episodes files that no longer exist (their path
+ * is gone: a deleted or moved dataset) and temporary files older than an
+ * hour (a writer that crashed); other files are left alone. Returns how
+ * many were removed. The v3.0 backend calls it after an open that wrote
+ * entries, so the folder does not keep what nothing can use again. */
+size_t vf_ds_meta_cache_prune(vf_ds_meta_cache *mc);
+
+/* The cache file format, for the fuzzer and the tests. encode: the bytes
+ * of a cache file for key and cols (*out newly allocated, free()). decode:
+ * parses a cache file's bytes, taking ownership of buf (a malloc'd buffer,
+ * 8-byte aligned) in every case: 0 and *out filled when it is a
+ * well-formed entry for key with num_cameras cameras; VF_ENOENT when it
+ * is well formed but for another key (stale); VF_ECORRUPT (message set)
+ * when it is not well formed. For the fuzzer, to reach the body parser:
+ * verify_checksum 0 skips the CRC and key NULL accepts any key. */
+int vf_ds_meta_cache_encode(const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols, uint8_t **out,
+                            size_t *len);
+int vf_ds_meta_cache_decode(uint8_t *buf, size_t len, const vf_ds_meta_key *key, size_t num_cameras,
+                            int verify_checksum, vf_ds_episodes_columns *out);
+
+#endif
