@@ -441,7 +441,15 @@ def parse_kwarg(text):
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--targets" in argv:
+        # issue 26's targets 1-5 in one table: bench/scale_targets.py takes the other arguments
+        import scale_targets
+        argv.remove("--targets")
+        return scale_targets.main(argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", action="store_true",
+                    help="measure issue 26's targets 1-5 instead (bench/scale_targets.py; its options follow)")
     ap.add_argument("--sizes", default="10k,100k",
                     help="comma list of 10k,100k,1m,droid,sample (default 10k,100k); sample: a 20-episode "
                          "`vlafeed make-sample` dataset with MP4s (3 cameras, h264 160x120), for first batches "
