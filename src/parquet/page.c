@@ -462,6 +462,23 @@ static int v2_level_lengths(vf_pq_chunk_ctx *c, const page_header *h)
     return 0;
 }
 
+void vf_pq_set_value_window(vf_pq_chunk_ctx *c, int64_t base_entries, int64_t base_values, int64_t n, int64_t nv)
+{
+    vf_pq_column *col = c->col;
+    int max_rep = c->leaf->max_rep;
+    c->keep_values = 0;
+    if (!c->ranged_rows || col->def || col->rep || nv != n || base_values != base_entries || max_rep > 1)
+        return;
+    int64_t lo = VF_MAX(c->keep_row_lo, 0), hi = VF_MAX(c->keep_row_hi, lo);
+    /* entries of column rows lo and hi: a row's first entry (one per row
+     * without repetition); past the decoded rows, the end */
+    int64_t e_lo = lo >= col->rows ? col->num_entries : max_rep == 1 ? col->row_starts[lo] : lo;
+    int64_t e_hi = hi >= col->rows ? col->num_entries : max_rep == 1 ? col->row_starts[hi] : hi;
+    c->keep_value_lo = e_lo;
+    c->keep_value_hi = VF_MAX(e_hi, e_lo);
+    c->keep_values = 1;
+}
+
 /* The decompressed v1 page at p: levels, then values. */
 static int data_page_v1_levels_values(vf_pq_chunk_ctx *c, const page_header *h, const uint8_t *p, size_t len)
 {
@@ -474,9 +491,10 @@ static int data_page_v1_levels_values(vf_pq_chunk_ctx *c, const page_header *h, 
     for (int k = 0; k < 2; k++)
         if (maxes[k] > 0 && (r = v1_level_block(c, k, encs[k], maxes[k], n, &p, &len, &levels[k], &lens[k])) < 0)
             return r;
-    int64_t nv;
+    int64_t nv, base_entries = c->col->num_entries, base_values = c->col->num_values;
     if ((r = vf_pq_decode_page_levels(c, n, levels[0], lens[0], encs[0], levels[1], lens[1], encs[1], &nv)) < 0)
         return r;
+    vf_pq_set_value_window(c, base_entries, base_values, n, nv);
     return vf_pq_decode_values(c, h->encoding, p, len, nv);
 }
 
@@ -527,11 +545,12 @@ static int data_page_v2(vf_pq_chunk_ctx *c, const page_header *h, const uint8_t 
     if (r < 0)
         return r;
     size_t lv = (size_t)h->rep_len + (size_t)h->def_len;
-    int64_t nv;
+    int64_t nv, base_entries = c->col->num_entries, base_values = c->col->num_values;
     r = vf_pq_decode_page_levels(c, h->num_values, payload, (size_t)h->rep_len, VF_PQ_ENC_RLE, payload + h->rep_len,
                                (size_t)h->def_len, VF_PQ_ENC_RLE, &nv);
     if (r < 0)
         return r;
+    vf_pq_set_value_window(c, base_entries, base_values, h->num_values, nv);
     const uint8_t *src = payload + lv, *p = src;
     size_t src_len = (size_t)h->compressed_size - lv, len = (size_t)h->uncompressed_size - lv;
     if (h->is_compressed) {
@@ -1016,7 +1035,12 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                                (long long)f->max_entries);
                 break;
             }
+            /* the rows kept, as rows of the column (see keep_values) */
+            c->ranged_rows = ranged && row_hi - row_lo <= rg->num_rows;
+            c->keep_row_lo = rows_start + (row_lo - skipped);
+            c->keep_row_hi = rows_start + (VF_MIN(row_hi, rg->num_rows) - skipped);
             r = v2 ? data_page_v2(c, &h, payload) : data_page_v1(c, &h, payload);
+            c->keep_values = 0;
             if (r < 0)
                 break;
             s->pages_decoded++;
