@@ -640,6 +640,7 @@ static int build_page_index(vf_pq_chunk_ctx *c, int64_t start, vf_pq_chunk_pages
     vf_pq_chunk_pages *p = vf_malloc(sizeof *p + (size_t)cap * sizeof p->loc[0]);
     if (!p)
         return VF_ENOMEM;
+    p->dict = NULL;
     int64_t pos = start, done = 0, rows = 0;
     for (int ordinal = 0; done < m->num_values && r == 0; ordinal++) {
         c->page = ordinal;
@@ -724,12 +725,50 @@ static int chunk_page_index(vf_pq_chunk_ctx *c, int64_t start, const vf_pq_chunk
     return 0;
 }
 
+/* The page index's dictionary (borrowed into c), or NULL. */
+static const vf_pq_column *cached_dict(vf_pq_file *f, const vf_pq_chunk_pages *pages)
+{
+    pthread_mutex_lock(&f->index_lock);
+    const vf_pq_column *d = pages->dict;
+    pthread_mutex_unlock(&f->index_lock);
+    return d;
+}
+
+/* Hands c's freshly decoded dictionary to the page index, which keeps it
+ * for the next reads of the chunk (a random read of a big chunk otherwise
+ * fetches and decodes a dictionary page of up to 1 MiB for one page of
+ * values). Counted in page_index_bytes. */
+static void keep_dict(vf_pq_chunk_ctx *c, vf_pq_chunk_pages *pages)
+{
+    vf_pq_file *f = c->f;
+    vf_pq_column *copy = vf_malloc(sizeof *copy);
+    if (!copy)
+        return; /* not kept: the next read decodes it again */
+    *copy = c->dict;
+    pthread_mutex_lock(&f->index_lock);
+    if (!pages->dict) {
+        pages->dict = copy;
+        f->page_index_bytes += sizeof *copy + (size_t)copy->cap_values * copy->value_size +
+                               (copy->offsets ? (size_t)(copy->num_values + 1) * sizeof(int64_t) : 0) +
+                               (size_t)copy->data_cap;
+        c->dict_borrowed = 1;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&f->index_lock);
+    free(copy);
+}
+
 void vf_pq_free_page_index(vf_pq_file *f)
 {
     if (!f->page_index)
         return;
-    for (size_t i = 0; i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++)
+    for (size_t i = 0; i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++) {
+        if (f->page_index[i] && f->page_index[i]->dict) {
+            vf_pq_column_free(f->page_index[i]->dict);
+            free(f->page_index[i]->dict);
+        }
         free(f->page_index[i]);
+    }
     free(f->page_index);
     f->page_index = NULL;
     f->page_index_bytes = 0;
@@ -899,8 +938,17 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
     const vf_pq_chunk_pages *index = NULL;
     if (row_lo > 0 && len >= f->page_index_min && (r = chunk_page_index(c, start, &index)) < 0)
         goto out;
+    vf_pq_chunk_pages *pages = (vf_pq_chunk_pages *)index; /* owned by f; its dict under index_lock */
     if (index)
         c->window_bytes = 64 * 1024; /* the dictionary page, then a jump: no read-ahead of the chunk */
+    const vf_pq_column *kept_dict = pages ? cached_dict(f, pages) : NULL;
+    if (kept_dict) {
+        /* Decoded by an earlier read: its page is stepped over unread. */
+        c->dict = *kept_dict;
+        c->has_dict = 1;
+        c->dict_borrowed = 1;
+        c->window_bytes = 4096;
+    }
     while (done < m->num_values) {
         c->page++;
         page_header h;
@@ -973,6 +1021,10 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                 }
             }
         }
+        if (h.type == VF_PQ_PAGE_DICTIONARY && c->dict_borrowed && pos - hlen == start) {
+            pos += h.compressed_size; /* kept decoded with the page index */
+            continue;
+        }
         if (h.type == VF_PQ_PAGE_DICTIONARY && c->window_bytes > 0 && h.has_dict && dict_at < 0 && !c->has_dict) {
             dict_h = h; /* deferred (see dict_at) */
             dict_at = pos;
@@ -995,6 +1047,8 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
             c->dict_deferred = 0;
             if (r < 0)
                 break;
+            if (pages)
+                keep_dict(c, pages);
         }
         const uint8_t *payload;
         int64_t avail;
@@ -1075,7 +1129,10 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
     if (r == 0 && first_row)
         *first_row = skipped;
 out:
-    vf_pq_column_free(&c->dict);
+    if (c->dict_borrowed)
+        vf_pq_column_init(&c->dict, leaf); /* the page index's: not freed here */
+    else
+        vf_pq_column_free(&c->dict);
     free(c->where);
     c->where = NULL; /* c stays in s for the next chunk */
     return r;

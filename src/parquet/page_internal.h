@@ -44,6 +44,7 @@ typedef struct vf_pq_chunk_ctx {
      * (value ordinals [keep_value_lo, keep_value_hi) when keep_values) and
      * leaves the others unwritten: they are dropped by
      * vf_pq_column_keep_rows before anything reads them. */
+    int dict_borrowed;         /* dict is the page index's copy (not freed with the chunk) */
     int ranged_rows, keep_values;
     int64_t keep_row_lo, keep_row_hi, keep_value_lo, keep_value_hi;
     int64_t window_bytes;      /* bytes one fetch reads ahead (0: WINDOW_BYTES); a read that jumped to a

@@ -164,6 +164,9 @@ typedef struct vf_pq_page_loc {
     int ordinal;               /* page number in the chunk (dictionary page counted) */
 } vf_pq_page_loc;
 typedef struct vf_pq_chunk_pages {
+    /* The chunk's decoded dictionary, kept by the first read that needed
+     * it (page.c; under the file's index_lock, immutable once set). */
+    struct vf_pq_column *dict;
     int count;
     vf_pq_page_loc loc[];
 } vf_pq_chunk_pages;
