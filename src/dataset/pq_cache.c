@@ -56,6 +56,13 @@ int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_by
     if (!c)
         return VF_ENOMEM;
     c->dataset = d;
+    /* The defaults can be changed from the environment (tests use tiny
+     * bounds to exercise eviction): VF_TABLE_FILES_BYTES, VF_TABLE_FILES_MAX. */
+    const char *env_bytes = getenv("VF_TABLE_FILES_BYTES"), *env_max = getenv("VF_TABLE_FILES_MAX");
+    if (!max_bytes && env_bytes && atoll(env_bytes) > 0)
+        max_bytes = (size_t)atoll(env_bytes);
+    if (!max_entries && env_max && atoll(env_max) > 0)
+        max_entries = (size_t)atoll(env_max);
     c->max_bytes = max_bytes ? max_bytes : VF_DS_PQ_CACHE_DEFAULT_BYTES;
     c->max_entries = max_entries ? VF_MIN(max_entries, (size_t)1 << 16) : VF_DS_PQ_CACHE_DEFAULT_ENTRIES;
     c->num_files = d->num_data_files;
