@@ -552,6 +552,7 @@ typedef struct vf_loader_stats {
      * bounded cache; see docs/scale.md "Open data files"). */
     uint64_t table_files_opened;   /* data file footers decoded (cache misses; once per file when they fit) */
     uint64_t table_file_evictions; /* open data files closed to stay within the bound */
+    uint64_t table_file_trims;     /* ... whose kept dictionaries were dropped instead (tried first) */
     size_t table_files_open;       /* data files open now */
     size_t table_files_bytes;      /* their decoded footers, page indexes and dictionaries (estimate) */
 } vf_loader_stats;

@@ -738,6 +738,7 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
         vf_ds_pq_cache_get_stats(sp->data_files, &fs);
         st->table_files_opened = fs.misses;
         st->table_file_evictions = fs.evictions;
+        st->table_file_trims = fs.trims;
         st->table_files_open = fs.entries;
         st->table_files_bytes = fs.bytes;
     }

@@ -725,6 +725,8 @@ static int chunk_page_index(vf_pq_chunk_ctx *c, int64_t start, const vf_pq_chunk
     return 0;
 }
 
+static size_t dict_bytes(const vf_pq_column *d);
+
 /* The page index's dictionary (borrowed into c), or NULL. */
 static const vf_pq_column *cached_dict(vf_pq_file *f, const vf_pq_chunk_pages *pages)
 {
@@ -748,14 +750,36 @@ static void keep_dict(vf_pq_chunk_ctx *c, vf_pq_chunk_pages *pages)
     pthread_mutex_lock(&f->index_lock);
     if (!pages->dict) {
         pages->dict = copy;
-        f->page_index_bytes += sizeof *copy + (size_t)copy->cap_values * copy->value_size +
-                               (copy->offsets ? (size_t)(copy->num_values + 1) * sizeof(int64_t) : 0) +
-                               (size_t)copy->data_cap;
+        f->page_index_bytes += dict_bytes(copy);
         c->dict_borrowed = 1;
         copy = NULL;
     }
     pthread_mutex_unlock(&f->index_lock);
     free(copy);
+}
+
+static size_t dict_bytes(const vf_pq_column *d)
+{
+    return sizeof *d + (size_t)d->cap_values * d->value_size +
+           (d->offsets ? (size_t)(d->num_values + 1) * sizeof(int64_t) : 0) + (size_t)d->data_cap;
+}
+
+size_t vf_pq_drop_kept_dictionaries(vf_pq_file *f)
+{
+    size_t freed = 0;
+    pthread_mutex_lock(&f->index_lock);
+    for (size_t i = 0; f->page_index && i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++) {
+        vf_pq_chunk_pages *p = f->page_index[i];
+        if (p && p->dict) {
+            freed += dict_bytes(p->dict);
+            vf_pq_column_free(p->dict);
+            free(p->dict);
+            p->dict = NULL;
+        }
+    }
+    f->page_index_bytes -= VF_MIN(freed, f->page_index_bytes);
+    pthread_mutex_unlock(&f->index_lock);
+    return freed;
 }
 
 void vf_pq_free_page_index(vf_pq_file *f)

@@ -153,3 +153,21 @@ def test_corrupt_dictionary_page_is_reported(base, monkeypatch, tmp_path):
         epoch(bad, threads=1)
     msg = str(e.value)
     assert f.name in msg and "action" in msg, msg
+
+
+def test_dictionaries_dropped_before_files_are_closed(base, monkeypatch):
+    """Over the open files' byte bound, the kept dictionaries go first: the
+    files (footers, page indexes) stay open while they fit, and rows stay
+    exact as dictionaries are decoded again."""
+    root = rewrite(base, base.parent / "one-group-small-pages", **LAYOUTS["one-group-small-pages"])
+    monkeypatch.setenv("VF_PQ_PAGE_INDEX_MIN_BYTES", "1")
+    files = len(list((root / "data").rglob("*.parquet")))
+    _, _, full = epoch(root, threads=1)
+    assert full["table_file_trims"] == 0
+    # a bound between the footers and page indexes alone and everything
+    # (the dictionaries of these small files are a few KiB)
+    monkeypatch.setenv("VF_TABLE_FILES_BYTES", str(full["table_files_bytes"] - 1))
+    got, n, st = epoch(root, threads=1)
+    assert_rows(root, got, n)
+    assert st["table_file_trims"] > 0
+    assert st["table_file_evictions"] == 0 and st["table_files_opened"] == files
