@@ -171,3 +171,25 @@ def test_dictionaries_dropped_before_files_are_closed(base, monkeypatch):
     assert_rows(root, got, n)
     assert st["table_file_trims"] > 0
     assert st["table_file_evictions"] == 0 and st["table_files_opened"] == files
+
+
+def test_table_that_fits_is_read_in_file_order(base):
+    """When the loader's whole table fits in the row cache, a miss in a big
+    row group also takes the episodes around it in its file (one run, as in
+    stream mode) instead of one random episode per miss; when it does not
+    fit, each miss reads its own episode. Rows equal pyarrow's either way."""
+    root = rewrite(base, base.parent / "one-group-small-pages", **LAYOUTS["one-group-small-pages"])
+    import json
+    info = json.loads((root / "meta" / "info.json").read_text())
+    row_bytes = sum(int(np.prod(info["features"][k]["shape"])) * (4 if "float" in info["features"][k]["dtype"] else 8)
+                    for k in KEYS)
+    table = info["total_frames"] * row_bytes
+    episodes = info["total_episodes"]
+    # between a quarter and three quarters of the cache: the row group is
+    # too big to take whole as a row group, the table fits
+    got, n, fits = epoch(root, threads=1, table_cache_bytes=2 * table)
+    assert_rows(root, got, n)
+    assert fits["table_reads"] == 1 and fits["table_episodes"] == episodes
+    got, n, small = epoch(root, threads=1, table_cache_bytes=table // 2)
+    assert_rows(root, got, n)
+    assert small["table_reads"] >= episodes - 1
