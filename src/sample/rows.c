@@ -279,8 +279,9 @@ static int table_fits(vf_sample_spec *s)
  * rows and a quarter of the cache bound. A bigger row group (a whole file
  * written as one) is not taken whole: random batches over a dataset larger
  * than the cache would only churn it, so such a miss reads its own episode
- * as before; unless the loader's whole table fits in the cache: then the
- * miss also takes the episodes around e0 in its file, up to *file_budget
+ * as before. When the loader's whole table fits in the cache, whatever
+ * the row groups, the miss takes instead the episodes around e0 in its
+ * file, up to *file_budget
  * rows for the whole call (READ_AHEAD_ROWS per batch), read in one run
  * like stream mode's, so the table is loaded in file order in a few dozen
  * batches instead of one random episode (a page decode per column) at a
@@ -298,12 +299,12 @@ static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size
         return 0;
     int64_t lo = g0 ? ends[g0 - 1] : 0, hi = ends[g1];
     int64_t budget = hi - lo, *spend = &budget;
-    if (hi - lo > READ_AHEAD_ROWS || (uint64_t)(hi - lo) * table_row_bytes(s) > s->rows_max_bytes / 4) {
-        if (*file_budget <= 0 || !table_fits(s))
-            return 0;
+    if (*file_budget > 0 && table_fits(s)) {
         lo = 0; /* the whole file */
         hi = INT64_MAX;
         spend = file_budget;
+    } else if (hi - lo > READ_AHEAD_ROWS || (uint64_t)(hi - lo) * table_row_bytes(s) > s->rows_max_bytes / 4) {
+        return 0;
     }
     int r = 0;
     for (int dir = 1; dir >= -1 && r == 0; dir -= 2) {
