@@ -261,9 +261,16 @@ static size_t table_row_bytes(const vf_sample_spec *s)
 }
 
 /* Map mode: whether the rows of all the loader's episodes fit in three
- * quarters of the row cache (rows_lock held). */
+ * quarters of the row cache, and the loader draws at least 4 samples per
+ * episode this epoch, so that its random positions touch nearly every
+ * episode anyway (an episode of average length is missed with probability
+ * about e^-4): reading the whole table then costs no episode it would not
+ * read (rows_lock held). A rank of a large world drawing a few samples
+ * per episode reads only the episodes it draws. */
 static int table_fits(vf_sample_spec *s)
 {
+    if (s->map_samples < 4 * (int64_t)s->num_episodes)
+        return 0;
     if (s->map_table_rows == 0) {
         int64_t rows = 0;
         for (size_t e = 0; e < s->num_episodes; e++)
