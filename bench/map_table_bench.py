@@ -52,8 +52,9 @@ spec = json.loads(sys.argv[1])
 def cpu():
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
+extra = {"table_cache_bytes": spec["table_cache_bytes"]} if spec.get("table_cache_bytes") else {}
 loader = vlafeed.Loader(spec["root"], mode=spec["mode"], keys=spec["keys"], batch_size=spec["batch"],
-                        threads=spec["threads"], seed=1, output="numpy")
+                        threads=spec["threads"], seed=1, output="numpy", **extra)
 it = iter(loader)
 for _ in range(spec["warmup"]):
     next(it)
@@ -75,7 +76,8 @@ loader.close()
 
 def measure(root, mode, args):
     spec = dict(root=str(root), mode=mode, keys=KEYS, batch=args.batch_size, threads=args.threads,
-                warmup=args.warmup, samples=args.stream_samples if mode == "stream" else args.samples)
+                warmup=args.warmup, samples=args.stream_samples if mode == "stream" else args.samples,
+                table_cache_bytes=args.table_cache_bytes)
     r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE), args.package or ""],
                        capture_output=True, text=True,
                        timeout=args.timeout)
@@ -101,6 +103,9 @@ def main(argv=None):
                          "tiny)")
     ap.add_argument("--warmup", type=int, default=4, help="batches before the measurement (default 4)")
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--table-cache-bytes", type=int, default=0,
+                    help="the loaders' row cache bound (default: the loader's, 256 MiB); above the table's size, "
+                         "map mode reads the table in file order and then only hits")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--cache", default=scale_meta.DEFAULT_CACHE)
     ap.add_argument("--timeout", type=float, default=900)
