@@ -548,6 +548,13 @@ typedef struct vf_loader_stats {
     int decode_threads;        /* threads per decoder, decode_threads = 0 resolved */
     double handout_seconds;    /* wall time from the first batch vf_loader_next handed out to the last */
     double wait_after_first_seconds; /* of wait_seconds, the part spent after the first batch */
+    /* The loader's open data files (Parquet footers decoded once, kept in a
+     * bounded cache; see docs/scale.md "Open data files"). */
+    uint64_t table_files_opened;   /* data file footers decoded (cache misses; once per file when they fit) */
+    uint64_t table_file_evictions; /* open data files closed to stay within the bound */
+    uint64_t table_file_trims;     /* ... whose kept dictionaries were dropped instead (tried first) */
+    size_t table_files_open;       /* data files open now */
+    size_t table_files_bytes;      /* their decoded footers, page indexes and dictionaries (estimate) */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);

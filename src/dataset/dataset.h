@@ -333,9 +333,10 @@ void vf_ds_table_free(vf_ds_table *t);
  * entry in use is never closed. The dataset must outlive it. */
 typedef struct vf_ds_pq_cache vf_ds_pq_cache;
 #define VF_DS_PQ_CACHE_DEFAULT_BYTES ((size_t)256 << 20)
-#define VF_DS_PQ_CACHE_DEFAULT_ENTRIES 64
+#define VF_DS_PQ_CACHE_DEFAULT_ENTRIES 1024 /* and at most a quarter of RLIMIT_NOFILE */
 typedef struct vf_ds_pq_cache_stats {
     uint64_t hits, misses, evictions, uncached; /* uncached: opened while every entry was in use */
+    uint64_t trims;            /* files whose kept dictionaries were dropped to stay within the bytes */
     size_t entries, bytes;
 } vf_ds_pq_cache_stats;
 /* max_bytes / max_entries 0: the defaults. fields (num_fields names, or

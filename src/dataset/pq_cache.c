@@ -12,8 +12,11 @@
  * With a projection (the loader's table columns) only their footer entries
  * are decoded and kept, so a wide file costs what its used columns cost.
  *
- * Invariants: entries are bounded by count and by estimated bytes
- * (vf_pq_memory_bytes: footer, chunk metadata, page indexes); an entry in
+ * Invariants: entries are bounded by count (a quarter of the descriptor
+ * limit at most: each keeps its file open) and by estimated bytes
+ * (vf_pq_memory_bytes: footer, chunk metadata, page indexes, kept
+ * dictionaries); over the bytes, unused entries first lose their kept
+ * dictionaries (trim), then whole entries are closed; an entry in
  * use (refs > 0) is never closed, so the bound can be exceeded while
  * readers hold entries; files are opened and closed outside the lock; two
  * threads missing the same file may both open it, the second copy is
@@ -23,12 +26,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef struct pq_entry {
     size_t file;               /* data file id */
     vf_pq_file *pq;
     size_t bytes;
     int refs;
+    int trimmed;               /* its kept dictionaries were dropped since its last use */
     uint64_t last_use;
 } pq_entry;
 
@@ -46,6 +51,18 @@ struct vf_ds_pq_cache {
     vf_ds_pq_cache_stats stats;
 };
 
+/* Each open file keeps a descriptor: the default bound on files is
+ * VF_DS_PQ_CACHE_DEFAULT_ENTRIES, but at most a quarter of the process's
+ * descriptor limit (at least 16). */
+static size_t default_entries(void)
+{
+    size_t n = VF_DS_PQ_CACHE_DEFAULT_ENTRIES;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        n = VF_MIN(n, VF_MAX((size_t)rl.rlim_cur / 4, (size_t)16));
+    return n;
+}
+
 int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_bytes, size_t max_entries,
                         const char *const *fields, int num_fields)
 {
@@ -56,8 +73,15 @@ int vf_ds_pq_cache_open(vf_ds_pq_cache **out, const vf_dataset *d, size_t max_by
     if (!c)
         return VF_ENOMEM;
     c->dataset = d;
+    /* The defaults can be changed from the environment (tests use tiny
+     * bounds to exercise eviction): VF_TABLE_FILES_BYTES, VF_TABLE_FILES_MAX. */
+    const char *env_bytes = getenv("VF_TABLE_FILES_BYTES"), *env_max = getenv("VF_TABLE_FILES_MAX");
+    if (!max_bytes && env_bytes && atoll(env_bytes) > 0)
+        max_bytes = (size_t)atoll(env_bytes);
+    if (!max_entries && env_max && atoll(env_max) > 0)
+        max_entries = (size_t)atoll(env_max);
     c->max_bytes = max_bytes ? max_bytes : VF_DS_PQ_CACHE_DEFAULT_BYTES;
-    c->max_entries = max_entries ? VF_MIN(max_entries, (size_t)1 << 16) : VF_DS_PQ_CACHE_DEFAULT_ENTRIES;
+    c->max_entries = max_entries ? VF_MIN(max_entries, (size_t)1 << 16) : default_entries();
     c->num_files = d->num_data_files;
     c->entries = vf_calloc(c->max_entries, sizeof *c->entries);
     c->slot = vf_malloc_array(c->num_files ? c->num_files : 1, sizeof *c->slot);
@@ -149,11 +173,39 @@ static size_t victim(const vf_ds_pq_cache *c)
     return best;
 }
 
+/* Over the byte bound, the kept dictionaries of unreferenced files go
+ * first, least recently used first: they are most of a converter file's
+ * bytes (up to 1 MiB per column chunk) and a read decodes one again from
+ * a single page, while closing the file loses its footer and page indexes,
+ * which cost a pass over the file's pages to rebuild. Lock held. */
+static void trim(vf_ds_pq_cache *c)
+{
+    while (c->bytes > c->max_bytes) {
+        size_t best = SIZE_MAX;
+        for (size_t i = 0; i < c->num_entries; i++) {
+            const pq_entry *e = &c->entries[i];
+            if (e->refs == 0 && !e->trimmed && (best == SIZE_MAX || e->last_use < c->entries[best].last_use))
+                best = i;
+        }
+        if (best == SIZE_MAX)
+            return;
+        pq_entry *e = &c->entries[best];
+        size_t freed = vf_pq_drop_kept_dictionaries(e->pq);
+        e->trimmed = 1;
+        freed = VF_MIN(freed, e->bytes);
+        e->bytes -= freed;
+        c->bytes -= freed;
+        if (freed)
+            c->stats.trims++;
+    }
+}
+
 /* Evicts until within the bounds, with room for one more entry when
  * `room`; the files evicted go to *closing (up to cap). Lock held. */
 static size_t evict(vf_ds_pq_cache *c, int room, vf_pq_file **closing, size_t cap)
 {
     size_t n = 0;
+    trim(c);
     while (n < cap && (c->bytes > c->max_bytes || c->num_entries + (room ? 1 : 0) > c->max_entries)) {
         size_t v = victim(c);
         if (v == SIZE_MAX)
@@ -180,6 +232,7 @@ int vf_ds_pq_cache_get(vf_ds_pq_cache *c, size_t file, vf_pq_file **out)
         pq_entry *e = &c->entries[s];
         e->refs++;
         e->last_use = ++c->clock;
+        e->trimmed = 0;
         c->stats.hits++;
         *out = e->pq;
         pthread_mutex_unlock(&c->lock);
@@ -209,7 +262,7 @@ int vf_ds_pq_cache_get(vf_ds_pq_cache *c, size_t file, vf_pq_file **out)
     nclose = evict(c, 1, closing, VF_ARRAY_LEN(closing));
     if (c->num_entries < c->max_entries) {
         pq_entry *e = &c->entries[c->num_entries];
-        *e = (pq_entry){file, pq, bytes, 1, ++c->clock};
+        *e = (pq_entry){file, pq, bytes, 1, 0, ++c->clock};
         c->slot[file] = (int32_t)c->num_entries++;
         c->bytes += bytes;
     } else {

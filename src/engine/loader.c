@@ -733,6 +733,15 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     st->table_evictions = sp->table_evictions;
     st->table_cache_bytes = sp->rows_bytes;
     pthread_mutex_unlock(&sp->rows_lock);
+    if (sp->data_files) {
+        vf_ds_pq_cache_stats fs;
+        vf_ds_pq_cache_get_stats(sp->data_files, &fs);
+        st->table_files_opened = fs.misses;
+        st->table_file_evictions = fs.evictions;
+        st->table_file_trims = fs.trims;
+        st->table_files_open = fs.entries;
+        st->table_files_bytes = fs.bytes;
+    }
     st->pinned_cpus = l->num_cpus;
     st->engine_threads = l->nthreads;
     st->decode_threads = l->decode_threads;

@@ -422,6 +422,12 @@ int vf_engine_plan_epoch(vf_loader *l, int64_t resume_batch)
         r = reset_segments(l);
     if (r == 0)
         mark_wanted(l);
+    if (r == 0 && s->mode == VF_MODE_MAP) {
+        /* rows.c: whether this loader's epoch touches most of the table */
+        pthread_mutex_lock(&l->spec->rows_lock);
+        l->spec->map_samples = l->plan.num_samples;
+        pthread_mutex_unlock(&l->spec->rows_lock);
+    }
     if (r < 0)
         return r;
     l->resume_base = s->consumer >= 0 ? resume_batch : 0;

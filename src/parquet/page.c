@@ -462,6 +462,23 @@ static int v2_level_lengths(vf_pq_chunk_ctx *c, const page_header *h)
     return 0;
 }
 
+void vf_pq_set_value_window(vf_pq_chunk_ctx *c, int64_t base_entries, int64_t base_values, int64_t n, int64_t nv)
+{
+    vf_pq_column *col = c->col;
+    int max_rep = c->leaf->max_rep;
+    c->keep_values = 0;
+    if (!c->ranged_rows || col->def || col->rep || nv != n || base_values != base_entries || max_rep > 1)
+        return;
+    int64_t lo = VF_MAX(c->keep_row_lo, 0), hi = VF_MAX(c->keep_row_hi, lo);
+    /* entries of column rows lo and hi: a row's first entry (one per row
+     * without repetition); past the decoded rows, the end */
+    int64_t e_lo = lo >= col->rows ? col->num_entries : max_rep == 1 ? col->row_starts[lo] : lo;
+    int64_t e_hi = hi >= col->rows ? col->num_entries : max_rep == 1 ? col->row_starts[hi] : hi;
+    c->keep_value_lo = e_lo;
+    c->keep_value_hi = VF_MAX(e_hi, e_lo);
+    c->keep_values = 1;
+}
+
 /* The decompressed v1 page at p: levels, then values. */
 static int data_page_v1_levels_values(vf_pq_chunk_ctx *c, const page_header *h, const uint8_t *p, size_t len)
 {
@@ -474,9 +491,10 @@ static int data_page_v1_levels_values(vf_pq_chunk_ctx *c, const page_header *h, 
     for (int k = 0; k < 2; k++)
         if (maxes[k] > 0 && (r = v1_level_block(c, k, encs[k], maxes[k], n, &p, &len, &levels[k], &lens[k])) < 0)
             return r;
-    int64_t nv;
+    int64_t nv, base_entries = c->col->num_entries, base_values = c->col->num_values;
     if ((r = vf_pq_decode_page_levels(c, n, levels[0], lens[0], encs[0], levels[1], lens[1], encs[1], &nv)) < 0)
         return r;
+    vf_pq_set_value_window(c, base_entries, base_values, n, nv);
     return vf_pq_decode_values(c, h->encoding, p, len, nv);
 }
 
@@ -527,11 +545,12 @@ static int data_page_v2(vf_pq_chunk_ctx *c, const page_header *h, const uint8_t 
     if (r < 0)
         return r;
     size_t lv = (size_t)h->rep_len + (size_t)h->def_len;
-    int64_t nv;
+    int64_t nv, base_entries = c->col->num_entries, base_values = c->col->num_values;
     r = vf_pq_decode_page_levels(c, h->num_values, payload, (size_t)h->rep_len, VF_PQ_ENC_RLE, payload + h->rep_len,
                                (size_t)h->def_len, VF_PQ_ENC_RLE, &nv);
     if (r < 0)
         return r;
+    vf_pq_set_value_window(c, base_entries, base_values, h->num_values, nv);
     const uint8_t *src = payload + lv, *p = src;
     size_t src_len = (size_t)h->compressed_size - lv, len = (size_t)h->uncompressed_size - lv;
     if (h->is_compressed) {
@@ -621,6 +640,7 @@ static int build_page_index(vf_pq_chunk_ctx *c, int64_t start, vf_pq_chunk_pages
     vf_pq_chunk_pages *p = vf_malloc(sizeof *p + (size_t)cap * sizeof p->loc[0]);
     if (!p)
         return VF_ENOMEM;
+    p->dict = NULL;
     int64_t pos = start, done = 0, rows = 0;
     for (int ordinal = 0; done < m->num_values && r == 0; ordinal++) {
         c->page = ordinal;
@@ -705,12 +725,74 @@ static int chunk_page_index(vf_pq_chunk_ctx *c, int64_t start, const vf_pq_chunk
     return 0;
 }
 
+static size_t dict_bytes(const vf_pq_column *d);
+
+/* The page index's dictionary (borrowed into c), or NULL. */
+static const vf_pq_column *cached_dict(vf_pq_file *f, const vf_pq_chunk_pages *pages)
+{
+    pthread_mutex_lock(&f->index_lock);
+    const vf_pq_column *d = pages->dict;
+    pthread_mutex_unlock(&f->index_lock);
+    return d;
+}
+
+/* Hands c's freshly decoded dictionary to the page index, which keeps it
+ * for the next reads of the chunk (a random read of a big chunk otherwise
+ * fetches and decodes a dictionary page of up to 1 MiB for one page of
+ * values). Counted in page_index_bytes. */
+static void keep_dict(vf_pq_chunk_ctx *c, vf_pq_chunk_pages *pages)
+{
+    vf_pq_file *f = c->f;
+    vf_pq_column *copy = vf_malloc(sizeof *copy);
+    if (!copy)
+        return; /* not kept: the next read decodes it again */
+    *copy = c->dict;
+    pthread_mutex_lock(&f->index_lock);
+    if (!pages->dict) {
+        pages->dict = copy;
+        f->page_index_bytes += dict_bytes(copy);
+        c->dict_borrowed = 1;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&f->index_lock);
+    free(copy);
+}
+
+static size_t dict_bytes(const vf_pq_column *d)
+{
+    return sizeof *d + (size_t)d->cap_values * d->value_size +
+           (d->offsets ? (size_t)(d->num_values + 1) * sizeof(int64_t) : 0) + (size_t)d->data_cap;
+}
+
+size_t vf_pq_drop_kept_dictionaries(vf_pq_file *f)
+{
+    size_t freed = 0;
+    pthread_mutex_lock(&f->index_lock);
+    for (size_t i = 0; f->page_index && i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++) {
+        vf_pq_chunk_pages *p = f->page_index[i];
+        if (p && p->dict) {
+            freed += dict_bytes(p->dict);
+            vf_pq_column_free(p->dict);
+            free(p->dict);
+            p->dict = NULL;
+        }
+    }
+    f->page_index_bytes -= VF_MIN(freed, f->page_index_bytes);
+    pthread_mutex_unlock(&f->index_lock);
+    return freed;
+}
+
 void vf_pq_free_page_index(vf_pq_file *f)
 {
     if (!f->page_index)
         return;
-    for (size_t i = 0; i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++)
+    for (size_t i = 0; i < (size_t)f->num_row_groups * (size_t)f->num_leaves; i++) {
+        if (f->page_index[i] && f->page_index[i]->dict) {
+            vf_pq_column_free(f->page_index[i]->dict);
+            free(f->page_index[i]->dict);
+        }
         free(f->page_index[i]);
+    }
     free(f->page_index);
     f->page_index = NULL;
     f->page_index_bytes = 0;
@@ -880,8 +962,17 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
     const vf_pq_chunk_pages *index = NULL;
     if (row_lo > 0 && len >= f->page_index_min && (r = chunk_page_index(c, start, &index)) < 0)
         goto out;
+    vf_pq_chunk_pages *pages = (vf_pq_chunk_pages *)index; /* owned by f; its dict under index_lock */
     if (index)
         c->window_bytes = 64 * 1024; /* the dictionary page, then a jump: no read-ahead of the chunk */
+    const vf_pq_column *kept_dict = pages ? cached_dict(f, pages) : NULL;
+    if (kept_dict) {
+        /* Decoded by an earlier read: its page is stepped over unread. */
+        c->dict = *kept_dict;
+        c->has_dict = 1;
+        c->dict_borrowed = 1;
+        c->window_bytes = 4096;
+    }
     while (done < m->num_values) {
         c->page++;
         page_header h;
@@ -954,6 +1045,10 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                 }
             }
         }
+        if (h.type == VF_PQ_PAGE_DICTIONARY && c->dict_borrowed && pos - hlen == start) {
+            pos += h.compressed_size; /* kept decoded with the page index */
+            continue;
+        }
         if (h.type == VF_PQ_PAGE_DICTIONARY && c->window_bytes > 0 && h.has_dict && dict_at < 0 && !c->has_dict) {
             dict_h = h; /* deferred (see dict_at) */
             dict_at = pos;
@@ -976,6 +1071,8 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
             c->dict_deferred = 0;
             if (r < 0)
                 break;
+            if (pages)
+                keep_dict(c, pages);
         }
         const uint8_t *payload;
         int64_t avail;
@@ -1016,7 +1113,12 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
                                (long long)f->max_entries);
                 break;
             }
+            /* the rows kept, as rows of the column (see keep_values) */
+            c->ranged_rows = ranged && row_hi - row_lo <= rg->num_rows;
+            c->keep_row_lo = rows_start + (row_lo - skipped);
+            c->keep_row_hi = rows_start + (VF_MIN(row_hi, rg->num_rows) - skipped);
             r = v2 ? data_page_v2(c, &h, payload) : data_page_v1(c, &h, payload);
+            c->keep_values = 0;
             if (r < 0)
                 break;
             s->pages_decoded++;
@@ -1051,7 +1153,10 @@ int vf_pq_decode_chunk_rows(vf_pq_file *f, int row_group, int leaf_index, vf_pq_
     if (r == 0 && first_row)
         *first_row = skipped;
 out:
-    vf_pq_column_free(&c->dict);
+    if (c->dict_borrowed)
+        vf_pq_column_init(&c->dict, leaf); /* the page index's: not freed here */
+    else
+        vf_pq_column_free(&c->dict);
     free(c->where);
     c->where = NULL; /* c stays in s for the next chunk */
     return r;

@@ -38,6 +38,15 @@ typedef struct vf_pq_chunk_ctx {
     int mid_row;               /* pages of a repeated column were skipped: the first decoded page may
                                   continue the row before it (page-level reads) */
     int dict_deferred;         /* decoding a dictionary page deferred past data pages (page index reads) */
+    /* Page-level reads of a row range: the column rows [keep_row_lo,
+     * keep_row_hi) are the ones the caller keeps (ranged_rows set); a
+     * dictionary-encoded page then decodes only the values of those rows
+     * (value ordinals [keep_value_lo, keep_value_hi) when keep_values) and
+     * leaves the others unwritten: they are dropped by
+     * vf_pq_column_keep_rows before anything reads them. */
+    int dict_borrowed;         /* dict is the page index's copy (not freed with the chunk) */
+    int ranged_rows, keep_values;
+    int64_t keep_row_lo, keep_row_hi, keep_value_lo, keep_value_hi;
     int64_t window_bytes;      /* bytes one fetch reads ahead (0: WINDOW_BYTES); a read that jumped to a
                                   page through the page index reads page by page */
     /* Scratch arrays (not zeroed: each chunk writes before it reads). */
@@ -74,6 +83,13 @@ static inline int64_t vf_pq_grow_to(int64_t cap, int64_t need)
 }
 
 /* ---- page.c ---------------------------------------------------------------- */
+
+/* After a data page's levels are decoded (its n entries, nv values, the
+ * column holding base_entries entries and base_values values before it):
+ * sets the value window of the rows kept (see keep_values), when the
+ * values line up with the entries (no nulls so far, at most one level of
+ * repetition). */
+void vf_pq_set_value_window(vf_pq_chunk_ctx *c, int64_t base_entries, int64_t base_values, int64_t n, int64_t nv);
 
 /* The chunk's name for messages, formatted on first use. */
 const char *vf_pq_where(vf_pq_chunk_ctx *c);

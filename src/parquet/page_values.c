@@ -380,8 +380,19 @@ static int decode_dict_indices(vf_pq_chunk_ctx *c, const uint8_t *p, size_t len,
         return r;
     uint32_t dict_n = (uint32_t)dict->num_values;
     int need_check = width >= 32 || dict_n < (1u << width);
-    for (int64_t done = 0; done < nv;) {
-        int64_t k = VF_MIN(nv - done, VF_PQ_IDX_BATCH);
+    /* Page-level reads: only the values of the rows kept (their window),
+     * the indices before it stepped over and the ones after it not read;
+     * the other values are left unwritten (the caller drops them). */
+    int64_t first = 0, last = nv, base = col->num_values;
+    if (c->keep_values && !is_byte_array(col)) {
+        first = VF_MIN(VF_MAX(c->keep_value_lo - base, 0), nv);
+        last = VF_MIN(VF_MAX(c->keep_value_hi - base, first), nv);
+        if (first > 0 && vf_pq_rle_skip(&d, first) < 0)
+            return vf_pq_fail(c, VF_ECORRUPT, "dictionary indices are truncated or malformed");
+        col->num_values += first;
+    }
+    for (int64_t done = first; done < last;) {
+        int64_t k = VF_MIN(last - done, VF_PQ_IDX_BATCH);
         if (vf_pq_rle_read_u32(&d, c->idx, k) < 0)
             return vf_pq_fail(c, VF_ECORRUPT, "dictionary indices are truncated or malformed");
         /* Indices need a range check unless the bit width cannot express
@@ -437,6 +448,7 @@ static int decode_dict_indices(vf_pq_chunk_ctx *c, const uint8_t *p, size_t len,
         col->num_values += k;
         done += k;
     }
+    col->num_values = base + nv;
     return 0;
 }
 

@@ -167,6 +167,10 @@ void vf_pq_close(vf_pq_file *f);
  * metadata and the page indexes reads built (see vf_pq_read_field_rows);
  * for caches of open files. Thread-safe. */
 size_t vf_pq_memory_bytes(vf_pq_file *f);
+/* Frees the decoded dictionaries the page indexes keep (the biggest part
+ * of an open file that reads rebuild cheaply); returns the bytes freed.
+ * The page indexes stay. Only while no read uses f. */
+size_t vf_pq_drop_kept_dictionaries(vf_pq_file *f);
 
 const char *vf_pq_name(const vf_pq_file *f);       /* the source name */
 int64_t vf_pq_num_rows(const vf_pq_file *f);

@@ -164,6 +164,9 @@ typedef struct vf_pq_page_loc {
     int ordinal;               /* page number in the chunk (dictionary page counted) */
 } vf_pq_page_loc;
 typedef struct vf_pq_chunk_pages {
+    /* The chunk's decoded dictionary, kept by the first read that needed
+     * it (page.c; under the file's index_lock, immutable once set). */
+    struct vf_pq_column *dict;
     int count;
     vf_pq_page_loc loc[];
 } vf_pq_chunk_pages;
@@ -211,6 +214,9 @@ int vf_pq_rle_read_u8(vf_pq_rle *d, uint8_t *out, int64_t n);
 /* If the stream is at an RLE run of `value`, consumes up to max of it
  * and returns how many; else 0 (nothing consumed). */
 int64_t vf_pq_rle_skip_run(vf_pq_rle *d, uint32_t value, int64_t max);
+/* Consumes n values without decoding them (bit-packed groups are stepped
+ * over, not unpacked); 0, or -1 when the data ends first or is malformed. */
+int vf_pq_rle_skip(vf_pq_rle *d, int64_t n);
 /* Width 1 only: consumes n levels and writes base+i for each zero level
  * to out (room for n); returns the count, or -1 on malformed data. The
  * decoder cannot be read further afterwards (it stops inside a run). */

@@ -225,6 +225,48 @@ static ALWAYS_INLINE int next_run(vf_pq_rle *d)
 DEFINE_RLE_READ(vf_pq_rle_read_u32, uint32_t, vf_pq_unpack_u32)
 DEFINE_RLE_READ(vf_pq_rle_read_u8, uint8_t, vf_pq_unpack_u8)
 
+int vf_pq_rle_skip(vf_pq_rle *d, int64_t n)
+{
+    while (n > 0) {
+        if (d->buf_pos < d->buf_len) {
+            int64_t k = VF_MIN(n, (int64_t)(d->buf_len - d->buf_pos));
+            d->buf_pos += (int)k;
+            n -= k;
+        } else if (d->run_left > 0) {
+            int64_t k = VF_MIN(n, d->run_left);
+            d->run_left -= k;
+            n -= k;
+        } else if (d->packed_left > 0) {
+            int64_t groups = VF_MIN(n, d->packed_left) / 8;
+            if (groups > 0) {
+                d->p += groups * d->width;
+                d->packed_left -= groups * 8;
+                n -= groups * 8;
+                continue;
+            }
+            /* A partial group: decode it and consume part of it. */
+            vf_pq_unpack_u32(d->p, d->buf, 1, d->width);
+            d->p += d->width;
+            d->packed_left -= 8;
+            d->buf_pos = 0;
+            d->buf_len = 8;
+        } else if (d->tail) {
+            uint8_t padded[32] = {0};
+            memcpy(padded, d->p, (size_t)d->tail);
+            vf_pq_unpack_u32(padded, d->buf, 1, d->width);
+            d->p = d->end;
+            d->tail = 0;
+            d->buf_pos = 0;
+            d->buf_len = 8;
+        } else if (d->p >= d->end) {
+            return d->width != 0 ? -1 : 0;
+        } else if (next_run(d) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- level shortcuts --------------------------------------------------------- */
 
 int64_t vf_pq_rle_skip_run(vf_pq_rle *d, uint32_t value, int64_t max)

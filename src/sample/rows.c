@@ -260,13 +260,40 @@ static size_t table_row_bytes(const vf_sample_spec *s)
     return b ? b : 8;
 }
 
+/* Map mode: whether the rows of all the loader's episodes fit in three
+ * quarters of the row cache, and the loader draws at least 4 samples per
+ * episode this epoch, so that its random positions touch nearly every
+ * episode anyway (an episode of average length is missed with probability
+ * about e^-4): reading the whole table then costs no episode it would not
+ * read (rows_lock held). A rank of a large world drawing a few samples
+ * per episode reads only the episodes it draws. */
+static int table_fits(vf_sample_spec *s)
+{
+    if (s->map_samples < 4 * (int64_t)s->num_episodes)
+        return 0;
+    if (s->map_table_rows == 0) {
+        int64_t rows = 0;
+        for (size_t e = 0; e < s->num_episodes; e++)
+            rows += VF_MAX(vf_dataset_episode(s->dataset, e)->length, 0);
+        s->map_table_rows = rows > 0 ? rows : -1;
+    }
+    return s->map_table_rows > 0 &&
+           (uint64_t)s->map_table_rows <= s->rows_max_bytes / 4 * 3 / table_row_bytes(s);
+}
+
 /* Map mode: the unloaded episodes lying entirely inside the row groups that
  * reading e0 decodes anyway, when all of them fit: at most READ_AHEAD_ROWS
  * rows and a quarter of the cache bound. A bigger row group (a whole file
  * written as one) is not taken whole: random batches over a dataset larger
  * than the cache would only churn it, so such a miss reads its own episode
- * as before. Marked in flight (rows_lock held). */
-static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size_t *cap)
+ * as before. When the loader's whole table fits in the cache, whatever
+ * the row groups, the miss takes instead the episodes around e0 in its
+ * file, up to *file_budget
+ * rows for the whole call (READ_AHEAD_ROWS per batch), read in one run
+ * like stream mode's, so the table is loaded in file order in a few dozen
+ * batches instead of one random episode (a page decode per column) at a
+ * time, and every later sample hits. Marked in flight (rows_lock held). */
+static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size_t *cap, int64_t *file_budget)
 {
     vf_data_span base;
     if (vf_dataset_episode_data(s->dataset, e0, &base) < 0 || base.file >= s->num_data_files ||
@@ -278,12 +305,17 @@ static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size
     if (base.length <= 0 || g0 >= n || g1 >= n)
         return 0;
     int64_t lo = g0 ? ends[g0 - 1] : 0, hi = ends[g1];
-    if (hi - lo > READ_AHEAD_ROWS || (uint64_t)(hi - lo) * table_row_bytes(s) > s->rows_max_bytes / 4)
+    int64_t budget = hi - lo, *spend = &budget;
+    if (*file_budget > 0 && table_fits(s)) {
+        lo = 0; /* the whole file */
+        hi = INT64_MAX;
+        spend = file_budget;
+    } else if (hi - lo > READ_AHEAD_ROWS || (uint64_t)(hi - lo) * table_row_bytes(s) > s->rows_max_bytes / 4) {
         return 0;
-    int64_t budget = hi - lo;
+    }
     int r = 0;
     for (int dir = 1; dir >= -1 && r == 0; dir -= 2) {
-        for (size_t e = e0; budget > 0 && r == 0;) {
+        for (size_t e = e0; *spend > 0 && r == 0;) {
             if (dir < 0 ? e == 0 : e + 1 >= s->num_episodes)
                 break;
             e = dir < 0 ? e - 1 : e + 1;
@@ -295,7 +327,7 @@ static int co_resident(vf_sample_spec *s, size_t e0, size_t **v, size_t *k, size
                 continue;
             s->loading[e] = 1;
             r = push(v, k, cap, e);
-            budget -= ds.length;
+            *spend -= ds.length;
         }
     }
     return r;
@@ -311,6 +343,7 @@ static int claim(vf_sample_spec *s, const size_t *eps, size_t n, int extras, siz
     size_t cap = 0, k = 0;
     size_t *v = NULL;
     int r = 0;
+    int64_t file_budget = READ_AHEAD_ROWS; /* map mode, when the table fits: for the whole call */
     *asked = 0;
     for (size_t i = 0; i < n && r == 0; i++) {
         size_t e0 = eps[i];
@@ -323,7 +356,7 @@ static int claim(vf_sample_spec *s, const size_t *eps, size_t n, int extras, siz
             continue;
         if (!s->wanted) {
             if (r == 0)
-                r = co_resident(s, e0, &v, &k, &cap);
+                r = co_resident(s, e0, &v, &k, &cap, &file_budget);
             continue;
         }
         vf_data_span base;

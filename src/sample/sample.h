@@ -167,6 +167,8 @@ typedef struct vf_sample_spec {
                                     * assemble.c); 0: each thread checks out its own */
     vf_ds_pq_cache *data_files;    /* the open data files (footers decoded once), shared by the threads;
                                     * NULL: each read opens its files */
+    int64_t map_table_rows;        /* map mode: rows of the loader's episodes (0: not counted yet) */
+    int64_t map_samples;           /* map mode: samples the loader draws this epoch (set by its plan) */
     int64_t **rg_ends;             /* [num_data_files] */
     int *rg_count;
     uint8_t *rg_known;

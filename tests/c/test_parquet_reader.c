@@ -294,6 +294,29 @@ static void test_rle(void)
                 ok8 &= out8[i] == vals[i];
             CHECK(ok8);
         }
+        /* Skipping then reading gives the values after the skip, for
+         * skips ending inside runs, inside bit-packed groups and at their
+         * boundaries (page-level reads step over the indices before a
+         * row range). */
+        for (int64_t skip = 0; skip <= n; skip += skip < 24 ? 1 : 37) {
+            uint32_t rest[1000];
+            vf_pq_rle_init(&d, b.data, b.len, width);
+            int64_t first = skip / 3;
+            int oks = vf_pq_rle_read_u32(&d, rest, first) == 0 && vf_pq_rle_skip(&d, skip - first) == 0 &&
+                      vf_pq_rle_read_u32(&d, rest, n - skip) == 0 && !memcmp(rest, vals + skip,
+                                                                            (size_t)(n - skip) * sizeof *rest);
+            CHECK(oks);
+            if (!oks)
+                fprintf(stderr, "  rle skip %lld width %d failed\n", (long long)skip, width);
+        }
+        /* Skipping past the data fails (except width 0), truncated data
+         * never reads out of bounds. */
+        vf_pq_rle_init(&d, b.data, b.len, width);
+        CHECK(width == 0 ? vf_pq_rle_skip(&d, n + 100) == 0 : vf_pq_rle_skip(&d, n + 100) < 0);
+        for (size_t cut = 0; cut < b.len; cut += 5) {
+            vf_pq_rle_init(&d, b.data, cut, width);
+            (void)vf_pq_rle_skip(&d, n / 2);
+        }
         /* Reading past the data fails (except width 0, all zeros). */
         vf_pq_rle_init(&d, b.data, b.len, width);
         uint32_t big[1100];

@@ -8,7 +8,8 @@
  *    row ranges read through vf_pq_read_field_rows equal the whole
  *    chunk's rows, decode at most the pages the range spans once the
  *    index is built (built once: vf_pq_memory_bytes grows on the first
- *    read only), also from four threads at once on one open file.
+ *    read only), also from four threads at once on one open file; the
+ *    kept dictionary is dropped and decoded again.
  *  - Data file cache (src/dataset/pq_cache.c): hits, misses, eviction by
  *    count and by bytes, entries in use never closed (a read beyond the
  *    bound is served uncached), errors; table reads through the cache
@@ -160,6 +161,17 @@ static void test_page_index(const char *dir)
             check_range(f, ROWS - 1, 1, &bad);
             CHECK_EQ_INT(vf_pq_memory_bytes(f), built); /* built once */
             CHECK_EQ_INT(bad, 0);
+            /* The index keeps the decoded dictionary of a dictionary-encoded
+             * chunk (counted in the bytes); dropping it frees exactly that,
+             * and reads decode it again, still right. */
+            size_t dropped = vf_pq_drop_kept_dictionaries(f);
+            CHECK(dictionary ? dropped > 0 : dropped == 0);
+            CHECK_EQ_INT(vf_pq_memory_bytes(f), built - dropped);
+            CHECK_EQ_INT(vf_pq_drop_kept_dictionaries(f), 0);
+            check_range(f, 33333, 40, &bad);
+            check_range(f, 7, 3, &bad);
+            CHECK_EQ_INT(bad, 0);
+            CHECK_EQ_INT(vf_pq_memory_bytes(f), built);
             vf_pq_close(f);
 
             /* Four threads on one freshly opened file: the index is built

@@ -235,9 +235,12 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
     if (!more)
         return NULL;
     PyObject *placement = Py_BuildValue(
-        "{s:n,s:i,s:i,s:d,s:d}", "pinned_cpus", (Py_ssize_t)st.pinned_cpus, "engine_threads", st.engine_threads,
-        "decode_threads", st.decode_threads, "handout_seconds", st.handout_seconds, "wait_after_first_seconds",
-        st.wait_after_first_seconds);
+        "{s:n,s:i,s:i,s:d,s:d,s:K,s:K,s:K,s:n,s:n}", "pinned_cpus", (Py_ssize_t)st.pinned_cpus, "engine_threads",
+        st.engine_threads, "decode_threads", st.decode_threads, "handout_seconds", st.handout_seconds,
+        "wait_after_first_seconds", st.wait_after_first_seconds, "table_files_opened",
+        (unsigned long long)st.table_files_opened, "table_file_evictions", (unsigned long long)st.table_file_evictions,
+        "table_file_trims", (unsigned long long)st.table_file_trims,
+        "table_files_open", (Py_ssize_t)st.table_files_open, "table_files_bytes", (Py_ssize_t)st.table_files_bytes);
     if (!placement || PyDict_Update(more, placement) < 0) {
         Py_XDECREF(placement);
         Py_DECREF(more);
