@@ -49,6 +49,7 @@
  */
 #include "video/video_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -662,8 +663,87 @@ static void name_request(const vf_video_reader *r, const vf_video_request *q, in
     (void)r;
 }
 
-int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t count,
-                         const vf_video_format *format)
+/* Frames decoded for vf_video_read_frames_held, converted later without the
+ * reader: one reference per distinct ordinal (the decoder's picture, not a
+ * copy), the destinations in ordinal order. */
+struct vf_video_held {
+    char *name;                 /* the file's name (the reader may be closed before the conversion) */
+    char *camera;               /* or NULL */
+    vf_video_format format;     /* resolved: width and height set */
+    int src_width, src_height;  /* the index's size */
+    size_t bytes;               /* per destination */
+    size_t num_runs;
+    AVFrame **frames;           /* [num_runs]: the picture, or NULL (already delivered, or failed) */
+    size_t *run_start;          /* [num_runs + 1] into dests */
+    void **dests;               /* [requests], by ordinal */
+    vf_video_request **reqs;    /* [requests], by ordinal: status of a failed conversion */
+};
+
+void vf_video_held_free(vf_video_held *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; h->frames && i < h->num_runs; i++)
+        av_frame_free(&h->frames[i]);
+    free(h->frames);
+    free(h->run_start);
+    free(h->dests);
+    free(h->reqs);
+    free(h->name);
+    free(h->camera);
+    free(h);
+}
+
+static vf_video_held *held_new(const vf_video_reader *r, const vf_video_format *format, size_t count)
+{
+    vf_video_held *h = vf_calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->name = vf_strdup(r->index->name);
+    h->camera = r->camera ? vf_strdup(r->camera) : NULL;
+    h->frames = vf_calloc(count, sizeof *h->frames);
+    h->run_start = vf_malloc_array(count + 1, sizeof *h->run_start);
+    h->dests = vf_malloc_array(count, sizeof *h->dests);
+    h->reqs = vf_malloc_array(count, sizeof *h->reqs);
+    if (!h->name || (r->camera && !h->camera) || !h->frames || !h->run_start || !h->dests || !h->reqs) {
+        vf_video_held_free(h);
+        return NULL;
+    }
+    h->format = *format;
+    if (h->format.width == 0 || h->format.height == 0) {
+        h->format.width = r->index->width;
+        h->format.height = r->index->height;
+    }
+    h->src_width = r->index->width;
+    h->src_height = r->index->height;
+    h->bytes = vf_video_format_bytes(format, r->index->width, r->index->height);
+    return h;
+}
+
+/* Keeps the reader's current picture for a later conversion (a new
+ * reference). A GPU surface is delivered now instead (its download uses
+ * the reader's staging frames). */
+static int hold(vf_video_reader *r, vf_video_held *h, const vf_video_format *format, void *dest)
+{
+    if (r->frame->format == AV_PIX_FMT_CUDA)
+        return deliver(r, format, dest);
+    if (VF_UNLIKELY(r->frame->width != r->index->width || r->frame->height != r->index->height))
+        vf_log(VF_LOG_WARN, "%s: decoded frame is %dx%d but the container says %dx%d", r->index->name,
+               r->frame->width, r->frame->height, r->index->width, r->index->height);
+    AVFrame *f = av_frame_alloc();
+    if (!f || av_frame_ref(f, r->frame) < 0) {
+        av_frame_free(&f);
+        return VF_ENOMEM;
+    }
+    h->frames[h->num_runs] = f;
+    r->stats.frames_delivered++;
+    return 0;
+}
+
+/* Serves sorted requests: delivers each run's frame (held NULL) or keeps
+ * a reference to it in held. */
+static int read_frames(vf_video_reader *r, vf_video_request *requests, size_t count, const vf_video_format *format,
+                       vf_video_held *held)
 {
     int rc = check_format(r, format);
     if (rc < 0)
@@ -698,8 +778,17 @@ int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t 
         else
             rc = reach(r, ordinal);
         if (rc == 0)
-            rc = deliver(r, format, lead->dest);
-        if (rc == 0) {
+            rc = held ? hold(r, held, format, lead->dest) : deliver(r, format, lead->dest);
+        if (rc == 0 && held) {
+            held->run_start[held->num_runs] = i;
+            for (size_t k = i; k < j; k++) {
+                held->dests[k] = requests[pos[k]].dest;
+                held->reqs[k] = &requests[pos[k]];
+                if (k > i)
+                    r->stats.frames_delivered++;
+            }
+            held->num_runs++;
+        } else if (rc == 0) {
             for (size_t k = i + 1; k < j; k++) {
                 vf_video_request *q = &requests[pos[k]];
                 if (q->dest != lead->dest)
@@ -717,8 +806,93 @@ int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t 
             requests[pos[k]].status = rc;
         i = j;
     }
+    if (held)
+        held->run_start[held->num_runs] = count;
     r->drain_target = -1;
     free(pos);
+    if (first_error)
+        return vf_error(first_error, "%s", first_message);
+    return 0;
+}
+
+int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t count,
+                         const vf_video_format *format)
+{
+    return read_frames(r, requests, count, format, NULL);
+}
+
+int vf_video_read_frames_held(vf_video_reader *r, vf_video_request *requests, size_t count,
+                              const vf_video_format *format, vf_video_held **held)
+{
+    *held = NULL;
+    vf_video_format def;
+    if (!format) {
+        vf_video_format_defaults(&def);
+        format = &def;
+    }
+    vf_video_held *h = held_new(r, format, count ? count : 1);
+    if (!h)
+        return VF_ENOMEM;
+    int rc = read_frames(r, requests, count, format, h);
+    *held = h; /* the frames that did come out are converted even when some failed */
+    return rc;
+}
+
+/* One converter per thread for held frames (its swscale context and scratch
+ * are reused from call to call, as a reader reuses its own). */
+static pthread_key_t held_conv_key;
+static pthread_once_t held_conv_once = PTHREAD_ONCE_INIT;
+static int held_conv_key_ok;
+
+static void held_conv_destroy(void *p)
+{
+    vf_vid_converter_free(p);
+    free(p);
+}
+
+static void held_conv_init(void) { held_conv_key_ok = pthread_key_create(&held_conv_key, held_conv_destroy) == 0; }
+
+int vf_video_held_convert(vf_video_held *h)
+{
+    if (!h)
+        return 0;
+    pthread_once(&held_conv_once, held_conv_init);
+    vf_vid_converter *conv = held_conv_key_ok ? pthread_getspecific(held_conv_key) : NULL;
+    if (!conv) {
+        if (!held_conv_key_ok || !(conv = vf_malloc(sizeof *conv)))
+            return VF_ENOMEM;
+        vf_vid_converter_init(conv);
+        if (pthread_setspecific(held_conv_key, conv) != 0) {
+            held_conv_destroy(conv);
+            return VF_ENOMEM;
+        }
+    }
+    int first_error = 0;
+    char first_message[512] = "";
+    for (size_t i = 0; i < h->num_runs; i++) {
+        size_t a = h->run_start[i], b = h->run_start[i + 1];
+        int rc = 0;
+        if (h->frames[i])
+            rc = vf_vid_convert(conv, h->frames[i], &h->format, h->dests[a], h->name);
+        av_frame_free(&h->frames[i]);
+        if (rc < 0) {
+            if (h->camera)
+                vf_error_context(rc, "camera %s", h->camera);
+            const vf_video_request *q = h->reqs[a];
+            if (q->episode >= 0 && q->frame_in_episode >= 0)
+                vf_error_context(rc, "episode %lld frame %lld", (long long)q->episode, (long long)q->frame_in_episode);
+            if (!first_error) {
+                first_error = rc;
+                snprintf(first_message, sizeof first_message, "%s", vf_last_error());
+            }
+            for (size_t k = a; k < b; k++)
+                h->reqs[k]->status = rc;
+            continue;
+        }
+        for (size_t k = a + 1; k < b; k++)
+            if (h->dests[k] != h->dests[a])
+                memcpy(h->dests[k], h->dests[a], h->bytes);
+    }
     if (first_error)
         return vf_error(first_error, "%s", first_message);
     return 0;

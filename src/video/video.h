@@ -367,6 +367,21 @@ typedef struct vf_video_request {
 int vf_video_read_frames(vf_video_reader *reader, vf_video_request *requests, size_t count,
                          const vf_video_format *format);
 
+/* vf_video_read_frames in two steps, for a reader shared between threads:
+ * the decode needs the reader, the conversion only the decoded pictures.
+ * Decodes and keeps a reference to each target's picture in *held (set
+ * even on failure: the frames that came out); the caller may then give the
+ * reader back (or close it) and call vf_video_held_convert, which writes
+ * the destinations with a converter of the calling thread, then
+ * vf_video_held_free. The requests array must live until the conversion
+ * (a failed conversion sets its requests' status). GPU surfaces are
+ * delivered during the decode step. */
+typedef struct vf_video_held vf_video_held;
+int vf_video_read_frames_held(vf_video_reader *reader, vf_video_request *requests, size_t count,
+                              const vf_video_format *format, vf_video_held **held);
+int vf_video_held_convert(vf_video_held *held);
+void vf_video_held_free(vf_video_held *held);
+
 typedef struct vf_video_stats {
     uint64_t frames_decoded;   /* frames that came out of the decoder */
     uint64_t frames_delivered; /* frames written to destinations (duplicates counted) */
