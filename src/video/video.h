@@ -374,8 +374,9 @@ int vf_video_read_frames(vf_video_reader *reader, vf_video_request *requests, si
  * reader back (or close it) and call vf_video_held_convert, which writes
  * the destinations with a converter of the calling thread, then
  * vf_video_held_free. The requests array must live until the conversion
- * (a failed conversion sets its requests' status). GPU surfaces are
- * delivered during the decode step. */
+ * (a failed conversion sets its requests' status). GPU surfaces, and
+ * pictures past 32 MB held by one call, are delivered during the decode
+ * step. */
 typedef struct vf_video_held vf_video_held;
 int vf_video_read_frames_held(vf_video_reader *reader, vf_video_request *requests, size_t count,
                               const vf_video_format *format, vf_video_held **held);
