@@ -3,6 +3,7 @@
 
     python3 bench/opens_bench.py ROOT [--mode stream] [--threads 1,2,4] [--batch-size 32]
                                  [--batches N] [--share default|on|off] [--repeat 3]
+                                 [--package DIR]
 
 For each thread count: a `vlafeed.Loader` (numpy output, float32 [C,H,W]
 images) reads --batches batches (0: the whole epoch) after one untimed batch;
@@ -21,7 +22,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
 import _inplace  # noqa: E402
 
-_inplace.use()
+if "--package" in sys.argv[:-1]:  # another build first (a baseline), e.g. the main checkout's python/
+    sys.path.insert(0, sys.argv[sys.argv.index("--package") + 1])
+else:
+    _inplace.use()
 
 import vlafeed  # noqa: E402
 import vlafeed.plan as vplan  # noqa: E402
@@ -61,8 +65,10 @@ def main():
     ap.add_argument("--batches", type=int, default=0)
     ap.add_argument("--share", default="default", choices=["default", "on", "off"])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--package", help="import vlafeed from this folder (a baseline build's python/)")
     a = ap.parse_args()
     opens = vplan.plan(a.root, mode=a.mode, batch_size=a.batch_size)["opens"]
+    print(f"vlafeed from {os.path.dirname(vlafeed.__file__)}", flush=True)
     rows = []
     for t in [int(x) for x in a.threads.split(",")]:
         best = min((run(a.root, a.mode, t, a.batch_size, a.batches, a.share) for _ in range(a.repeat)),
