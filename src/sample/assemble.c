@@ -207,7 +207,7 @@ static int run_group(assemble_ctx *x, size_t g, int locked)
             pthread_mutex_lock(&f->reader_lock);
         r = decode_group(x, g, &req, &held);
         pthread_mutex_unlock(&f->reader_lock);
-        int c = vf_video_held_convert(held);
+        int c = vf_video_cache_convert(x->cache, held);
         vf_video_held_free(held);
         if (r == 0 && c < 0)
             r = vf_error_context(c, "camera %s", f->camera_key);

@@ -49,7 +49,6 @@
  */
 #include "video/video_internal.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -852,35 +851,21 @@ int vf_video_read_frames_held(vf_video_reader *r, vf_video_request *requests, si
     return rc;
 }
 
-/* One converter per thread for held frames (its swscale context and scratch
- * are reused from call to call, as a reader reuses its own). */
-static pthread_key_t held_conv_key;
-static pthread_once_t held_conv_once = PTHREAD_ONCE_INIT;
-static int held_conv_key_ok;
-
-static void held_conv_destroy(void *p)
-{
-    vf_vid_converter_free(p);
-    free(p);
-}
-
-static void held_conv_init(void) { held_conv_key_ok = pthread_key_create(&held_conv_key, held_conv_destroy) == 0; }
-
 int vf_video_held_convert(vf_video_held *h)
 {
     if (!h)
         return 0;
-    pthread_once(&held_conv_once, held_conv_init);
-    vf_vid_converter *conv = held_conv_key_ok ? pthread_getspecific(held_conv_key) : NULL;
-    if (!conv) {
-        if (!held_conv_key_ok || !(conv = vf_malloc(sizeof *conv)))
-            return VF_ENOMEM;
-        vf_vid_converter_init(conv);
-        if (pthread_setspecific(held_conv_key, conv) != 0) {
-            held_conv_destroy(conv);
-            return VF_ENOMEM;
-        }
-    }
+    vf_vid_converter conv;
+    vf_vid_converter_init(&conv);
+    int rc = vf_vid_held_convert(h, &conv);
+    vf_vid_converter_free(&conv);
+    return rc;
+}
+
+int vf_vid_held_convert(vf_video_held *h, vf_vid_converter *conv)
+{
+    if (!h)
+        return 0;
     int first_error = 0;
     char first_message[512] = "";
     for (size_t i = 0; i < h->num_runs; i++) {

@@ -637,22 +637,24 @@ static void test_float_large_frames(const char *dir)
 
 typedef struct convert_arg {
     vf_video_held *held;
+    vf_video_cache *cache; /* NULL: a converter for the call */
     int rc;
 } convert_arg;
 
 static void *convert_thread(void *p)
 {
     convert_arg *a = p;
-    a->rc = vf_video_held_convert(a->held);
+    a->rc = a->cache ? vf_video_cache_convert(a->cache, a->held) : vf_video_held_convert(a->held);
     return NULL;
 }
 
 /* vf_video_read_frames_held: the decode keeps references, the reader is
- * closed before the conversion (run on another thread, with that thread's
- * converter), and the destinations equal what vf_video_read_frames writes,
+ * closed before the conversion (run on another thread, with a converter of
+ * its own or a decoder cache's), and the destinations equal what
+ * vf_video_read_frames writes,
  * duplicates and per-request errors included. At w x h past 32 MB of held
  * pictures (1080p: 10) the rest are converted during the decode. */
-static void check_held(const char *dir, int w, int h, int frames, const char *label)
+static void check_held(const char *dir, int w, int h, int frames, int use_cache, const char *label)
 {
     char *path = vf_asprintf("%s/held-%s.mp4", dir, label);
     CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_H264, w, h, 30, 2, frames, 1));
@@ -680,12 +682,16 @@ static void check_held(const char *dir, int w, int h, int frames, const char *la
         CHECK_EQ_INT(st.frames_delivered, count - 1);
         vf_video_close(r2); /* the held pictures outlive the reader */
         r2 = NULL;
-        convert_arg arg = {held, -1};
+        vf_video_cache *cache = NULL;
+        if (use_cache)
+            CHECK_OK(vf_video_cache_open(&cache, NULL));
+        convert_arg arg = {held, cache, -1};
         pthread_t t;
         CHECK_EQ_INT(pthread_create(&t, NULL, convert_thread, &arg), 0);
         pthread_join(t, NULL);
         CHECK_EQ_INT(arg.rc, 0);
         vf_video_held_free(held);
+        vf_video_cache_close(cache);
         int wrong = 0;
         for (size_t i = 0; i < count; i++) {
             CHECK_EQ_INT(b[i].status, a[i].status);
@@ -712,8 +718,9 @@ static void check_held(const char *dir, int w, int h, int frames, const char *la
 
 static void test_held_frames(const char *dir)
 {
-    check_held(dir, W, H, 40, "small");
-    check_held(dir, 1920, 1080, 14, "1080p");
+    check_held(dir, W, H, 40, 0, "small");
+    check_held(dir, W, H, 40, 1, "small-cache");
+    check_held(dir, 1920, 1080, 14, 1, "1080p");
 }
 
 int main(void)
