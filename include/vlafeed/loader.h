@@ -350,16 +350,16 @@ typedef struct vf_loader_settings {
     size_t episode_pool_size;  /* pool mode: episode segments per consumer, default 16 */
     size_t decoder_cache_entries; /* open decoders kept; 0 (default) = 32, or in pool mode
                                    * the pool's working set: episode_pool_size x cameras x
-                                   * consumers of this loader x threads (x 1 with
-                                   * share_video_readers), at most 128; in map mode video
+                                   * consumers of this loader (x threads when
+                                   * share_video_readers = 0), at most 128; in map mode video
                                    * files, at least 32, at most 128 */
-    int share_video_readers;   /* 1: one reader per video file serves every engine thread in
-                                * turn (a thread waits for a file another is decoding), so a
-                                * run opens what vf_plan_count_opens counts at any thread
-                                * count; 0: each thread opens its own reader of a file it
-                                * needs while another decodes it (more opens, no waiting).
-                                * -1 (default): 1 in map mode, 0 in stream and pool modes,
-                                * which read a file forward from many threads at once */
+    int share_video_readers;   /* 1 or -1 (default): one reader per video file serves every
+                                * engine thread in turn (a thread waits for the decoder of a
+                                * file another is decoding; the conversion of the decoded
+                                * pictures runs outside that wait), so a run opens what
+                                * vf_plan_count_opens counts at any thread count; 0: each
+                                * thread opens its own reader of a file it needs while
+                                * another decodes it (more opens, no waiting) */
     vf_pool_hooks pool_hooks;  /* pool mode: admission / eviction callbacks (none by default) */
     /* Pool mode over a remote (http/https/s3) root: prefetch-on-admit. When
      * both are set, admitting an episode starts background downloads of its

@@ -176,18 +176,15 @@ int vf_engine_decode_threads(size_t pinned_cpus, int engine_threads)
 }
 
 /* The decoder cache bound: the user's, or 32; in pool mode the pool's
- * working set, at most 128: segments x cameras x consumers of this loader
- * x engine threads (every thread assembles batches drawing from the whole
- * pool and checks out its own reader of each file: with one reader per
- * file, 2 threads reopened files ~5x as often, measured; not with
- * share_video_readers). In map mode a
- * batch of random positions touches every video file of the selection, so
- * the working set is the files (at least 32, at most 128): there one reader
- * per file serves every thread in turn (run_group in src/sample/assemble.c),
- * so the thread count does not multiply it (it did while each thread
- * checked out its own: with 30 files and 2 threads a 32-entry cache then
- * hit 29-90% of lookups, bench/README.md). `vlafeed plan` simulates this
- * bound. */
+ * working set, at most 128: segments x cameras x consumers of this loader.
+ * In map mode a batch of random positions touches every video file of the
+ * selection, so the working set is the files (at least 32, at most 128).
+ * By default one reader per file serves every engine thread in turn
+ * (run_group in src/sample/assemble.c), so the thread count does not
+ * multiply the working set; with share_video_readers = 0 each thread checks
+ * out its own reader of a file, and the pool bound is multiplied by the
+ * threads (with one entry per file, 2 threads reopened files ~5x as often,
+ * measured). `vlafeed plan` simulates this bound. */
 size_t vf_engine_cache_entries(const vf_loader_settings *s, size_t cameras, size_t files, int threads)
 {
     if (s->decoder_cache_entries > 0)
@@ -200,7 +197,7 @@ size_t vf_engine_cache_entries(const vf_loader_settings *s, size_t cameras, size
     size_t local = s->consumer < 0 ? (size_t)s->num_consumers : 1;
     size_t n = VF_MIN(s->episode_pool_size, (size_t)128) * VF_MIN(cams, (size_t)128);
     n = VF_MIN(n, (size_t)128) * VF_MIN(local, (size_t)128);
-    if (s->share_video_readers <= 0) /* each thread its own readers */
+    if (s->share_video_readers == 0) /* each thread its own readers */
         n = VF_MIN(n, (size_t)128) * (size_t)(threads > 0 ? VF_MIN(threads, 128) : 1);
     return VF_MIN(n, (size_t)128);
 }
@@ -354,8 +351,7 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
             r = VF_ENOMEM;
         else if (s->table_cache_bytes > 0)
             l->spec->rows_max_bytes = s->table_cache_bytes;
-        l->spec->share_readers = s->share_video_readers >= 0 ? s->share_video_readers != 0
-                                                              : s->mode == VF_MODE_MAP; /* assemble.c: run_group */
+        l->spec->share_readers = s->share_video_readers != 0; /* -1 (default) and 1: assemble.c run_group */
     }
     if (r == 0 && s->num_cpus > 0)
         r = pin_to(l, s);

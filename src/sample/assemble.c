@@ -127,8 +127,10 @@ static int ensure_map(vf_sample_spec *spec, vf_sample_video_file *f, vf_video_re
     return r;
 }
 
-/* Decodes one file group with the file's reader (lock held). */
-static int run_group_locked(assemble_ctx *x, size_t g)
+/* Decodes one file group with the file's reader. held NULL: converts into
+ * the destinations too; else keeps the decoded pictures in *held for the
+ * caller to convert once the reader is given back (set even on failure). */
+static int decode_group(assemble_ctx *x, size_t g, vf_video_request **reqs, vf_video_held **held)
 {
     size_t lo = x->group_start[g], hi = x->group_start[g + 1];
     vf_sample_video_file *f = x->jobs[lo].file;
@@ -147,6 +149,7 @@ static int run_group_locked(assemble_ctx *x, size_t g)
         vf_video_cache_return(x->cache, reader);
         return VF_ENOMEM;
     }
+    *reqs = req;
     for (size_t i = 0; i < count && r == 0; i++) {
         const frame_job *j = &x->jobs[lo + i];
         req[i].dest = j->dest;
@@ -160,15 +163,15 @@ static int run_group_locked(assemble_ctx *x, size_t g)
     if (r == 0) {
         vf_video_stats before, after;
         vf_video_get_stats(reader, &before);
-        r = vf_video_read_frames(reader, req, count, &x->jobs[lo].column->format);
+        if (held)
+            r = vf_video_read_frames_held(reader, req, count, &x->jobs[lo].column->format, held);
+        else
+            r = vf_video_read_frames(reader, req, count, &x->jobs[lo].column->format);
         vf_video_get_stats(reader, &after);
         atomic_fetch_add(&x->counters->frames_decoded, after.frames_decoded - before.frames_decoded);
-        if (r == 0)
-            atomic_fetch_add(&x->counters->frames_delivered, (uint64_t)count);
-        else
+        if (r < 0)
             r = vf_error_context(r, "camera %s", f->camera_key);
     }
-    free(req);
     if (r < 0)
         vf_video_cache_discard(x->cache, reader); /* its decoder state is unknown after a failure */
     else
@@ -176,37 +179,93 @@ static int run_group_locked(assemble_ctx *x, size_t g)
     return r;
 }
 
-/* Decodes one file group. With spec->share_readers (map mode), one reader
- * per file serves every thread, in turn: the thread takes the file's
- * reader_lock before its checkout and lets go after giving the reader back,
- * so the decoder cache never opens a second reader of a file because the
- * first is busy, and a run opens each file once while the cache holds it,
- * at any thread count (what `vlafeed plan` counts). Random batches rarely
- * want one file on two threads at once, so little is lost to waiting.
- * Stream and pool modes read a file forward from many threads at once
- * (consecutive batches of one file group, or of a pool of neighbouring
- * episodes): sharing one reader there serialized the decode of a file, half
- * the throughput with one camera and two threads (measured), so each
- * thread checks out its own. A thread holds at most one file's lock and
- * never waits for anything else while holding it. */
-static int run_group(assemble_ctx *x, size_t g)
+/* Decodes one file group. With spec->share_readers (the default), one
+ * reader per file serves every thread, in turn: the thread takes the
+ * file's reader_lock before its checkout and lets go after giving the
+ * reader back, so the decoder cache never opens a second reader of a file
+ * because the first is busy, and a run opens each file once while the
+ * cache holds it, at any thread count (what `vlafeed plan` counts). Only
+ * the decode is done under the lock: the pictures are kept (references,
+ * not copies) and converted into the batch after the lock is released, so
+ * threads reading one file forward (stream mode: consecutive batches of a
+ * file group) take turns on the decoder only, the conversion runs in
+ * parallel. Without sharing, each thread checks out its own reader (a
+ * second reader of a busy file is a second open). A thread holds at most
+ * one file's lock and never waits for anything else while holding it.
+ * `locked`: the caller already holds the file's lock (run_free_first). */
+static int run_group(assemble_ctx *x, size_t g, int locked)
 {
-    if (!x->spec->share_readers)
-        return run_group_locked(x, g);
-    vf_sample_video_file *f = x->jobs[x->group_start[g]].file;
-    pthread_mutex_lock(&f->reader_lock);
-    int r = run_group_locked(x, g);
-    pthread_mutex_unlock(&f->reader_lock);
+    size_t lo = x->group_start[g];
+    vf_sample_video_file *f = x->jobs[lo].file;
+    vf_video_request *req = NULL;
+    int r;
+    if (!x->spec->share_readers) {
+        r = decode_group(x, g, &req, NULL);
+    } else {
+        vf_video_held *held = NULL;
+        if (!locked)
+            pthread_mutex_lock(&f->reader_lock);
+        r = decode_group(x, g, &req, &held);
+        pthread_mutex_unlock(&f->reader_lock);
+        int c = vf_video_cache_convert(x->cache, held);
+        vf_video_held_free(held);
+        if (r == 0 && c < 0)
+            r = vf_error_context(c, "camera %s", f->camera_key);
+    }
+    free(req);
+    if (r == 0)
+        atomic_fetch_add(&x->counters->frames_delivered, (uint64_t)(x->group_start[g + 1] - lo));
     return r;
+}
+
+static void record(assemble_ctx *x, size_t g, int r)
+{
+    x->results[g].rc = r;
+    if (r < 0)
+        x->results[g].message = vf_strdup(vf_last_error());
+}
+
+/* One thread runs a batch's file groups, shared readers: first those
+ * whose reader no other thread is using (try-lock, in file order), and
+ * waits only when every remaining file is busy (then for the first). Two
+ * threads assembling batches of the same files (stream mode's consecutive
+ * batches, a pool's neighbouring episodes) thus fall into step on
+ * different files instead of queueing behind one another on the first. */
+static void run_free_first(assemble_ctx *x)
+{
+    uint8_t *done = vf_calloc(x->num_groups, 1);
+    if (!done) {
+        for (size_t g = 0; g < x->num_groups; g++)
+            record(x, g, run_group(x, g, 0));
+        return;
+    }
+    for (size_t left = x->num_groups; left > 0;) {
+        size_t ran = 0, first = SIZE_MAX;
+        for (size_t g = 0; g < x->num_groups; g++) {
+            if (done[g])
+                continue;
+            if (first == SIZE_MAX)
+                first = g;
+            if (pthread_mutex_trylock(&x->jobs[x->group_start[g]].file->reader_lock) == 0) {
+                record(x, g, run_group(x, g, 1));
+                done[g] = 1;
+                left--;
+                ran++;
+            }
+        }
+        if (ran == 0) {
+            record(x, first, run_group(x, first, 0));
+            done[first] = 1;
+            left--;
+        }
+    }
+    free(done);
 }
 
 static void group_task(void *arg, size_t g)
 {
     assemble_ctx *x = arg;
-    int r = run_group(x, g);
-    x->results[g].rc = r;
-    if (r < 0)
-        x->results[g].message = vf_strdup(vf_last_error());
+    record(x, g, run_group(x, g, 0));
 }
 
 /* ---- tabular gather ------------------------------------------------------------ */
@@ -427,6 +486,8 @@ static int assemble(vf_sample_spec *s, vf_video_cache *cache, vf_sample_counters
         }
         if (parallel && parallel->run && x.num_groups > 1)
             parallel->run(parallel->pool_ctx, x.num_groups, group_task, &x);
+        else if (s->share_readers && x.num_groups > 1)
+            run_free_first(&x);
         else
             for (size_t g = 0; g < x.num_groups; g++)
                 group_task(&x, g);

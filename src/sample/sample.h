@@ -163,7 +163,7 @@ typedef struct vf_sample_spec {
      * groups it decodes anyway: a bounded row-group cache at episode
      * granularity (under rows_lock; rg_known: 0 unknown, 1 known, 2 not
      * available, 3 being read). */
-    int share_readers;             /* 1: one reader per video file serves every thread in turn (map mode;
+    int share_readers;             /* 1: one reader per video file serves every thread in turn (the default;
                                     * assemble.c); 0: each thread checks out its own */
     vf_ds_pq_cache *data_files;    /* the open data files (footers decoded once), shared by the threads;
                                     * NULL: each read opens its files */

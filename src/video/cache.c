@@ -12,7 +12,9 @@
  *  - readers are opened and closed outside the lock, so a slow open or
  *    close never blocks other threads' hits.
  * Entries form one doubly linked list, most recently used at the head;
- * lookups scan it (the entry bound is small).
+ * lookups scan it (the entry bound is small). The cache also keeps the
+ * converters of vf_video_cache_convert (held frames converted after their
+ * reader was given back), one per thread converting at a time.
  */
 #include "video/video_internal.h"
 
@@ -28,8 +30,15 @@ typedef struct cache_entry {
     struct cache_entry *prev, *next;
 } cache_entry;
 
+/* A converter for held frames, free or in use by one thread. */
+typedef struct cache_converter {
+    vf_vid_converter conv;
+    struct cache_converter *next;
+} cache_converter;
+
 struct vf_video_cache {
     pthread_mutex_t lock;
+    cache_converter *free_converters; /* vf_video_cache_convert's, not in use */
     vf_video_cache_settings settings;
     char *camera;               /* copy of settings.video.camera */
     cache_entry *head, *tail;   /* MRU .. LRU */
@@ -249,6 +258,28 @@ void vf_video_cache_discard(vf_video_cache *c, vf_video_reader *reader)
     free_entry(e);
 }
 
+int vf_video_cache_convert(vf_video_cache *c, vf_video_held *held)
+{
+    if (!held)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    cache_converter *k = c->free_converters;
+    if (k)
+        c->free_converters = k->next;
+    pthread_mutex_unlock(&c->lock);
+    if (!k) {
+        if (!(k = vf_malloc(sizeof *k)))
+            return VF_ENOMEM;
+        vf_vid_converter_init(&k->conv);
+    }
+    int rc = vf_vid_held_convert(held, &k->conv);
+    pthread_mutex_lock(&c->lock);
+    k->next = c->free_converters;
+    c->free_converters = k;
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
 void vf_video_cache_get_stats(vf_video_cache *c, vf_video_cache_stats *s)
 {
     pthread_mutex_lock(&c->lock);
@@ -272,6 +303,12 @@ void vf_video_cache_close(vf_video_cache *c)
         cache_entry *next = e->next;
         free_entry(e);
         e = next;
+    }
+    while (c->free_converters) {
+        cache_converter *next = c->free_converters->next;
+        vf_vid_converter_free(&c->free_converters->conv);
+        free(c->free_converters);
+        c->free_converters = next;
     }
     pthread_mutex_destroy(&c->lock);
     free(c->camera);

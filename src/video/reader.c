@@ -662,8 +662,102 @@ static void name_request(const vf_video_reader *r, const vf_video_request *q, in
     (void)r;
 }
 
-int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t count,
-                         const vf_video_format *format)
+/* Frames decoded for vf_video_read_frames_held, converted later without the
+ * reader: one reference per distinct ordinal (the decoder's picture, not a
+ * copy), the destinations in ordinal order. */
+/* Decoded pictures one read call keeps for a later conversion, in bytes: the
+ * decoder's picture pool grows by what is held, so past this the frames are
+ * converted at once (under the caller's lock) instead. 320x180 4:2:0 holds
+ * ~380 pictures, 1080p ten. */
+#define HELD_MAX_BYTES ((size_t)32 << 20)
+
+struct vf_video_held {
+    size_t max_frames;          /* pictures to hold at most (HELD_MAX_BYTES), at least 4 */
+    size_t num_frames;          /* pictures held */
+    char *name;                 /* the file's name (the reader may be closed before the conversion) */
+    char *camera;               /* or NULL */
+    vf_video_format format;     /* resolved: width and height set */
+    int src_width, src_height;  /* the index's size */
+    size_t bytes;               /* per destination */
+    size_t num_runs;
+    AVFrame **frames;           /* [num_runs]: the picture, or NULL (already delivered, or failed) */
+    size_t *run_start, *run_end; /* [num_runs]: each run's [start, end) in dests */
+    void **dests;               /* [requests], by ordinal */
+    vf_video_request **reqs;    /* [requests], by ordinal: status of a failed conversion */
+};
+
+void vf_video_held_free(vf_video_held *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; h->frames && i < h->num_runs; i++)
+        av_frame_free(&h->frames[i]);
+    free(h->frames);
+    free(h->run_start);
+    free(h->run_end);
+    free(h->dests);
+    free(h->reqs);
+    free(h->name);
+    free(h->camera);
+    free(h);
+}
+
+static vf_video_held *held_new(const vf_video_reader *r, const vf_video_format *format, size_t count)
+{
+    vf_video_held *h = vf_calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->name = vf_strdup(r->index->name);
+    h->camera = r->camera ? vf_strdup(r->camera) : NULL;
+    h->frames = vf_calloc(count, sizeof *h->frames);
+    h->run_start = vf_malloc_array(count, sizeof *h->run_start);
+    h->run_end = vf_malloc_array(count, sizeof *h->run_end);
+    h->dests = vf_malloc_array(count, sizeof *h->dests);
+    h->reqs = vf_malloc_array(count, sizeof *h->reqs);
+    if (!h->name || (r->camera && !h->camera) || !h->frames || !h->run_start || !h->run_end || !h->dests || !h->reqs) {
+        vf_video_held_free(h);
+        return NULL;
+    }
+    h->format = *format;
+    if (h->format.width == 0 || h->format.height == 0) {
+        h->format.width = r->index->width;
+        h->format.height = r->index->height;
+    }
+    h->src_width = r->index->width;
+    h->src_height = r->index->height;
+    h->bytes = vf_video_format_bytes(format, r->index->width, r->index->height);
+    /* A picture's planes: 4:2:0 8-bit is 1.5 bytes per pixel; others up to 6 (4:4:4 16-bit). */
+    size_t picture = (size_t)VF_MAX(r->index->width, 1) * (size_t)VF_MAX(r->index->height, 1) *
+                     (r->index->pixfmt == VF_VIDEO_PIX_YUV420P ? 3 : 12) / 2;
+    h->max_frames = VF_MAX(HELD_MAX_BYTES / picture, (size_t)4);
+    return h;
+}
+
+/* Keeps the reader's current picture for a later conversion (a new
+ * reference). A GPU surface is delivered now instead (its download uses
+ * the reader's staging frames), and so is a picture past max_frames. */
+static int hold(vf_video_reader *r, vf_video_held *h, const vf_video_format *format, void *dest)
+{
+    if (r->frame->format == AV_PIX_FMT_CUDA || h->num_frames >= h->max_frames)
+        return deliver(r, format, dest);
+    if (VF_UNLIKELY(r->frame->width != r->index->width || r->frame->height != r->index->height))
+        vf_log(VF_LOG_WARN, "%s: decoded frame is %dx%d but the container says %dx%d", r->index->name,
+               r->frame->width, r->frame->height, r->index->width, r->index->height);
+    AVFrame *f = av_frame_alloc();
+    if (!f || av_frame_ref(f, r->frame) < 0) {
+        av_frame_free(&f);
+        return VF_ENOMEM;
+    }
+    h->frames[h->num_runs] = f;
+    h->num_frames++;
+    r->stats.frames_delivered++;
+    return 0;
+}
+
+/* Serves sorted requests: delivers each run's frame (held NULL) or keeps
+ * a reference to it in held. */
+static int read_frames(vf_video_reader *r, vf_video_request *requests, size_t count, const vf_video_format *format,
+                       vf_video_held *held)
 {
     int rc = check_format(r, format);
     if (rc < 0)
@@ -698,8 +792,18 @@ int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t 
         else
             rc = reach(r, ordinal);
         if (rc == 0)
-            rc = deliver(r, format, lead->dest);
-        if (rc == 0) {
+            rc = held ? hold(r, held, format, lead->dest) : deliver(r, format, lead->dest);
+        if (rc == 0 && held) {
+            held->run_start[held->num_runs] = i;
+            held->run_end[held->num_runs] = j;
+            for (size_t k = i; k < j; k++) {
+                held->dests[k] = requests[pos[k]].dest;
+                held->reqs[k] = &requests[pos[k]];
+                if (k > i)
+                    r->stats.frames_delivered++;
+            }
+            held->num_runs++;
+        } else if (rc == 0) {
             for (size_t k = i + 1; k < j; k++) {
                 vf_video_request *q = &requests[pos[k]];
                 if (q->dest != lead->dest)
@@ -719,6 +823,75 @@ int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t 
     }
     r->drain_target = -1;
     free(pos);
+    if (first_error)
+        return vf_error(first_error, "%s", first_message);
+    return 0;
+}
+
+int vf_video_read_frames(vf_video_reader *r, vf_video_request *requests, size_t count,
+                         const vf_video_format *format)
+{
+    return read_frames(r, requests, count, format, NULL);
+}
+
+int vf_video_read_frames_held(vf_video_reader *r, vf_video_request *requests, size_t count,
+                              const vf_video_format *format, vf_video_held **held)
+{
+    *held = NULL;
+    vf_video_format def;
+    if (!format) {
+        vf_video_format_defaults(&def);
+        format = &def;
+    }
+    vf_video_held *h = held_new(r, format, count ? count : 1);
+    if (!h)
+        return VF_ENOMEM;
+    int rc = read_frames(r, requests, count, format, h);
+    *held = h; /* the frames that did come out are converted even when some failed */
+    return rc;
+}
+
+int vf_video_held_convert(vf_video_held *h)
+{
+    if (!h)
+        return 0;
+    vf_vid_converter conv;
+    vf_vid_converter_init(&conv);
+    int rc = vf_vid_held_convert(h, &conv);
+    vf_vid_converter_free(&conv);
+    return rc;
+}
+
+int vf_vid_held_convert(vf_video_held *h, vf_vid_converter *conv)
+{
+    if (!h)
+        return 0;
+    int first_error = 0;
+    char first_message[512] = "";
+    for (size_t i = 0; i < h->num_runs; i++) {
+        size_t a = h->run_start[i], b = h->run_end[i];
+        int rc = 0;
+        if (h->frames[i])
+            rc = vf_vid_convert(conv, h->frames[i], &h->format, h->dests[a], h->name);
+        av_frame_free(&h->frames[i]);
+        if (rc < 0) {
+            if (h->camera)
+                vf_error_context(rc, "camera %s", h->camera);
+            const vf_video_request *q = h->reqs[a];
+            if (q->episode >= 0 && q->frame_in_episode >= 0)
+                vf_error_context(rc, "episode %lld frame %lld", (long long)q->episode, (long long)q->frame_in_episode);
+            if (!first_error) {
+                first_error = rc;
+                snprintf(first_message, sizeof first_message, "%s", vf_last_error());
+            }
+            for (size_t k = a; k < b; k++)
+                h->reqs[k]->status = rc;
+            continue;
+        }
+        for (size_t k = a + 1; k < b; k++)
+            if (h->dests[k] != h->dests[a])
+                memcpy(h->dests[k], h->dests[a], h->bytes);
+    }
     if (first_error)
         return vf_error(first_error, "%s", first_message);
     return 0;

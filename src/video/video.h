@@ -367,6 +367,22 @@ typedef struct vf_video_request {
 int vf_video_read_frames(vf_video_reader *reader, vf_video_request *requests, size_t count,
                          const vf_video_format *format);
 
+/* vf_video_read_frames in two steps, for a reader shared between threads:
+ * the decode needs the reader, the conversion only the decoded pictures.
+ * Decodes and keeps a reference to each target's picture in *held (set
+ * even on failure: the frames that came out); the caller may then give the
+ * reader back (or close it) and call vf_video_held_convert (a converter
+ * made for the call) or vf_video_cache_convert (one of the cache's, reused),
+ * which write the destinations, then vf_video_held_free. The requests array must live until the conversion
+ * (a failed conversion sets its requests' status). GPU surfaces, and
+ * pictures past 32 MB held by one call, are delivered during the decode
+ * step. */
+typedef struct vf_video_held vf_video_held;
+int vf_video_read_frames_held(vf_video_reader *reader, vf_video_request *requests, size_t count,
+                              const vf_video_format *format, vf_video_held **held);
+int vf_video_held_convert(vf_video_held *held);
+void vf_video_held_free(vf_video_held *held);
+
 typedef struct vf_video_stats {
     uint64_t frames_decoded;   /* frames that came out of the decoder */
     uint64_t frames_delivered; /* frames written to destinations (duplicates counted) */
@@ -452,6 +468,10 @@ void vf_video_cache_close(vf_video_cache *cache);
 int vf_video_cache_checkout(vf_video_cache *cache, const char *key, vf_video_reader **reader);
 void vf_video_cache_return(vf_video_cache *cache, vf_video_reader *reader);
 void vf_video_cache_discard(vf_video_cache *cache, vf_video_reader *reader);
+/* vf_video_held_convert with a converter the cache keeps for reuse (one per
+ * thread converting at the same time; their swscale contexts and scratch
+ * live until the cache is closed). Thread-safe. */
+int vf_video_cache_convert(vf_video_cache *cache, vf_video_held *held);
 void vf_video_cache_get_stats(vf_video_cache *cache, vf_video_cache_stats *stats);
 
 /* ======================================================================

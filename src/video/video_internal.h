@@ -79,6 +79,8 @@ void vf_vid_converter_free(vf_vid_converter *c);
 int vf_vid_convert(vf_vid_converter *c, const AVFrame *frame, const vf_video_format *format, void *dest,
                    const char *name);
 int vf_vid_sws_flags(vf_video_scaler scaler);
+/* vf_video_held_convert with the caller's converter (reader.c). */
+int vf_vid_held_convert(vf_video_held *held, vf_vid_converter *conv);
 
 /* ---- hwdecode.c ---- */
 

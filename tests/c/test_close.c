@@ -11,7 +11,11 @@
  *  - on_error = SKIP with skip records in queued, undelivered batches, then
  *    close (the records of those batches are freed, delivered ones kept);
  *  - a thread blocked in vf_queue_pop while another closes the queue:
- *    it returns VF_EOF (the C side of the Python close hang of issue 10).
+ *    it returns VF_EOF (the C side of the Python close hang of issue 10);
+ *  - whole epochs on 3 engine threads sharing one reader per video file
+ *    (the default; the decode under the file's lock, the conversion after
+ *    it): every frame is the one asked for, and the opens counted equal
+ *    vf_plan_count_opens (issue 26).
  */
 #define _GNU_SOURCE /* usleep */
 #include <pthread.h>
@@ -207,6 +211,48 @@ static void test_queue_close_wakes_a_blocked_pop(void)
     }
 }
 
+static void test_shared_readers_epoch(vf_dataset *d)
+{
+    static const vf_mode modes[] = {VF_MODE_STREAM, VF_MODE_POOL, VF_MODE_MAP};
+    for (size_t m = 0; m < 3; m++) {
+        vf_loader_settings ls;
+        vf_loader_defaults(&ls);
+        ls.mode = modes[m];
+        ls.threads = 3;
+        ls.batch_size = 4;
+        ls.sample.image_format = VF_IMAGE_UINT8_HWC;
+        vf_plan_opens plan;
+        CHECK_OK(vf_plan_count_opens(d, &ls, 0, &plan));
+        vf_loader *l = NULL;
+        CHECK_OK(vf_loader_open(&l, d, &ls));
+        if (!l)
+            continue;
+        vf_batch *b = NULL;
+        int64_t samples = 0, bad = 0;
+        int r;
+        while ((r = vf_loader_next(l, &b)) == 0) {
+            const vf_column *cams[2] = {vf_batch_find(b, "observation.images.cam0"),
+                                        vf_batch_find(b, "observation.images.cam1")};
+            for (size_t i = 0; i < vf_batch_size(b); i++) {
+                int64_t ep, fr;
+                locate(d, vf_batch_positions(b)[i], &ep, &fr);
+                for (int c = 0; c < 2; c++)
+                    bad += !cams[c] || !frame_is((const uint8_t *)cams[c]->data + i * 96 * 64 * 3, 96, 64, ep, fr, c);
+            }
+            samples += (int64_t)vf_batch_size(b);
+            vf_batch_release(b);
+        }
+        CHECK_EQ_INT(r, VF_EOF);
+        vf_loader_stats st;
+        vf_loader_get_stats(l, &st);
+        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(samples, vf_loader_num_samples(l));
+        CHECK_EQ_INT(st.video_opens, plan.consumer_opens);
+        CHECK(plan.consumer_opens >= plan.lower_bound && plan.consumer_opens * 2 <= plan.lower_bound * 3);
+        vf_loader_close(l);
+    }
+}
+
 int main(void)
 {
     char *root = make_dataset("close", 8, 30, 0.03, NULL);
@@ -214,6 +260,7 @@ int main(void)
     test_close_in_flight(d);
     test_batches_outlive_close(d);
     test_set_epoch_abandons(d);
+    test_shared_readers_epoch(d);
     vf_dataset_close(d);
     test_skip_records_at_close(root);
     test_queue_close_wakes_a_blocked_pop();

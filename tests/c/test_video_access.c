@@ -7,11 +7,14 @@
  * order and by batched requests with duplicates, and each returned frame must
  * carry exactly its identity. Also: sequential decoder reuse (one seek, no
  * frame decoded twice), GOP-aware decode counts, output layouts agreeing with
- * each other, identities surviving resize, per-request errors in a batch.
+ * each other, identities surviving resize, per-request errors in a batch,
+ * held frames (decode now, convert after the reader is closed) equal to
+ * frames converted at once.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <math.h>
+#include <pthread.h>
 
 #include "test_video_helpers.h"
 #include "video/video_internal.h"
@@ -632,6 +635,94 @@ static void test_float_large_frames(const char *dir)
     free(path);
 }
 
+typedef struct convert_arg {
+    vf_video_held *held;
+    vf_video_cache *cache; /* NULL: a converter for the call */
+    int rc;
+} convert_arg;
+
+static void *convert_thread(void *p)
+{
+    convert_arg *a = p;
+    a->rc = a->cache ? vf_video_cache_convert(a->cache, a->held) : vf_video_held_convert(a->held);
+    return NULL;
+}
+
+/* vf_video_read_frames_held: the decode keeps references, the reader is
+ * closed before the conversion (run on another thread, with a converter of
+ * its own or a decoder cache's), and the destinations equal what
+ * vf_video_read_frames writes,
+ * duplicates and per-request errors included. At w x h past 32 MB of held
+ * pictures (1080p: 10) the rest are converted during the decode. */
+static void check_held(const char *dir, int w, int h, int frames, int use_cache, const char *label)
+{
+    char *path = vf_asprintf("%s/held-%s.mp4", dir, label);
+    CHECK_OK(write_stamped(path, VF_VIDEO_CODEC_H264, w, h, 30, 2, frames, 1));
+    size_t bytes = (size_t)w * h * 3, count = (size_t)frames + 3;
+    uint8_t *want = malloc(count * bytes), *got = malloc(count * bytes);
+    vf_video_request *a = calloc(count, sizeof *a), *b = calloc(count, sizeof *b);
+    for (size_t i = 0; i < count; i++) {
+        int64_t ordinal = i + 1 == count ? frames + 5 : (int64_t)((i * 7) % (size_t)frames); /* last: out of range */
+        a[i] = (vf_video_request){.frame_ordinal = ordinal, .dest = want + i * bytes, .episode = 2,
+                                  .frame_in_episode = ordinal};
+        b[i] = a[i];
+        b[i].dest = got + i * bytes;
+    }
+    memset(got, 0, count * bytes);
+    vf_video_reader *r1 = NULL, *r2 = NULL;
+    CHECK_OK(vf_video_open_file(&r1, path, NULL));
+    CHECK_OK(vf_video_open_file(&r2, path, NULL));
+    if (r1 && r2) {
+        CHECK_ERR(vf_video_read_frames(r1, a, count, NULL), VF_ERANGE, "out of range");
+        vf_video_held *held = NULL;
+        CHECK_ERR(vf_video_read_frames_held(r2, b, count, NULL, &held), VF_ERANGE, "out of range");
+        CHECK(held != NULL);
+        vf_video_stats st;
+        vf_video_get_stats(r2, &st);
+        CHECK_EQ_INT(st.frames_delivered, count - 1);
+        vf_video_close(r2); /* the held pictures outlive the reader */
+        r2 = NULL;
+        vf_video_cache *cache = NULL;
+        if (use_cache)
+            CHECK_OK(vf_video_cache_open(&cache, NULL));
+        convert_arg arg = {held, cache, -1};
+        pthread_t t;
+        CHECK_EQ_INT(pthread_create(&t, NULL, convert_thread, &arg), 0);
+        pthread_join(t, NULL);
+        CHECK_EQ_INT(arg.rc, 0);
+        vf_video_held_free(held);
+        vf_video_cache_close(cache);
+        int wrong = 0;
+        for (size_t i = 0; i < count; i++) {
+            CHECK_EQ_INT(b[i].status, a[i].status);
+            if (a[i].status == 0)
+                wrong += memcmp(a[i].dest, b[i].dest, bytes) != 0 ||
+                         !has_identity(b[i].dest, w, h, 2, b[i].frame_ordinal, 1);
+        }
+        CHECK_EQ_INT(b[count - 1].status, VF_ERANGE);
+        if (wrong)
+            fprintf(stderr, "%s: %d held frames differ\n", label, wrong);
+        CHECK_EQ_INT(wrong, 0);
+    }
+    vf_video_close(r1);
+    vf_video_close(r2);
+    CHECK_OK(vf_video_held_convert(NULL));
+    vf_video_held_free(NULL);
+    free(a);
+    free(b);
+    free(want);
+    free(got);
+    remove(path);
+    free(path);
+}
+
+static void test_held_frames(const char *dir)
+{
+    check_held(dir, W, H, 40, 0, "small");
+    check_held(dir, W, H, 40, 1, "small-cache");
+    check_held(dir, 1920, 1080, 14, 1, "1080p");
+}
+
 int main(void)
 {
     vf_video_set_ffmpeg_log_level(vf_log_level() >= VF_LOG_DEBUG ? VF_LOG_INFO : -1);
@@ -646,6 +737,7 @@ int main(void)
     test_decoder_threads(dir);
     test_layouts(dir);
     test_batch_errors(dir);
+    test_held_frames(dir);
     check_early_drain(dir, VF_VIDEO_CODEC_H264, 2, "h264-gop2", 1, 0);
     check_early_drain(dir, VF_VIDEO_CODEC_H264, 12, "h264-gop12", 1, 1);
     check_early_drain(dir, VF_VIDEO_CODEC_HEVC, 12, "hevc-gop12", 1, 1);

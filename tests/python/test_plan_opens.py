@@ -3,18 +3,19 @@
 The figure `vlafeed plan` prints (and vlafeed.plan.plan returns as
 opens["consumer_opens"]) is the sum over the world_size x workers consumers
 of the opens their loaders make in the epoch. A run's own count is the
-decoder cache's misses, Loader.stats()["video_opens"]. With
-share_video_readers (the default in map mode) the engine threads of a loader
-share one reader per video file (src/sample/assemble.c), so the count does
-not depend on the thread count: these tests run every consumer of a small
-world at 1, 2 and 4 threads in stream, pool and map mode and compare the sum
-with the plan, exactly, and check that every mode stays within 1.5x of its
-lower bound (the distinct files of each consumer's share). Stream and pool
-modes default to a reader per thread (a file read forward by several
-threads at once would otherwise be decoded by one at a time): exact at one
-thread, more opens at more (counted, not fixed: it depends on timing). A pool smaller than the share's files exercises the pool's file
-order admission: admitting the share's random episodes in the order the
-epoch permutation gives reopens a file for about every episode and camera.
+decoder cache's misses, Loader.stats()["video_opens"]. By default the engine
+threads of a loader share one reader per video file (src/sample/assemble.c:
+the decode under the file's lock, the conversion after it), so the count
+does not depend on the thread count: these tests run every consumer of a
+small world at 1, 2 and 4 threads with the loader's default settings in
+stream, pool and map mode and compare the sum with the plan, exactly, and
+check that every mode stays within 1.5x of its lower bound (the distinct
+files of each consumer's share). share_video_readers=False gives each
+thread its own reader: more opens than the plan's figure at more threads
+(counted, not fixed: it depends on timing). A pool smaller than the
+share's files exercises the pool's file order admission: admitting the
+share's random episodes in the order the epoch permutation gives reopens a
+file for about every episode and camera.
 """
 import subprocess
 
@@ -59,15 +60,44 @@ def test_plan_opens_equal_run_opens(rolled, mode, world_size):
     report = vplan.plan(str(rolled), world_size=world_size, workers=1, mode=mode, batch_size=BATCH)
     opens = report["opens"]
     assert report["mode"] == mode
-    for threads in (1, 2, 4):
-        counted, samples = run_opens(rolled, mode, threads, world_size, share_video_readers=True)
+    assert opens["lower_bound"] <= opens["consumer_opens"] <= 1.5 * opens["lower_bound"]
+    for threads in (1, 2, 4):  # the loader's defaults: no share_video_readers argument
+        counted, samples = run_opens(rolled, mode, threads, world_size)
         assert samples == report["samples_per_rank"] * world_size
         assert counted == opens["consumer_opens"], (mode, world_size, threads)
-    # The defaults: exact at one thread in every mode; map mode shares readers at any count.
-    assert run_opens(rolled, mode, 1, world_size)[0] == opens["consumer_opens"]
-    if mode == "map":
-        assert run_opens(rolled, mode, 4, world_size)[0] == opens["consumer_opens"]
-    assert opens["lower_bound"] <= opens["consumer_opens"] <= 1.5 * opens["lower_bound"]
+    # Explicitly on is the default.
+    assert run_opens(rolled, mode, 2, world_size, share_video_readers=True)[0] == opens["consumer_opens"]
+
+
+def test_unshared_readers_open_per_thread(rolled):
+    """share_video_readers=False: each engine thread opens its own reader of a file it reads, so a run
+    at 4 threads opens more than the plan's figure (stream mode reads every file from several threads)."""
+    opens = vplan.plan(str(rolled), mode="stream", batch_size=BATCH)["opens"]
+    assert run_opens(rolled, "stream", 1, 1, share_video_readers=False)[0] == opens["consumer_opens"]
+    counted, _ = run_opens(rolled, "stream", 4, 1, share_video_readers=False)
+    assert counted > opens["consumer_opens"]
+
+
+def test_shared_readers_frames_exact(rolled):
+    """Shared readers decode under the file's lock and convert after it: at 4 threads the batches are
+    the ones one thread makes (same order, same pixels), in every mode."""
+    import numpy as np
+    for mode in ("stream", "pool", "map"):
+        def epoch(threads, share):
+            loader = vlafeed.Loader(str(rolled), mode=mode, batch_size=BATCH, threads=threads, seed=3,
+                                    share_video_readers=share, output="numpy")
+            try:
+                return [b for b in loader]
+            finally:
+                loader.close()
+        one, four = epoch(1, False), epoch(4, True)
+        assert len(one) == len(four)
+        keys = [k for k in one[0] if k.startswith("observation.images")]
+        assert len(keys) == 2
+        for a, b in zip(one, four):
+            assert np.array_equal(a["index"], b["index"])
+            for k in keys:
+                assert np.array_equal(a[k], b[k]), (mode, k)
 
 
 def test_pool_admits_in_file_order(rolled):
@@ -76,7 +106,7 @@ def test_pool_admits_in_file_order(rolled):
     assert opens["lower_bound"] == opens["distinct_files"]
     assert opens["consumer_opens"] <= 1.5 * opens["lower_bound"]
     for threads in (1, 4):
-        counted, _ = run_opens(rolled, "pool", threads, 1, episode_pool_size=2, share_video_readers=True)
+        counted, _ = run_opens(rolled, "pool", threads, 1, episode_pool_size=2)
         assert counted == opens["consumer_opens"]
 
 

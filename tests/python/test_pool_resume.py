@@ -152,7 +152,7 @@ def test_pool_values_frames_and_windows(root):
     # No decoded frames kept beyond batches: the window, plus what the caller holds
     # (this loop's previous batch while the generator fetches the next).
     assert st["batch_buffers"] <= st["window"] + 2
-    assert st["cache_capacity"] == 3 * 2 * 2 and st["cache_entries"] <= st["cache_capacity"]  # pool x cams x threads
+    assert st["cache_capacity"] == 3 * 2 and st["cache_entries"] <= st["cache_capacity"]  # pool x cams (threads share)
     assert st["pool_admitted"] == st["pool_evicted"] >= 8 and st["pool_segments"] == 0
 
 

@@ -357,11 +357,11 @@ class Loader(EnginePasses):
     frames, LeRobot's random access). Other arguments mirror
     ``vlafeed._native.Loader``: seed, shuffle, drop_last, epoch, rank,
     world_size, num_consumers, consumer, threads, decode_threads, prefetch,
-    share_video_readers (None: in map mode only; True: the engine threads share one
-    reader per video file, taking turns, so the MP4 opens are what vlafeed.plan.plan
-    counts at any thread count; False: a thread opens its own reader of a file another
-    thread is decoding, more opens but no waiting, the better choice when a consumer
-    reads few files at a time, as stream and pool modes do),
+    share_video_readers (None or True, the default: the engine threads share one
+    reader per video file, taking turns on its decoder and converting the pictures
+    in parallel, so the MP4 opens are what vlafeed.plan.plan counts at any thread
+    count; False: a thread opens its own reader of a file another thread is
+    decoding, more opens, no waiting for the decoder),
     shuffle_buffer, partition, episode_pool_size, decoder_cache_entries (0:
     sized to the mode), delta_timestamps, keys, renames, image_format
     ("float32" | "uint8" | "uint8_hwc"), resize ((width, height)), normalize
