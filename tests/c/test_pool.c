@@ -525,7 +525,7 @@ static void test_hooks_and_memory(vf_dataset *d, int64_t n)
     }
     vf_loader_stats st;
     vf_loader_get_stats(l, &st);
-    CHECK_EQ_INT(st.cache_capacity, 3 * 2 * 2); /* pool 3 x 2 cameras x 2 threads */
+    CHECK_EQ_INT(st.cache_capacity, 3 * 2); /* pool 3 x 2 cameras; threads share readers (default) */
     vf_batch *b;
     int64_t not_live = 0, delivered = 0, bad = 0;
     size_t max_cache = 0, max_buffers = 0;
