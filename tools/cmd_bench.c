@@ -584,7 +584,7 @@ typedef struct limit_result {
     int threads;
     int64_t frames;
     uint64_t decoded, opens;
-    double wall, cpu;
+    double wall, cpu, cpu_sys;
     size_t files;
 } limit_result;
 
@@ -656,6 +656,7 @@ static int run_limit(const bench_opts *o, vf_dataset *d, int threads, int layout
         res->wall = now_s() - t0;
         cpu_times c1 = cpu_now();
         res->cpu = (c1.user - c0.user) + (c1.sys - c0.sys);
+        res->cpu_sys = c1.sys - c0.sys;
     }
     res->sequential = x.sequential;
     res->threads = started;
@@ -684,8 +685,8 @@ static int run_limit(const bench_opts *o, vf_dataset *d, int threads, int layout
 /* One loader run and one limit run of --repeat, in either order. */
 typedef struct bench_pair {
     int loader_first;
-    double loader_cpu, loader_wall, loader_fpc, loader_fps, loader_fpc_steady;
-    double limit_cpu, limit_wall, limit_fpc, limit_fps;
+    double loader_cpu, loader_sys, loader_wall, loader_fpc, loader_fps, loader_fpc_steady;
+    double limit_cpu, limit_sys, limit_wall, limit_fpc, limit_fps;
     double ratio_cpu;           /* loader / limit, frames per CPU-second */
     double ratio_wall;          /* loader / limit, frames per wall-clock second */
     double ratio_cpu_steady;    /* the loader's steady state / limit, per CPU-second */
@@ -695,11 +696,13 @@ static void pair_fill(bench_pair *p, int loader_first, const loader_result *lr, 
 {
     p->loader_first = loader_first;
     p->loader_cpu = lr->cpu_user + lr->cpu_sys;
+    p->loader_sys = lr->cpu_sys;
     p->loader_wall = lr->wall;
     p->loader_fpc = ratio(lr->frames, p->loader_cpu);
     p->loader_fps = ratio(lr->frames, lr->wall);
     p->loader_fpc_steady = lr->warmup_batches ? ratio(lr->steady_frames, lr->steady_cpu) : NAN;
     p->limit_cpu = lim ? lim->cpu : NAN;
+    p->limit_sys = lim ? lim->cpu_sys : NAN;
     p->limit_wall = lim ? lim->wall : NAN;
     p->limit_fpc = lim ? ratio((double)lim->frames, lim->cpu) : NAN;
     p->limit_fps = lim ? ratio((double)lim->frames, lim->wall) : NAN;
@@ -1157,8 +1160,9 @@ int vf_cmd_bench(int argc, char **argv)
         for (size_t p = 0; p < num_pairs; p++) {
             const bench_pair *q = &pairs[p];
             json_array_append_new(
-                pj, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "first",
+                pj, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "first",
                               q->loader_first ? "loader" : "limit", "loader_cpu_s", jnum(q->loader_cpu),
+                              "loader_cpu_sys_s", jnum(q->loader_sys), "limit_cpu_sys_s", jnum(q->limit_sys),
                               "loader_wallclock_s", jnum(q->loader_wall), "loader_frames_per_cpu_s",
                               jnum(q->loader_fpc), "loader_frames_per_s", jnum(q->loader_fps),
                               "loader_steady_frames_per_cpu_s", jnum(q->loader_fpc_steady), "limit_cpu_s",
