@@ -7,119 +7,15 @@
  * 64-byte aligned, laid out for `capacity` samples; a batch of size <
  * capacity uses the first `size` samples of each column, which stay
  * contiguous because samples are the outer dimension).
- *
- * Huge pages: a batch buffer is written once per batch and is far larger
- * than the cache (225 MB for 64 float32 640x480 frames), and the first touch
- * of each of its 4 KB pages is a page fault: ~0.5 ms of kernel time per MB
- * on the 2-core VM, 3-8% of a stream loader's CPU in a 60-200 batch run
- * (profiled: all of it in the colour conversion's first writes into fresh
- * buffers). With 2 MB pages the same first touch costs ~5x less. Where
- * transparent huge pages are "madvise" only, a buffer from HUGE_BUFFER_MIN
- * up is 2 MB aligned and advised MADV_HUGEPAGE, but only when the kernel will
- * not stall to make huge pages for it: the defrag policy does not compact
- * on fault for advised memory, or free 2 MB blocks (/proc/buddyinfo) already
- * cover twice the buffer. Otherwise (compaction measured at 0.3-0.5 GB/s,
- * slower than 4 KB faults) the buffer keeps ordinary pages. The memory and
- * the values written are the same either way.
  */
 #include "engine/engine.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #define ALIGN 64
-#define HUGE_PAGE ((size_t)2 << 20)
-#define HUGE_BUFFER_MIN ((size_t)32 << 20)
 
 static size_t align_up(size_t v) { return (v + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
-
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-/* The bracketed word of a sysfs policy line ("always [madvise] never"),
- * or "" when the file cannot be read. */
-static void read_policy(const char *path, char *out, size_t cap)
-{
-    out[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    char line[256];
-    if (fgets(line, sizeof line, f)) {
-        char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
-        if (a && b && (size_t)(b - a - 1) < cap) {
-            memcpy(out, a + 1, (size_t)(b - a - 1));
-            out[b - a - 1] = 0;
-        }
-    }
-    fclose(f);
-}
-
-/* Bytes held in free blocks of 2 MB and more (orders 9 and up of 4 KB
- * pages), over all zones, or 0 when /proc/buddyinfo cannot be read. */
-static size_t free_huge_bytes(void)
-{
-    FILE *f = fopen("/proc/buddyinfo", "r");
-    if (!f)
-        return 0;
-    size_t total = 0;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        /* "Node 0, zone   Normal  19796  37886 ..." : counts of free blocks per order */
-        char *p = strstr(line, "zone");
-        if (!p)
-            continue;
-        p += 4;
-        while (*p == ' ')
-            p++;
-        while (*p && *p != ' ')
-            p++;
-        for (int order = 0; order < 16; order++) {
-            char *end;
-            unsigned long long count = strtoull(p, &end, 10);
-            if (end == p)
-                break;
-            if (order >= 9)
-                total += (size_t)count * ((size_t)4096 << order);
-            p = end;
-        }
-    }
-    fclose(f);
-    return total;
-}
-
-/* Whether to advise MADV_HUGEPAGE for a fresh buffer of `bytes` (see the
- * top of the file). */
-static int huge_pages_cheap(size_t bytes)
-{
-    char enabled[32], defrag[32];
-    read_policy("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof enabled);
-    if (strcmp(enabled, "madvise") != 0)
-        return 0; /* "always": the kernel does it unasked; "never" or unknown: not here */
-    read_policy("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof defrag);
-    if (!strcmp(defrag, "defer") || !strcmp(defrag, "never"))
-        return 1; /* advised faults fall back to 4 KB pages instead of compacting */
-    return free_huge_bytes() / 2 >= bytes;
-}
-#endif
-
-/* Batch memory of `bytes` (a multiple of ALIGN), ALIGN-aligned, in huge
- * pages where they come cheaply. Freed with free(). */
-static uint8_t *batch_memory(size_t bytes)
-{
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (bytes >= HUGE_BUFFER_MIN && huge_pages_cheap(bytes)) {
-        size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-        uint8_t *mem = aligned_alloc(HUGE_PAGE, rounded);
-        if (mem)
-            (void)madvise(mem, rounded, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
-        return mem;
-    }
-#endif
-    return aligned_alloc(ALIGN, bytes);
-}
 
 int vf_engine_core_create(vf_engine_core **out, vf_sample_spec *spec, size_t batch_capacity, size_t max_free)
 {
@@ -190,7 +86,7 @@ static int batch_new(const vf_sample_spec *s, size_t capacity, vf_batch **out)
         col_off[i] = off;
         off = align_up(off + capacity * per);
     }
-    uint8_t *mem = batch_memory(off); /* off is a multiple of ALIGN and > 0 */
+    uint8_t *mem = aligned_alloc(ALIGN, off); /* off is a multiple of ALIGN and > 0 */
     if (!mem) {
         free(col_off);
         return vf_error(VF_ENOMEM, "out of memory allocating a batch buffer of %zu bytes", off);
