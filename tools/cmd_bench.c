@@ -33,6 +33,7 @@
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -80,6 +81,10 @@ static void usage(FILE *f)
             "                      the same threads (sequential for stream, random single frames\n"
             "                      with decoders reused otherwise) and print loader / limit ratios\n"
             "  --limit-seconds S   cap on the limit measurement (default 60)\n"
+            "  --repeat N          run the loader and the limit N times each, alternating which goes first\n"
+            "                      (loader, limit / limit, loader / ...), and report the median of the N\n"
+            "                      loader / limit ratios and their spread (min-max); needs --with-limit\n"
+            "                      (default 1)\n"
             "  --out-dir DIR       write <name>.json and <name>.csv there (name from the settings,\n"
             "                      e.g. single-stream-b64-t2)\n"
             "  --name NAME         the file name instead\n"
@@ -99,6 +104,7 @@ typedef struct bench_opts {
     long long batch_size, num_batches, threads, prefetch, seed, cache_entries, pool_size;
     int uint8;
     int with_limit;
+    long long repeat;           /* loader / limit pairs (--repeat) */
     double limit_seconds;
     const char *out_dir, *name;
     int json, quiet;
@@ -578,7 +584,7 @@ typedef struct limit_result {
     int threads;
     int64_t frames;
     uint64_t decoded, opens;
-    double wall, cpu;
+    double wall, cpu, cpu_sys;
     size_t files;
 } limit_result;
 
@@ -650,6 +656,7 @@ static int run_limit(const bench_opts *o, vf_dataset *d, int threads, int layout
         res->wall = now_s() - t0;
         cpu_times c1 = cpu_now();
         res->cpu = (c1.user - c0.user) + (c1.sys - c0.sys);
+        res->cpu_sys = c1.sys - c0.sys;
     }
     res->sequential = x.sequential;
     res->threads = started;
@@ -671,6 +678,70 @@ static int run_limit(const bench_opts *o, vf_dataset *d, int threads, int layout
     free(x.cumulative);
     pthread_mutex_destroy(&x.lock);
     return r;
+}
+
+/* ---- repeated loader / limit pairs ------------------------------------------------- */
+
+/* One loader run and one limit run of --repeat, in either order. */
+typedef struct bench_pair {
+    int loader_first;
+    double loader_cpu, loader_sys, loader_wall, loader_fpc, loader_fps, loader_fpc_steady;
+    double limit_cpu, limit_sys, limit_wall, limit_fpc, limit_fps;
+    double ratio_cpu;           /* loader / limit, frames per CPU-second */
+    double ratio_wall;          /* loader / limit, frames per wall-clock second */
+    double ratio_cpu_steady;    /* the loader's steady state / limit, per CPU-second */
+} bench_pair;
+
+static void pair_fill(bench_pair *p, int loader_first, const loader_result *lr, const limit_result *lim)
+{
+    p->loader_first = loader_first;
+    p->loader_cpu = lr->cpu_user + lr->cpu_sys;
+    p->loader_sys = lr->cpu_sys;
+    p->loader_wall = lr->wall;
+    p->loader_fpc = ratio(lr->frames, p->loader_cpu);
+    p->loader_fps = ratio(lr->frames, lr->wall);
+    p->loader_fpc_steady = lr->warmup_batches ? ratio(lr->steady_frames, lr->steady_cpu) : NAN;
+    p->limit_cpu = lim ? lim->cpu : NAN;
+    p->limit_sys = lim ? lim->cpu_sys : NAN;
+    p->limit_wall = lim ? lim->wall : NAN;
+    p->limit_fpc = lim ? ratio((double)lim->frames, lim->cpu) : NAN;
+    p->limit_fps = lim ? ratio((double)lim->frames, lim->wall) : NAN;
+    p->ratio_cpu = ratio(p->loader_fpc, p->limit_fpc);
+    p->ratio_wall = ratio(p->loader_fps, p->limit_fps);
+    p->ratio_cpu_steady = ratio(p->loader_fpc_steady, p->limit_fpc);
+}
+
+typedef struct pair_summary {
+    double median, min, max;
+    size_t count;               /* pairs with a finite value */
+} pair_summary;
+
+/* Median (the mean of the middle two for an even count), min and max of
+ * the finite values of one double field of the pairs. */
+static pair_summary summarize(const bench_pair *pairs, size_t n, size_t field)
+{
+    pair_summary s = {NAN, NAN, NAN, 0};
+    double *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return s;
+    for (size_t i = 0; i < n; i++) {
+        double x = *(const double *)((const char *)&pairs[i] + field);
+        if (isfinite(x))
+            v[s.count++] = x;
+    }
+    if (s.count) {
+        qsort(v, s.count, sizeof *v, cmp_double);
+        s.min = v[0];
+        s.max = v[s.count - 1];
+        s.median = s.count % 2 ? v[s.count / 2] : 0.5 * (v[s.count / 2 - 1] + v[s.count / 2]);
+    }
+    free(v);
+    return s;
+}
+
+static json_t *summary_json(const pair_summary *s)
+{
+    return json_pack("{s:o,s:o,s:o}", "median", jnum(s->median), "min", jnum(s->min), "max", jnum(s->max));
 }
 
 /* ---- report ------------------------------------------------------------------------- */
@@ -716,6 +787,7 @@ int vf_cmd_bench(int argc, char **argv)
     o.num_batches = 200;
     o.prefetch = 4;
     o.limit_seconds = 60;
+    o.repeat = 1;
     int have_mode = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -790,6 +862,10 @@ int vf_cmd_bench(int argc, char **argv)
             if (vf_cli_double(a, v, 0.1, 86400, &o.limit_seconds) < 0)
                 goto usage_error;
             i++;
+        } else if (vf_cli_is(a, "--repeat", NULL)) {
+            if (vf_cli_int(a, v, 1, 1000, &o.repeat) < 0)
+                goto usage_error;
+            i++;
         } else if (vf_cli_is(a, "--out-dir", NULL)) {
             if (!v) {
                 fprintf(stderr, "vlafeed bench: --out-dir needs a folder\n");
@@ -828,6 +904,10 @@ int vf_cmd_bench(int argc, char **argv)
         fprintf(stderr, "vlafeed bench: --mode single|sarm is required\n");
         goto usage_error;
     }
+    if (o.repeat > 1 && !o.with_limit) {
+        fprintf(stderr, "vlafeed bench: --repeat needs --with-limit (it repeats loader / limit pairs)\n");
+        goto usage_error;
+    }
 
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1)
@@ -857,33 +937,64 @@ int vf_cmd_bench(int argc, char **argv)
     if (r < 0)
         return vf_cli_fail("bench");
 
+    /* Pair 0 is the loader then the limit (its figures are `results`,
+     * `limit` and `ratios`); with --repeat, pair i runs the limit first when
+     * i is odd, so a drift in the machine's load during the run weighs on
+     * both sides alike. */
     loader_result lr;
-    r = run_loader(&o, d, &lr);
+    limit_result lim;
+    memset(&lim, 0, sizeof lim);
+    int have_limit = 0;
+    size_t num_pairs = (size_t)o.repeat;
+    bench_pair *pairs = calloc(num_pairs, sizeof *pairs);
+    if (!pairs) {
+        vf_dataset_close(d);
+        fprintf(stderr, "vlafeed bench: out of memory\n");
+        return 1;
+    }
+    int64_t budget = 0;
+    for (size_t p = 0; p < num_pairs; p++) {
+        int loader_first = p % 2 == 0;
+        loader_result lr_p;
+        limit_result lim_p;
+        memset(&lim_p, 0, sizeof lim_p);
+        if (num_pairs > 1 && !o.quiet)
+            fprintf(stderr, "vlafeed bench: pair %zu of %zu (%s first)\n", p + 1, num_pairs,
+                    loader_first ? "loader" : "limit");
+        for (int side = 0; side < 2 && r == 0; side++) {
+            if ((side == 0) == loader_first) {
+                r = run_loader(&o, d, p == 0 ? &lr : &lr_p);
+                if (r == 0 && p == 0) {
+                    budget = (int64_t)llround(lr.frames);
+                    if (budget < 200 * (int64_t)threads)
+                        budget = 200 * (int64_t)threads;
+                }
+            } else if (o.with_limit) {
+                if (!o.quiet && p == 0)
+                    fprintf(stderr, "vlafeed bench: measuring the decode limit (%s, %d threads, %lld frames)...\n",
+                            o.mode == VF_MODE_STREAM ? "sequential" : "random single frames", threads,
+                            (long long)budget);
+                r = run_limit(&o, d, threads, lr.image_layout, budget, p == 0 ? &lim : &lim_p);
+                if (r == 0 && p == 0)
+                    have_limit = 1;
+            }
+        }
+        if (r < 0)
+            break;
+        pair_fill(&pairs[p], loader_first, p == 0 ? &lr : &lr_p, o.with_limit ? (p == 0 ? &lim : &lim_p) : NULL);
+    }
     if (r < 0) {
+        free(pairs);
         vf_dataset_close(d);
         return vf_cli_fail("bench");
     }
     double cpu = lr.cpu_user + lr.cpu_sys;
     double fps = lr.wall > 0 ? lr.frames / lr.wall : NAN;
     double fpc = cpu > 0 ? lr.frames / cpu : NAN;
+    pair_summary ratio_cpu = summarize(pairs, num_pairs, offsetof(bench_pair, ratio_cpu));
+    pair_summary ratio_wall = summarize(pairs, num_pairs, offsetof(bench_pair, ratio_wall));
+    pair_summary ratio_steady = summarize(pairs, num_pairs, offsetof(bench_pair, ratio_cpu_steady));
 
-    limit_result lim;
-    memset(&lim, 0, sizeof lim);
-    int have_limit = 0;
-    if (o.with_limit) {
-        int64_t budget = (int64_t)llround(lr.frames);
-        if (budget < 200 * (int64_t)threads)
-            budget = 200 * (int64_t)threads;
-        if (!o.quiet)
-            fprintf(stderr, "vlafeed bench: measuring the decode limit (%s, %d threads, %lld frames)...\n",
-                    o.mode == VF_MODE_STREAM ? "sequential" : "random single frames", threads, (long long)budget);
-        r = run_limit(&o, d, threads, lr.image_layout, budget, &lim);
-        if (r < 0) {
-            vf_dataset_close(d);
-            return vf_cli_fail("bench");
-        }
-        have_limit = 1;
-    }
     double lim_fps = have_limit && lim.wall > 0 ? (double)lim.frames / lim.wall : NAN;
     double lim_fpc = have_limit && lim.cpu > 0 ? (double)lim.frames / lim.cpu : NAN;
 
@@ -1044,10 +1155,41 @@ int vf_cmd_bench(int argc, char **argv)
         json_object_set_new(doc, "limit", json_null());
         json_object_set_new(doc, "ratios", json_null());
     }
+    if (have_limit) {
+        json_t *pj = json_array();
+        for (size_t p = 0; p < num_pairs; p++) {
+            const bench_pair *q = &pairs[p];
+            json_array_append_new(
+                pj, json_pack("{s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "first",
+                              q->loader_first ? "loader" : "limit", "loader_cpu_s", jnum(q->loader_cpu),
+                              "loader_cpu_sys_s", jnum(q->loader_sys), "limit_cpu_sys_s", jnum(q->limit_sys),
+                              "loader_wallclock_s", jnum(q->loader_wall), "loader_frames_per_cpu_s",
+                              jnum(q->loader_fpc), "loader_frames_per_s", jnum(q->loader_fps),
+                              "loader_steady_frames_per_cpu_s", jnum(q->loader_fpc_steady), "limit_cpu_s",
+                              jnum(q->limit_cpu), "limit_wallclock_s", jnum(q->limit_wall),
+                              "limit_frames_per_cpu_s", jnum(q->limit_fpc), "limit_frames_per_s",
+                              jnum(q->limit_fps), "loader_vs_limit_cpu", jnum(q->ratio_cpu),
+                              "loader_vs_limit_wall", jnum(q->ratio_wall)));
+        }
+        json_t *rp = json_object();
+        json_object_set_new(rp, "pairs", json_integer((json_int_t)num_pairs));
+        json_object_set_new(rp, "order", json_string("pair i runs the loader first when i is even, the limit "
+                                                     "first when i is odd"));
+        json_object_set_new(rp, "cpu_clock", json_string("getrusage(RUSAGE_SELF): user + sys of every thread of "
+                                                         "the process, per run"));
+        json_object_set_new(rp, "loader_vs_limit_cpu", summary_json(&ratio_cpu));
+        json_object_set_new(rp, "loader_vs_limit_wall", summary_json(&ratio_wall));
+        json_object_set_new(rp, "loader_steady_vs_limit_cpu", summary_json(&ratio_steady));
+        json_object_set_new(rp, "runs", pj);
+        json_object_set_new(doc, "repeat", rp);
+    } else {
+        json_object_set_new(doc, "repeat", json_null());
+    }
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
     json_decref(doc);
     free(cmd);
     if (!text) {
+        free(pairs);
         vf_dataset_close(d);
         fprintf(stderr, "vlafeed bench: out of memory\n");
         return 1;
@@ -1062,7 +1204,8 @@ int vf_cmd_bench(int argc, char **argv)
         {"cache_hits", ""}, {"cache_misses", ""}, {"cache_evictions", ""}, {"cache_hit_rate", ""},
         {"cache_size", ""}, {"cache_capacity", ""}, {"peak_rss_mb", ""}, {"loadavg_1m", ""}, {"busy", ""}, {"limit_kind", ""},
         {"limit_frames_per_s", ""}, {"limit_frames_per_cpu_s", ""}, {"ratio_limit_wall", ""},
-        {"ratio_limit_cpu", ""},
+        {"ratio_limit_cpu", ""}, {"repeat", ""}, {"ratio_limit_cpu_median", ""}, {"ratio_limit_cpu_min", ""},
+        {"ratio_limit_cpu_max", ""}, {"ratio_limit_wall_median", ""},
     };
     size_t nfields = sizeof fields / sizeof fields[0], fi = 0;
 #define CSV_S(v) snprintf(fields[fi++].value, sizeof fields[0].value, "%s", (v))
@@ -1100,6 +1243,11 @@ int vf_cmd_bench(int argc, char **argv)
     CSV_D(lim_fpc);
     CSV_D(ratio(fps, lim_fps));
     CSV_D(ratio(fpc, lim_fpc));
+    CSV_D(num_pairs);
+    CSV_D(ratio_cpu.median);
+    CSV_D(ratio_cpu.min);
+    CSV_D(ratio_cpu.max);
+    CSV_D(ratio_wall.median);
 #undef CSV_S
 #undef CSV_D
     vf_buf csv = {0};
@@ -1175,12 +1323,26 @@ int vf_cmd_bench(int argc, char **argv)
                    lim.sequential ? "sequential" : "random single frames", lim.threads, lim_fps, lim_fpc,
                    ratio((double)lim.decoded, (double)lim.frames));
             printf("  loader / limit        %.3f wall, %.3f per CPU-second\n", ratio(fps, lim_fps), ratio(fpc, lim_fpc));
+            if (num_pairs > 1) {
+                printf("  loader / limit, %zu pairs (alternating order):\n", num_pairs);
+                printf("    per CPU-second      median %.3f, min %.3f, max %.3f\n", ratio_cpu.median, ratio_cpu.min,
+                       ratio_cpu.max);
+                printf("    wall                median %.3f, min %.3f, max %.3f\n", ratio_wall.median,
+                       ratio_wall.min, ratio_wall.max);
+                printf("    steady state / CPU  median %.3f, min %.3f, max %.3f\n", ratio_steady.median,
+                       ratio_steady.min, ratio_steady.max);
+                printf("    per pair, CPU       ");
+                for (size_t p = 0; p < num_pairs; p++)
+                    printf("%s%.3f", p ? ", " : "", pairs[p].ratio_cpu);
+                printf("\n");
+            }
         }
         if (json_path)
             printf("  written               %s, %s\n", json_path, csv_path);
     }
     free(json_path);
     free(csv_path);
+    free(pairs);
     free(text);
     free(csv_text);
     vf_dataset_close(d);

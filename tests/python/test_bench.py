@@ -21,7 +21,8 @@ CSV_FIELDS = ["config", "mode", "loader", "batch_size", "threads", "image_format
               "first_batch_latency_s", "p50_sample_ms", "p95_sample_ms", "p99_sample_ms", "decoded_per_emitted",
               "cache_hits", "cache_misses", "cache_evictions", "cache_hit_rate", "cache_size", "cache_capacity",
               "peak_rss_mb", "loadavg_1m", "busy", "limit_kind", "limit_frames_per_s", "limit_frames_per_cpu_s",
-              "ratio_limit_wall", "ratio_limit_cpu"]
+              "ratio_limit_wall", "ratio_limit_cpu", "repeat", "ratio_limit_cpu_median", "ratio_limit_cpu_min",
+              "ratio_limit_cpu_max", "ratio_limit_wall_median"]
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +150,64 @@ def test_more_batches_than_an_epoch_wraps(cli, tiny, tmp_path):
     assert doc["limit"] is None and doc["ratios"] is None
 
 
+def test_repeat_alternates_pairs_and_reports_median_and_spread(cli, tiny, tmp_path):
+    """--repeat 4: four loader / limit pairs, the limit first in the odd ones; the median and the min-max of
+    the per-pair ratios are computed from the pairs (checked here), pair 0 is the `results` / `limit` run,
+    and the CSV carries the same summary."""
+    doc = bench(cli, tiny, tmp_path, "--mode", "single", "--loader", "stream", "--batch-size", "8",
+                "--num-batches", "6", "--threads", "2", "--with-limit", "--repeat", "4", "--name", "rep")
+    check_doc(doc | {"config": "single-stream-b8-t2"}, "single", "stream", 8, 6, 2)
+    check_limit(doc, "sequential")
+    rep = doc["repeat"]
+    assert rep["pairs"] == 4 and len(rep["runs"]) == 4
+    assert [p["first"] for p in rep["runs"]] == ["loader", "limit", "loader", "limit"]
+    for p in rep["runs"]:
+        for key in ("loader_cpu_s", "loader_wallclock_s", "loader_frames_per_cpu_s", "limit_cpu_s",
+                    "limit_wallclock_s", "limit_frames_per_cpu_s", "loader_vs_limit_cpu", "loader_vs_limit_wall"):
+            assert positive(p[key]), key
+        assert 0 <= p["loader_cpu_sys_s"] <= p["loader_cpu_s"] and 0 <= p["limit_cpu_sys_s"] <= p["limit_cpu_s"]
+        assert p["loader_vs_limit_cpu"] == pytest.approx(p["loader_frames_per_cpu_s"] / p["limit_frames_per_cpu_s"],
+                                                         rel=1e-4)
+        # every loader run delivers the same frames, and every limit run decodes as many
+        assert p["loader_frames_per_cpu_s"] * p["loader_cpu_s"] == pytest.approx(doc["results"]["frames"], rel=1e-4)
+        assert p["limit_frames_per_cpu_s"] * p["limit_cpu_s"] == pytest.approx(doc["limit"]["frames"], rel=1e-4)
+    first = rep["runs"][0]
+    assert first["loader_vs_limit_cpu"] == pytest.approx(doc["ratios"]["loader_vs_limit_cpu"], rel=1e-4)
+    assert first["loader_cpu_s"] == pytest.approx(doc["results"]["cpu_s"], rel=1e-4)
+    for key in ("loader_vs_limit_cpu", "loader_vs_limit_wall"):
+        values = sorted(p[key] for p in rep["runs"])
+        assert rep[key]["min"] == pytest.approx(values[0], rel=1e-6)
+        assert rep[key]["max"] == pytest.approx(values[-1], rel=1e-6)
+        assert rep[key]["median"] == pytest.approx((values[1] + values[2]) / 2, rel=1e-6)  # even count: mean of two
+    # 6 batches are too few for a steady state: no figure rather than a made-up one
+    assert all(p["loader_steady_frames_per_cpu_s"] is None for p in rep["runs"])
+    assert rep["loader_steady_vs_limit_cpu"] == {"median": None, "min": None, "max": None}
+    row = read_csv(tmp_path / "rep.csv")
+    assert row["repeat"] == "4"
+    assert float(row["ratio_limit_cpu_median"]) == pytest.approx(rep["loader_vs_limit_cpu"]["median"], rel=1e-4)
+    assert float(row["ratio_limit_cpu_min"]) <= float(row["ratio_limit_cpu_median"]) <= float(
+        row["ratio_limit_cpu_max"])
+
+
+def test_repeat_odd_count_median_is_the_middle_pair(cli, tiny, tmp_path):
+    doc = bench(cli, tiny, tmp_path, "--mode", "single", "--loader", "map", "--batch-size", "4",
+                "--num-batches", "2", "--threads", "1", "--with-limit", "--repeat", "3")
+    rep = doc["repeat"]
+    values = sorted(p["loader_vs_limit_cpu"] for p in rep["runs"])
+    assert rep["loader_vs_limit_cpu"]["median"] == pytest.approx(values[1], rel=1e-6)
+    assert doc["limit"]["kind"] == "random"
+
+
+def test_without_repeat_the_summary_is_the_single_pair(cli, tiny, tmp_path):
+    doc = bench(cli, tiny, tmp_path, "--mode", "single", "--batch-size", "4", "--num-batches", "2", "--with-limit")
+    rep = doc["repeat"]
+    assert rep["pairs"] == 1 and rep["runs"][0]["first"] == "loader"
+    r = doc["ratios"]["loader_vs_limit_cpu"]
+    assert rep["loader_vs_limit_cpu"] == pytest.approx({"median": r, "min": r, "max": r}, rel=1e-6)
+    doc = bench(cli, tiny, tmp_path, "--mode", "single", "--batch-size", "4", "--num-batches", "2")
+    assert doc["repeat"] is None
+
+
 def test_summary_text(cli, tiny, tmp_path):
     p = subprocess.run([cli, "bench", str(tiny), "--mode", "single", "--batch-size", "4", "--num-batches", "2",
                         "--with-limit", "--quiet"], capture_output=True, text=True)
@@ -156,6 +215,13 @@ def test_summary_text(cli, tiny, tmp_path):
     for line in ("frames/s (node)", "decoded per emitted", "decoder cache", "peak RSS", "gpu copy",
                  "decode limit", "loader / limit"):
         assert line in p.stdout
+    assert "pairs (alternating order)" not in p.stdout
+    p = subprocess.run([cli, "bench", str(tiny), "--mode", "single", "--batch-size", "4", "--num-batches", "2",
+                        "--with-limit", "--repeat", "3", "--quiet"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "loader / limit, 3 pairs (alternating order)" in p.stdout
+    per_pair = [line for line in p.stdout.splitlines() if "per pair, CPU" in line]
+    assert len(per_pair) == 1 and len(per_pair[0].split("CPU")[1].split(",")) == 3
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -165,6 +231,8 @@ def test_summary_text(cli, tiny, tmp_path):
     (["--mode", "single", "--batch-size", "0"], 2, "--batch-size"),
     (["--mode", "single", "--format", "f16"], 2, "--format must be float32 or uint8"),
     (["--mode", "single", "--bogus"], 2, "unknown option '--bogus'"),
+    (["--mode", "single", "--repeat", "3"], 2, "--repeat needs --with-limit"),
+    (["--mode", "single", "--with-limit", "--repeat", "0"], 2, "--repeat"),
 ])
 def test_usage_errors(cli, tiny, args, code, message):
     p = subprocess.run([cli, "bench", str(tiny), *args], capture_output=True, text=True)
