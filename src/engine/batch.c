@@ -7,52 +7,15 @@
  * 64-byte aligned, laid out for `capacity` samples; a batch of size <
  * capacity uses the first `size` samples of each column, which stay
  * contiguous because samples are the outer dimension).
- *
- * A fresh buffer's pages are faulted in at once (MADV_POPULATE_WRITE, Linux
- * 5.14+, from POPULATE_MIN up) rather than one 4 KB page fault at a time as
- * the first frames are written into it: the same pages, zeroed by the
- * kernel either way, for ~17% less kernel time (0.22 against 0.265 CPU-s per
- * 512 MB on the 2-core VM). A batch buffer is 112-675 MB for float32 frames
- * and a stream loader faults in 4-6 of them per run, 2-4% of its CPU in a
- * 100-200 batch benchmark. Where the call is unknown or refused nothing
- * changes: the pages fault in as they are written.
  */
-#define _GNU_SOURCE /* MADV_POPULATE_WRITE where the headers have it */
 #include "engine/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #define ALIGN 64
 
 static size_t align_up(size_t v) { return (v + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
-
-#define POPULATE_MIN ((size_t)16 << 20)
-#if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it with EINVAL */
-#endif
-
-/* Faults in the whole pages of [mem, mem + bytes) for writing (see the top
- * of the file); advice only, a refusal changes nothing. */
-static void populate(uint8_t *mem, size_t bytes)
-{
-#ifdef __linux__
-    long page = sysconf(_SC_PAGESIZE);
-    if (bytes < POPULATE_MIN || page <= 0)
-        return;
-    uintptr_t lo = ((uintptr_t)mem + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t hi = ((uintptr_t)mem + bytes) & ~((uintptr_t)page - 1);
-    if (hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-#else
-    (void)mem;
-    (void)bytes;
-#endif
-}
 
 int vf_engine_core_create(vf_engine_core **out, vf_sample_spec *spec, size_t batch_capacity, size_t max_free)
 {
@@ -128,7 +91,6 @@ static int batch_new(const vf_sample_spec *s, size_t capacity, vf_batch **out)
         free(col_off);
         return vf_error(VF_ENOMEM, "out of memory allocating a batch buffer of %zu bytes", off);
     }
-    populate(mem, off);
     vf_batch *b = (vf_batch *)mem;
     memset(b, 0, sizeof *b);
     b->memory = mem;
