@@ -132,7 +132,8 @@ def target2(args, rows):
 def target3(args, rows):
     import map_table_bench as mtb
     ns = argparse.Namespace(batch_size=32, threads=min(2, os.cpu_count() or 1), warmup=4, samples=args.map_samples,
-                            stream_samples=args.stream_samples, timeout=args.timeout, package=None)
+                            stream_samples=args.stream_samples, timeout=args.timeout, package=None,
+                            table_cache_bytes=0)
     res = {}
     for size in ("10k", "100k"):
         for layout in ("file", "episode"):

@@ -90,8 +90,11 @@ def info_json(cli, path, *extra, env=None):
 
 
 def without_path(doc):
+    """An info document less what differs by design between a remote and a
+    local root: the path, and the metadata cache (local roots only)."""
     doc = dict(doc)
     doc.pop("path", None)
+    doc.pop("meta_cache", None)
     return doc
 
 
@@ -133,6 +136,7 @@ def test_info_equals_local(cli, served):
         rc_remote, remote, err = info_json(cli, srv.url("ds"))
         assert rc_remote == rc_local == 0, err
         assert remote["path"] == srv.url("ds")
+        assert remote["meta_cache"]["enabled"] is False and local["meta_cache"]["enabled"] is True
         assert without_path(remote) == without_path(local)
         # An episode selection and a trailing slash give the same as locally too.
         _, local_sel, _ = info_json(cli, root, "--episodes", "1,3-4")
