@@ -13,28 +13,6 @@
 
 /* ---- writing datasets ------------------------------------------------------ */
 
-static char *path_in(const char *dir, const char *rel)
-{
-    char *path = vf_path_join(dir, rel);
-    char *slash = strrchr(path, '/');
-    *slash = 0;
-    CHECK_OK(vf_mkdirs(path));
-    *slash = '/';
-    return path;
-}
-
-static void write_text(const char *dir, const char *rel, const char *text)
-{
-    char *path = path_in(dir, rel);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-    free(path);
-}
-
 /* One episode row of the metadata. */
 typedef struct ep_row {
     int64_t episode, length, from, data_file, video_file;
@@ -84,13 +62,13 @@ static void write_info(const char *dir, int64_t episodes, int64_t frames)
         "  \"index\": {\"dtype\": \"int64\", \"shape\": [1], \"names\": null},\n"
         "  \"task_index\": {\"dtype\": \"int64\", \"shape\": [1], \"names\": null}}}\n",
         (long long)episodes, (long long)frames);
-    write_text(dir, "meta/info.json", info);
+    vf_test_write_text(dir, "meta/info.json", info);
     free(info);
 }
 
 static void write_tasks(const char *dir)
 {
-    char *path = path_in(dir, "meta/tasks.parquet");
+    char *path = vf_test_path_in(dir, "meta/tasks.parquet");
     vf_pq_writer *w;
     CHECK_OK(vf_pq_writer_open(&w, path, NULL));
     int64_t ti[1] = {0}, offs[2] = {0, 4};
@@ -108,7 +86,7 @@ static void write_tasks(const char *dir)
  * with a wide nested stats column that no reader needs. */
 static void write_episodes_file(const char *dir, const char *rel, const ep_row *rows, int64_t count, int64_t rg)
 {
-    char *path = path_in(dir, rel);
+    char *path = vf_test_path_in(dir, rel);
     vf_pq_writer *w;
     CHECK_OK(vf_pq_writer_open(&w, path, NULL));
     for (int64_t start = 0; start < count; start += rg) {
@@ -172,7 +150,7 @@ static void write_episodes_file(const char *dir, const char *rel, const ep_row *
 static void write_data_file(const char *dir, const char *rel, const ep_row *rows, int64_t first, int64_t count,
                             int64_t swap)
 {
-    char *path = path_in(dir, rel);
+    char *path = vf_test_path_in(dir, rel);
     vf_pq_writer *w;
     CHECK_OK(vf_pq_writer_open(&w, path, NULL));
     for (int64_t k = 0; k < count; k++) {

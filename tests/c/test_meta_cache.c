@@ -28,28 +28,6 @@
 #define PER_FILE 10
 #define RG 4
 
-static char *path_in(const char *dir, const char *rel)
-{
-    char *path = vf_path_join(dir, rel);
-    char *slash = strrchr(path, '/');
-    *slash = 0;
-    CHECK_OK(vf_mkdirs(path));
-    *slash = '/';
-    return path;
-}
-
-static void write_text(const char *dir, const char *rel, const char *text)
-{
-    char *path = path_in(dir, rel);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-    free(path);
-}
-
 static void write_info(const char *dir)
 {
     int64_t frames = 0;
@@ -71,13 +49,13 @@ static void write_info(const char *dir)
         "  \"index\": {\"dtype\": \"int64\", \"shape\": [1], \"names\": null},\n"
         "  \"task_index\": {\"dtype\": \"int64\", \"shape\": [1], \"names\": null}}}\n",
         EPISODES, (long long)frames);
-    write_text(dir, "meta/info.json", info);
+    vf_test_write_text(dir, "meta/info.json", info);
     free(info);
 }
 
 static void write_tasks(const char *dir)
 {
-    char *path = path_in(dir, "meta/tasks.parquet");
+    char *path = vf_test_path_in(dir, "meta/tasks.parquet");
     vf_pq_writer *w;
     CHECK_OK(vf_pq_writer_open(&w, path, NULL));
     int64_t ti[2] = {0, 1}, offs[3] = {0, 4, 9};
@@ -100,7 +78,7 @@ static void write_episodes_file(const char *dir, int file, const char *word, dou
 {
     char rel[64];
     snprintf(rel, sizeof rel, "meta/episodes/chunk-000/file-%03d.parquet", file);
-    char *path = path_in(dir, rel);
+    char *path = vf_test_path_in(dir, rel);
     vf_pq_writer_settings ws;
     vf_pq_writer_defaults(&ws);
     ws.codec = VF_PQ_UNCOMPRESSED;
@@ -479,7 +457,7 @@ static void test_unusable_folder(void)
     write_dataset(dir);
     opened ref = open_ds(dir, 0);
     char *file = vf_path_join(scratch, "a-file");
-    write_text(scratch, "a-file", "x");
+    vf_test_write_text(scratch, "a-file", "x");
     char *under_file = vf_path_join(file, "cache");
     setenv("VF_CACHE_DIR", under_file, 1);
     opened o = open_ds(dir, 1);
@@ -527,10 +505,10 @@ static void test_prune(void)
     CHECK_COUNTS(b, 0, 3, 3);
     CHECK_EQ_INT(count_entries(meta, NULL), 6);
     vf_test_rmtree(gone);
-    write_text(meta, "old.vfmeta.AbCdEf", "x");   /* a crashed writer's, 2 hours old */
-    write_text(meta, "young.vfmeta.AbCdEf", "x"); /* a writer at work */
-    write_text(meta, "notes.txt", "x");           /* not ours */
-    write_text(meta, "junk.vfmeta", "not a cache file");
+    vf_test_write_text(meta, "old.vfmeta.AbCdEf", "x");   /* a crashed writer's, 2 hours old */
+    vf_test_write_text(meta, "young.vfmeta.AbCdEf", "x"); /* a writer at work */
+    vf_test_write_text(meta, "notes.txt", "x");           /* not ours */
+    vf_test_write_text(meta, "junk.vfmeta", "not a cache file");
     char *old = vf_path_join(meta, "old.vfmeta.AbCdEf");
     set_mtime(old, (struct timespec){.tv_sec = time(NULL) - 7200, .tv_nsec = 0});
     CHECK_EQ_INT(count_entries(meta, NULL), 10);

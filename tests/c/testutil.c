@@ -67,3 +67,25 @@ void vf_test_capture_stderr_end(char *text, size_t size)
     close(capture_fd);
     capture_fd = saved_stderr = -1;
 }
+
+char *vf_test_path_in(const char *dir, const char *rel)
+{
+    char *path = vf_path_join(dir, rel);
+    char *slash = strrchr(path, '/');
+    *slash = 0;
+    CHECK_OK(vf_mkdirs(path));
+    *slash = '/';
+    return path;
+}
+
+void vf_test_write_text(const char *dir, const char *rel, const char *text)
+{
+    char *path = vf_test_path_in(dir, rel);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    free(path);
+}

@@ -73,4 +73,10 @@ char *vf_test_fixture(const char *relative);
 char *vf_test_tmpdir(const char *tag);
 void vf_test_rmtree(const char *path);
 
+/* dir/rel with rel's parent folders created (a check fails if they cannot
+ * be); a newly allocated string. */
+char *vf_test_path_in(const char *dir, const char *rel);
+/* Writes text to dir/rel, creating rel's parent folders. */
+void vf_test_write_text(const char *dir, const char *rel, const char *text);
+
 #endif

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from meta_only import write_info_and_tasks
 from vlafeed import _native as native
 
 STATS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
@@ -36,25 +37,8 @@ def write_episodes(root, file_index, first, n, shift=0.0, task="pick"):
 
 
 def write_dataset(root, files=3, per_file=40):
-    (root / "meta/episodes/chunk-000").mkdir(parents=True)
     n = files * per_file
-    info = {
-        "codebase_version": "v3.0", "robot_type": "bot", "total_episodes": n, "total_frames": 2 * n,
-        "total_tasks": 1, "chunks_size": 1000, "fps": 10,
-        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-        "features": {
-            "action": {"dtype": "float32", "shape": [2], "names": None},
-            "cam": {"dtype": "video", "shape": [48, 64, 3], "names": None,
-                    "info": {"video.codec": "av1", "video.width": 64, "video.height": 48,
-                             "video.pix_fmt": "yuv420p", "video.fps": 10}},
-            **{k: {"dtype": "int64", "shape": [1], "names": None}
-               for k in ("frame_index", "episode_index", "index", "task_index")},
-            "timestamp": {"dtype": "float32", "shape": [1], "names": None},
-        },
-    }
-    (root / "meta/info.json").write_text(json.dumps(info))
-    pq.write_table(pa.table({"task_index": [0], "task": ["pick"]}), root / "meta/tasks.parquet")
+    write_info_and_tasks(root, n)
     for f in range(files):
         write_episodes(root, f, f * per_file, per_file)
     return root
