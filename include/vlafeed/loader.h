@@ -371,6 +371,11 @@ typedef struct vf_loader_settings {
     uint64_t prefetch_cache_bytes;    /* byte bound of that cache */
     size_t table_cache_bytes;  /* bound of the table rows kept in memory (episodes are read lazily,
                                 * when a batch needs them); 0 (default) = 256 MiB */
+    int table_disk_cache;      /* map mode: the table cache on disk (docs/scale.md "The table cache
+                                * on disk"): -1 (default) when the table does not fit in
+                                * table_cache_bytes and the loader draws at least one sample per
+                                * episode this epoch; 1 whenever map mode reads a local table;
+                                * 0 never. VF_TABLE_CACHE=0 turns it off; VF_CACHE_DIR moves it */
     const int *cpus;           /* engine threads pinned to these CPUs (see Placement; copied at open);
                                 * NULL / 0 (default): not pinned */
     size_t num_cpus;
@@ -555,6 +560,11 @@ typedef struct vf_loader_stats {
     uint64_t table_file_trims;     /* ... whose kept dictionaries were dropped instead (tried first) */
     size_t table_files_open;       /* data files open now */
     size_t table_files_bytes;      /* their decoded footers, page indexes and dictionaries (estimate) */
+    /* The table cache on disk (map mode; see table_disk_cache). */
+    uint64_t table_disk_episodes;  /* episodes served from mapped cache files (not decoded) */
+    uint64_t table_disk_builds;    /* data files decoded whole and stored by this loader */
+    uint64_t table_disk_files;     /* cache files opened (their entries read and checked) */
+    size_t table_disk_bytes;       /* their size on disk */
 } vf_loader_stats;
 
 void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *stats);

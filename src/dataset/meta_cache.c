@@ -42,11 +42,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #define MAGIC "VFMETAC\n"
+#define TABLE_MAGIC "VFTABLE\n"
 #define BYTE_ORDER_MARK 0x01020304u
 #define HEADER_BYTES 112
 #define CRC_AT 104
@@ -56,6 +58,10 @@ enum { HAS_TASKS = 1, LIST_VALID = 2, ITEMS_VALID = 4 };          /* body flags 
 enum { ITEMS_STRING = 1, ITEMS_BINARY = 2 };                      /* the task items' type, in the file */
 
 struct vf_ds_meta_cache {
+    const char *magic;           /* 8 bytes: "VFMETAC\n" or "VFTABLE\n" */
+    uint32_t version;
+    const char *ext;             /* ".vfmeta" or ".vftable" */
+    const char *what;            /* "metadata" or "table": for messages */
     char *dir;
     char *projection;            /* the column names, '\n'-joined */
     size_t projection_len;
@@ -159,6 +165,42 @@ static void add_part(layout *l, const void *data, size_t len)
     l->total += pad8(len);
 }
 
+/* Fills the header of layout l (whose parts after the ident are the body)
+ * and its CRC, over the header and the first crc_parts parts (all of them
+ * when crc_parts is SIZE_MAX: the metadata cache; the table cache checks
+ * its column data per episode instead, so that a reader touches only what
+ * it uses); l->total becomes the file's size. */
+static void finish_layout(const char *magic, uint32_t version, const vf_ds_meta_key *key, layout *l,
+                          size_t crc_parts)
+{
+    uint8_t *h = l->header;
+    memcpy(h, magic, 8);
+    put_u32(h + 8, version);
+    put_u32(h + 12, BYTE_ORDER_MARK);
+    put_u64(h + 16, key->size);
+    put_u64(h + 24, key->mtime_ns);
+    put_u64(h + 32, key->ctime_ns);
+    put_u64(h + 40, key->inode);
+    put_u64(h + 48, key->device);
+    memcpy(h + 56, key->tail_sha256, 32);
+    put_u64(h + 88, key->ident_len);
+    put_u64(h + 96, l->total - pad8(key->ident_len)); /* the body */
+    size_t covered = 0;
+    if (crc_parts < l->num_parts) {
+        for (size_t i = 0; i < crc_parts; i++)
+            covered += pad8(l->parts[i].len);
+        put_u32(h + 108, (uint32_t)(covered / 8)); /* 0: the whole file */
+    } else {
+        put_u32(h + 108, 0);
+        crc_parts = l->num_parts;
+    }
+    uLong crc = crc_add(crc_add(crc32(0L, Z_NULL, 0), h, CRC_AT), h + CRC_AT + 4, HEADER_BYTES - CRC_AT - 4);
+    for (size_t i = 0; i < crc_parts; i++)
+        crc = crc_add(crc_add(crc, l->parts[i].data, l->parts[i].len), zeros, pad8(l->parts[i].len) - l->parts[i].len);
+    put_u32(h + CRC_AT, (uint32_t)crc);
+    l->total += HEADER_BYTES;
+}
+
 static int build_layout(const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols, layout *l)
 {
     memset(l, 0, sizeof *l);
@@ -194,23 +236,7 @@ static int build_layout(const vf_ds_meta_key *key, const vf_ds_episodes_columns 
             add_part(l, items->valid, num_items);
         add_part(l, items->data, (size_t)items->data_len);
     }
-    uint8_t *h = l->header;
-    memcpy(h, MAGIC, 8);
-    put_u32(h + 8, VF_DS_META_CACHE_VERSION);
-    put_u32(h + 12, BYTE_ORDER_MARK);
-    put_u64(h + 16, key->size);
-    put_u64(h + 24, key->mtime_ns);
-    put_u64(h + 32, key->ctime_ns);
-    put_u64(h + 40, key->inode);
-    put_u64(h + 48, key->device);
-    memcpy(h + 56, key->tail_sha256, 32);
-    put_u64(h + 88, key->ident_len);
-    put_u64(h + 96, l->total - pad8(key->ident_len)); /* the body */
-    uLong crc = crc_add(crc_add(crc32(0L, Z_NULL, 0), h, CRC_AT), h + CRC_AT + 4, HEADER_BYTES - CRC_AT - 4);
-    for (size_t i = 0; i < l->num_parts; i++)
-        crc = crc_add(crc_add(crc, l->parts[i].data, l->parts[i].len), zeros, pad8(l->parts[i].len) - l->parts[i].len);
-    put_u32(h + CRC_AT, (uint32_t)crc);
-    l->total += HEADER_BYTES;
+    finish_layout(MAGIC, VF_DS_META_CACHE_VERSION, key, l, SIZE_MAX);
     return 0;
 }
 
@@ -337,31 +363,47 @@ static int decode_body(reader *rd, size_t num_cameras, vf_ds_episodes_columns *c
     return 0;
 }
 
-int vf_ds_meta_cache_decode(uint8_t *buf, size_t len, const vf_ds_meta_key *key, size_t num_cameras,
-                            int verify_checksum, vf_ds_episodes_columns *out)
+/* The checks of a cache file's header (magic, version, lengths, key,
+ * CRC): 0 and *body_at (where the body starts), VF_ENOENT when stale,
+ * VF_ECORRUPT (message names `what`) when damaged. */
+static int check_header(const char *magic, uint32_t version, const char *what, const uint8_t *buf, size_t avail,
+                        uint64_t len, const vf_ds_meta_key *key, int verify_checksum, size_t *body_at)
 {
-    memset(out, 0, sizeof *out);
     int r = 0;
-    uint64_t ident_len = len >= HEADER_BYTES ? get_u64(buf + 88) : 0;
-    uint64_t body_len = len >= HEADER_BYTES ? get_u64(buf + 96) : 0;
-    if (len < HEADER_BYTES)
-        r = corrupt("shorter than its header");
-    else if (memcmp(buf, MAGIC, 8))
-        r = corrupt("not a vlafeed metadata cache file");
-    else if (get_u32(buf + 8) != VF_DS_META_CACHE_VERSION || get_u32(buf + 12) != BYTE_ORDER_MARK)
+    uint64_t ident_len = avail >= HEADER_BYTES ? get_u64(buf + 88) : 0;
+    uint64_t body_len = avail >= HEADER_BYTES ? get_u64(buf + 96) : 0;
+    uint64_t covered = avail >= HEADER_BYTES ? (uint64_t)get_u32(buf + 108) * 8 : 0;
+    uint64_t checked = covered ? HEADER_BYTES + covered : len; /* bytes under the CRC */
+    if (avail < HEADER_BYTES || len < HEADER_BYTES)
+        r = vf_error(VF_ECORRUPT, "%s cache entry: shorter than its header", what);
+    else if (memcmp(buf, magic, 8))
+        r = vf_error(VF_ECORRUPT, "%s cache entry: not a vlafeed %s cache file", what, what);
+    else if (get_u32(buf + 8) != version || get_u32(buf + 12) != BYTE_ORDER_MARK)
         r = VF_ENOENT; /* another version or byte order: stale, not damaged */
     else if (ident_len > len || body_len > len || HEADER_BYTES + pad8((size_t)ident_len) + body_len != len ||
              (body_len & 7))
-        r = corrupt("lengths do not match the file size");
+        r = vf_error(VF_ECORRUPT, "%s cache entry: lengths do not match the file size", what);
+    else if (checked > len || checked > avail || HEADER_BYTES + pad8((size_t)ident_len) > checked)
+        r = vf_error(VF_ECORRUPT, "%s cache entry: checksummed length out of range", what);
     else if (key && (ident_len != key->ident_len || memcmp(buf + HEADER_BYTES, key->ident, key->ident_len) ||
                      get_u64(buf + 16) != key->size || get_u64(buf + 24) != key->mtime_ns ||
                      get_u64(buf + 32) != key->ctime_ns || get_u64(buf + 40) != key->inode ||
                      get_u64(buf + 48) != key->device || memcmp(buf + 56, key->tail_sha256, 32)))
         r = VF_ENOENT; /* the file changed (or another file hashed to this name) */
-    else if (verify_checksum && file_crc(buf, len) != get_u32(buf + CRC_AT))
-        r = corrupt("checksum mismatch");
+    else if (verify_checksum && file_crc(buf, (size_t)checked) != get_u32(buf + CRC_AT))
+        r = vf_error(VF_ECORRUPT, "%s cache entry: checksum mismatch", what);
+    *body_at = r == 0 ? HEADER_BYTES + pad8((size_t)ident_len) : 0;
+    return r;
+}
+
+int vf_ds_meta_cache_decode(uint8_t *buf, size_t len, const vf_ds_meta_key *key, size_t num_cameras,
+                            int verify_checksum, vf_ds_episodes_columns *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t body_at = 0;
+    int r = check_header(MAGIC, VF_DS_META_CACHE_VERSION, "metadata", buf, len, len, key, verify_checksum, &body_at);
     if (r == 0) {
-        reader rd = {buf + HEADER_BYTES + pad8((size_t)ident_len), buf + len};
+        reader rd = {buf + body_at, buf + len};
         r = decode_body(&rd, num_cameras, out);
     }
     out->backing = buf; /* owned either way: freed with the columns */
@@ -394,10 +436,10 @@ static char *cache_root(void)
     return NULL;
 }
 
-int vf_ds_meta_cache_open(vf_ds_meta_cache **out, char *const *columns, int num_columns)
+int vf_ds_file_cache_open(vf_ds_meta_cache **out, int kind, char *const *columns, int num_columns)
 {
     *out = NULL;
-    if (env_off("VF_META_CACHE"))
+    if (env_off(kind == VF_DS_CACHE_TABLE ? "VF_TABLE_CACHE" : "VF_META_CACHE"))
         return 0;
     char *root = cache_root();
     if (!root)
@@ -408,7 +450,11 @@ int vf_ds_meta_cache_open(vf_ds_meta_cache **out, char *const *columns, int num_
     for (int i = 0; i < num_columns && r == 0; i++)
         r = vf_buf_printf(&projection, "%s%s", i ? "\n" : "", columns[i]);
     if (r == 0) {
-        mc->dir = vf_path_join(root, "meta");
+        mc->magic = kind == VF_DS_CACHE_TABLE ? TABLE_MAGIC : MAGIC;
+        mc->version = kind == VF_DS_CACHE_TABLE ? VF_DS_TABLE_CACHE_VERSION : VF_DS_META_CACHE_VERSION;
+        mc->ext = kind == VF_DS_CACHE_TABLE ? ".vftable" : ".vfmeta";
+        mc->what = kind == VF_DS_CACHE_TABLE ? "table" : "metadata";
+        mc->dir = vf_path_join(root, kind == VF_DS_CACHE_TABLE ? "table" : "meta");
         mc->projection_len = projection.len;
         mc->projection = vf_buf_take_string(&projection);
         if (!mc->dir || !mc->projection)
@@ -427,6 +473,11 @@ int vf_ds_meta_cache_open(vf_ds_meta_cache **out, char *const *columns, int num_
     pthread_mutex_init(&mc->lock, NULL);
     *out = mc;
     return 0;
+}
+
+int vf_ds_meta_cache_open(vf_ds_meta_cache **out, char *const *columns, int num_columns)
+{
+    return vf_ds_file_cache_open(out, VF_DS_CACHE_META, columns, num_columns);
 }
 
 void vf_ds_meta_cache_close(vf_ds_meta_cache *mc)
@@ -470,7 +521,7 @@ static int ensure_dir(vf_ds_meta_cache *mc)
     if (mc->dir_state == 0) {
         mc->dir_state = make_private_dirs(mc->dir) == 0 ? 1 : -1;
         if (mc->dir_state < 0) {
-            vf_log(VF_LOG_DEBUG, "%s: metadata cache folder cannot be created (%s); not caching", mc->dir,
+            vf_log(VF_LOG_DEBUG, "%s: %s cache folder cannot be created (%s); not caching", mc->dir, mc->what,
                    strerror(errno));
             atomic_store(&mc->stores_off, 1);
         }
@@ -486,7 +537,7 @@ static char *entry_path(const vf_ds_meta_cache *mc, const vf_ds_meta_key *key)
     uint8_t md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    uint32_t version = VF_DS_META_CACHE_VERSION;
+    uint32_t version = mc->version;
     int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, &version, sizeof version) &&
              EVP_DigestUpdate(ctx, key->ident, key->ident_len) && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen >= 16;
     EVP_MD_CTX_free(ctx);
@@ -495,7 +546,7 @@ static char *entry_path(const vf_ds_meta_cache *mc, const vf_ds_meta_key *key)
     char hex[33];
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    return vf_asprintf("%s/%s.vfmeta", mc->dir, hex);
+    return vf_asprintf("%s/%s%s", mc->dir, hex, mc->ext);
 }
 
 static uint64_t ns(struct timespec t) { return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
@@ -584,11 +635,8 @@ int vf_ds_meta_cache_load(vf_ds_meta_cache *mc, const char *path, size_t num_cam
         return 0;
     }
     int r = vf_ds_meta_cache_decode(buf, len, key, num_cameras, 1, out);
-    if (r == VF_ECORRUPT) {
-        int first = atomic_fetch_add(&mc->corrupt_seen, 1) == 0;
-        vf_log(first ? VF_LOG_WARN : VF_LOG_DEBUG, "%s (cache of %s): %s; decoding the file again%s", entry, path,
-               vf_last_error(), first ? " (other damaged entries of this open: VF_LOG=debug)" : "");
-    }
+    if (r == VF_ECORRUPT)
+        vf_ds_file_cache_damaged(mc, entry, path);
     free(entry);
     return r == 0;
 }
@@ -648,8 +696,8 @@ int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, cons
     if (r == 0)
         r = write_entry(entry, &l);
     if (r < 0 && !atomic_exchange(&mc->stores_off, 1))
-        vf_log(VF_LOG_DEBUG, "%s: metadata cache entry cannot be written (%s); not caching", entry ? entry : mc->dir,
-               strerror(errno));
+        vf_log(VF_LOG_DEBUG, "%s: %s cache entry cannot be written (%s); not caching", entry ? entry : mc->dir,
+               mc->what, strerror(errno));
     free(l.parts);
     free(entry);
     return r == 0;
@@ -659,7 +707,7 @@ int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, cons
 
 /* 1 when the cache file at path is a well-formed entry of this version
  * whose episodes file no longer exists (ENOENT). */
-static int source_gone(const char *path)
+static int source_gone(const vf_ds_meta_cache *mc, const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
@@ -667,7 +715,7 @@ static int source_gone(const char *path)
     uint8_t head[HEADER_BYTES + 4096];
     ssize_t n = read(fd, head, sizeof head);
     close(fd);
-    if (n < HEADER_BYTES || memcmp(head, MAGIC, 8) || get_u32(head + 8) != VF_DS_META_CACHE_VERSION ||
+    if (n < HEADER_BYTES || memcmp(head, mc->magic, 8) || get_u32(head + 8) != mc->version ||
         get_u32(head + 12) != BYTE_ORDER_MARK)
         return 0;
     const char *ident = (const char *)head + HEADER_BYTES;
@@ -687,23 +735,99 @@ size_t vf_ds_meta_cache_prune(vf_ds_meta_cache *mc)
     time_t now = time(NULL);
     struct dirent *e;
     while ((e = readdir(dh)) != NULL && seen < 100000) {
-        const char *ext = strstr(e->d_name, ".vfmeta");
-        if (!ext || (ext[7] && ext[7] != '.'))
+        size_t el = strlen(mc->ext);
+        const char *ext = strstr(e->d_name, mc->ext);
+        if (!ext || (ext[el] && ext[el] != '.'))
             continue; /* not ours */
         seen++;
         char *path = vf_path_join(mc->dir, e->d_name);
         struct stat st;
         int remove = 0;
         if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
-            remove = ext[7] ? now - st.st_mtime > 3600 /* a writer's temporary file, left by a crash */
-                            : source_gone(path);
+            remove = ext[el] ? now - st.st_mtime > 3600 /* a writer's temporary file, left by a crash */
+                             : source_gone(mc, path);
         if (remove && unlink(path) == 0)
             removed++;
         free(path);
     }
     closedir(dh);
     if (removed)
-        vf_log(VF_LOG_DEBUG, "%s: removed %zu metadata cache files of episodes files that no longer exist", mc->dir,
-               removed);
+        vf_log(VF_LOG_DEBUG, "%s: removed %zu %s cache files of Parquet files that no longer exist", mc->dir, removed,
+               mc->what);
     return removed;
+}
+
+/* ---- shared with the table cache (table_cache.c) ---------------------------------- */
+
+int vf_ds_file_cache_key(const vf_ds_meta_cache *mc, const char *path, vf_ds_meta_key *key)
+{
+    return take_key(mc, path, key);
+}
+
+char *vf_ds_file_cache_entry(const vf_ds_meta_cache *mc, const vf_ds_meta_key *key) { return entry_path(mc, key); }
+
+const char *vf_ds_file_cache_what(const vf_ds_meta_cache *mc) { return mc->what; }
+
+int vf_ds_file_cache_check(int kind, const uint8_t *buf, size_t avail, uint64_t len, const vf_ds_meta_key *key,
+                           int verify_checksum, size_t *body_at)
+{
+    if (kind == VF_DS_CACHE_TABLE)
+        return check_header(TABLE_MAGIC, VF_DS_TABLE_CACHE_VERSION, "table", buf, avail, len, key, verify_checksum,
+                            body_at);
+    return check_header(MAGIC, VF_DS_META_CACHE_VERSION, "metadata", buf, avail, len, key, verify_checksum, body_at);
+}
+
+void vf_ds_file_cache_damaged(vf_ds_meta_cache *mc, const char *entry, const char *path)
+{
+    int first = atomic_fetch_add(&mc->corrupt_seen, 1) == 0;
+    vf_log(first ? VF_LOG_WARN : VF_LOG_DEBUG, "%s (cache of %s): %s; decoding the file again%s", entry, path,
+           vf_last_error(), first ? " (other damaged entries: VF_LOG=debug)" : "");
+}
+
+/* Free bytes of the file system holding dir, or UINT64_MAX when unknown. */
+static uint64_t free_bytes(const char *dir)
+{
+    struct statvfs sv;
+    if (statvfs(dir, &sv) < 0)
+        return UINT64_MAX;
+    return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+}
+
+int vf_ds_file_cache_store_parts(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const void *const *data,
+                                 const size_t *lens, size_t num_parts, size_t crc_parts)
+{
+    if (!key->valid || atomic_load(&mc->stores_off))
+        return 0;
+    struct stat st;
+    if (stat(key->ident, &st) < 0 || (uint64_t)st.st_size != key->size || ns(st.st_mtim) != key->mtime_ns ||
+        ns(st.st_ctim) != key->ctime_ns || (uint64_t)st.st_ino != key->inode || (uint64_t)st.st_dev != key->device)
+        return 0;
+    if (ensure_dir(mc) < 0)
+        return 0;
+    layout l = {0};
+    if (!(l.parts = vf_malloc_array(num_parts + 1, sizeof *l.parts)))
+        return VF_ENOMEM;
+    add_part(&l, key->ident, key->ident_len);
+    for (size_t i = 0; i < num_parts; i++)
+        add_part(&l, data[i], lens[i]);
+    crc_parts = crc_parts < num_parts ? crc_parts + 1 : SIZE_MAX; /* + the ident */
+    finish_layout(mc->magic, mc->version, key, &l, crc_parts);
+    /* Leave room: an entry is written only while 1 GiB stays free after it. */
+    uint64_t avail = free_bytes(mc->dir);
+    if (avail != UINT64_MAX && avail < (uint64_t)l.total + ((uint64_t)1 << 30)) {
+        if (!atomic_exchange(&mc->stores_off, 1))
+            vf_log(VF_LOG_INFO, "%s: %s cache not written: %.1f GiB free, the entry needs %.1f GiB and 1 GiB is kept "
+                                "free",
+                   mc->dir, mc->what, (double)avail / (1u << 30), (double)l.total / (1u << 30));
+        free(l.parts);
+        return 0;
+    }
+    char *entry = entry_path(mc, key);
+    int r = entry ? write_entry(entry, &l) : VF_ENOMEM;
+    if (r < 0 && !atomic_exchange(&mc->stores_off, 1))
+        vf_log(VF_LOG_DEBUG, "%s: %s cache entry cannot be written (%s); not caching", entry ? entry : mc->dir,
+               mc->what, strerror(errno));
+    free(l.parts);
+    free(entry);
+    return r == 0;
 }

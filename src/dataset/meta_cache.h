@@ -78,6 +78,11 @@ typedef struct vf_ds_meta_cache vf_ds_meta_cache;
  * at the first store; a folder that cannot be created or written disables
  * the stores of this open with one debug line, never an error. */
 int vf_ds_meta_cache_open(vf_ds_meta_cache **out, char *const *columns, int num_columns);
+/* The same for either kind of cache (below): VF_DS_CACHE_META (above) or
+ * VF_DS_CACHE_TABLE (folder `table`, files *.vftable, off with
+ * VF_TABLE_CACHE=0). */
+enum { VF_DS_CACHE_META = 0, VF_DS_CACHE_TABLE = 1 };
+int vf_ds_file_cache_open(vf_ds_meta_cache **out, int kind, char *const *columns, int num_columns);
 void vf_ds_meta_cache_close(vf_ds_meta_cache *mc);
 /* The cache's folder (owned by mc). */
 const char *vf_ds_meta_cache_dir(const vf_ds_meta_cache *mc);
@@ -114,5 +119,90 @@ int vf_ds_meta_cache_encode(const vf_ds_meta_key *key, const vf_ds_episodes_colu
                             size_t *len);
 int vf_ds_meta_cache_decode(uint8_t *buf, size_t len, const vf_ds_meta_key *key, size_t num_cameras,
                             int verify_checksum, vf_ds_episodes_columns *out);
+
+/* ---- the table cache (table_cache.c) ----------------------------------------
+ *
+ * Map mode's random reads of a large table decode a Parquet page per
+ * column for every episode they miss. The table cache keeps, per (data
+ * file, projection), the decoded columns of every episode of the file in
+ * one cache file; an episode's rows are then one pread per column. It shares the metadata cache's folder logic,
+ * keys (path, stat data, tail SHA-256), CRC and atomic stores, in
+ * <cache>/table. Only numeric columns (VF_DS_F32, VF_DS_I64) are kept.
+ *
+ * Body (after the common header and ident; int64 fields, 8-aligned):
+ *   columns, entries, rows; per column: type, width;
+ *   per entry (episode, ascending by row_offset): row_offset (in the data
+ *     file), length, start (row in the cache file), episode_index,
+ *     from_index (dataset_from_index: the checks the rows passed), CRC-32
+ *     of the episode's values (each column's slice in column order);
+ *   per column: rows x width values (float or int64), zero-padded to 8.
+ * The header's CRC covers everything up to the column data; a reader
+ * checks an episode's CRC when it reads the episode
+ * (vf_ds_table_cache_read, pread: nothing is mapped), so opening a file
+ * reads only its entries.
+ */
+#define VF_DS_TABLE_CACHE_VERSION 1
+#define VF_DS_TABLE_ENTRY_FIELDS 6
+
+typedef struct vf_ds_table_cache_file {
+    int fd;                      /* the cache file, open for preads (-1: none) */
+    uint8_t *head;               /* its checksummed start: header .. entries (owned) */
+    size_t head_len;
+    int64_t rows, num_entries;
+    size_t num_columns;
+    const int64_t *entries;      /* [num_entries][VF_DS_TABLE_ENTRY_FIELDS], in head */
+    uint64_t *column_at;         /* [num_columns]: file offset of each column's values */
+    uint64_t file_len;
+} vf_ds_table_cache_file;
+
+/* Stores the decoded rows of a data file's episodes: t holds them (as
+ * vf_ds_read_table returns them, in ascending row_offset order), with, per
+ * episode of t, its row offset in the data file, episode_index and
+ * dataset_from_index. Numeric columns only (VF_EINVAL otherwise). 1
+ * written, 0 not (a changed file, a folder that cannot be written, too
+ * little free space: never an error), < 0 for ENOMEM. */
+int vf_ds_table_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const vf_ds_table *t,
+                            const int64_t *row_offsets, const int64_t *episode_index, const int64_t *from_index);
+/* Opens the cache file of the data file at path for columns of the given
+ * types and widths, reading and checking its entries (not its values).
+ * 1: a hit, *out filled; 0: a miss (*key identifies the file now, for a
+ * store; key->valid 0 when it cannot be read). A damaged cache file is a
+ * miss with one warning per cache. *key is the caller's to free. */
+int vf_ds_table_cache_map(vf_ds_meta_cache *mc, const char *path, const int *types, const int64_t *widths,
+                          size_t num_columns, vf_ds_meta_key *key, vf_ds_table_cache_file *out);
+/* The entry of an episode by its row offset in the data file, or NULL. */
+const int64_t *vf_ds_table_cache_find(const vf_ds_table_cache_file *f, int64_t row_offset);
+/* Reads entry x's rows of every column into dest[i] (x[1] x widths[i]
+ * values each) and checks their CRC: 0, VF_EIO (message names the cache
+ * file) or VF_ECORRUPT (checksum mismatch). Thread-safe (pread). */
+int vf_ds_table_cache_read(const vf_ds_table_cache_file *f, const int *types, const int64_t *widths,
+                           const int64_t *x, void *const *dest);
+void vf_ds_table_cache_close(vf_ds_table_cache_file *f);
+/* The format's parser, for the fuzzer and tests: buf (8-byte aligned) holds
+ * the first avail bytes of a cache file of file_len bytes (at least its
+ * checksummed start). 0 and *out filled (head copied; fd -1), VF_ENOENT
+ * (stale: another key or version) or VF_ECORRUPT. key NULL accepts any
+ * key; types NULL any column types. */
+int vf_ds_table_cache_parse(const uint8_t *buf, size_t avail, uint64_t file_len, const vf_ds_meta_key *key,
+                            const int *types, const int64_t *widths, size_t num_columns, int verify_checksum,
+                            vf_ds_table_cache_file *out);
+
+/* Internal to meta_cache.c / table_cache.c: the shared pieces. */
+int vf_ds_file_cache_key(const vf_ds_meta_cache *mc, const char *path, vf_ds_meta_key *key);
+char *vf_ds_file_cache_entry(const vf_ds_meta_cache *mc, const vf_ds_meta_key *key);
+/* Checks a cache file's header given its first avail bytes (at least its
+ * checksummed start) and its length: 0 and *body_at, VF_ENOENT (stale) or
+ * VF_ECORRUPT. */
+int vf_ds_file_cache_check(int kind, const uint8_t *buf, size_t avail, uint64_t len, const vf_ds_meta_key *key,
+                           int verify_checksum, size_t *body_at);
+/* Stores body parts (each zero-padded to 8 bytes) for key, atomically,
+ * when the file is unchanged and the folder writable: 1 written, 0 not.
+ * The header's CRC covers the header, the ident and the first crc_parts
+ * parts (SIZE_MAX: all); the length it covers is in the header. */
+int vf_ds_file_cache_store_parts(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const void *const *data,
+                                 const size_t *lens, size_t num_parts, size_t crc_parts);
+/* Logs a damaged entry: a warning the first time for this cache, then debug lines. */
+void vf_ds_file_cache_damaged(vf_ds_meta_cache *mc, const char *entry, const char *path);
+const char *vf_ds_file_cache_what(const vf_ds_meta_cache *mc);
 
 #endif

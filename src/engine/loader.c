@@ -62,6 +62,7 @@ void vf_loader_defaults(vf_loader_settings *s)
     s->episode_pool_size = 16;
     s->decoder_cache_entries = 0;
     s->share_video_readers = -1;
+    s->table_disk_cache = -1;
     s->sample.tolerance_s = 1e-4;
     s->sample.image_format = VF_IMAGE_FLOAT32_CHW;
     s->sample.lerobot_shapes = 1;
@@ -351,6 +352,7 @@ int vf_loader_open(vf_loader **out, vf_dataset *dataset, const vf_loader_setting
             r = VF_ENOMEM;
         else if (s->table_cache_bytes > 0)
             l->spec->rows_max_bytes = s->table_cache_bytes;
+        l->spec->tdisk_mode = s->table_disk_cache < 0 ? -1 : s->table_disk_cache > 0;
         l->spec->share_readers = s->share_video_readers != 0; /* -1 (default) and 1: assemble.c run_group */
     }
     if (r == 0 && s->num_cpus > 0)
@@ -728,6 +730,10 @@ void vf_loader_get_stats(const vf_loader *l, vf_loader_stats *st)
     st->table_episodes = sp->table_episodes;
     st->table_evictions = sp->table_evictions;
     st->table_cache_bytes = sp->rows_bytes;
+    st->table_disk_episodes = sp->table_disk_episodes;
+    st->table_disk_builds = sp->table_disk_builds;
+    st->table_disk_files = sp->table_disk_files;
+    st->table_disk_bytes = sp->table_disk_bytes;
     pthread_mutex_unlock(&sp->rows_lock);
     if (sp->data_files) {
         vf_ds_pq_cache_stats fs;

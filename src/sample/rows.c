@@ -53,6 +53,21 @@ static void rows_free(vf_sample_rows *r, size_t ncols)
     free(r);
 }
 
+/* Every task_index of an episode's rows names one of the dataset's tasks. */
+static int check_task_index(const vf_sample_spec *s, const vf_sample_rows *r, size_t ep)
+{
+    if (s->task_index_column < 0)
+        return 0;
+    size_t ntasks = vf_dataset_num_tasks(s->dataset);
+    const int64_t *v = r->t.columns[s->task_index_column].values;
+    for (int64_t k = 0; k < r->t.rows; k++)
+        if (v[k] < 0 || (uint64_t)v[k] >= ntasks)
+            return vf_error(VF_ECORRUPT, "%s: episode %lld frame %lld: task_index %lld is not one of the %zu tasks",
+                            vf_dataset_root(s->dataset), (long long)vf_dataset_episode(s->dataset, ep)->episode_index,
+                            (long long)k, (long long)v[k], ntasks);
+    return 0;
+}
+
 /* Splits a table of several episodes (in request order) into per-episode
  * rows, checks task_index, makes NUL-terminated string copies. */
 static int split_table(const vf_sample_spec *s, const vf_ds_table *t, const size_t *eps, size_t n,
@@ -60,7 +75,6 @@ static int split_table(const vf_sample_spec *s, const vf_ds_table *t, const size
 {
     for (size_t i = 0; i < n; i++)
         out[i] = NULL;
-    size_t ntasks = vf_dataset_num_tasks(s->dataset);
     for (size_t i = 0; i < n; i++) {
         int64_t lo = t->episode_start[i], rows = t->episode_start[i + 1] - lo;
         vf_sample_rows *r = vf_calloc(1, sizeof *r);
@@ -108,16 +122,9 @@ static int split_table(const vf_sample_spec *s, const vf_ds_table *t, const size
                 memcpy(c->values, (const uint8_t *)src->values + (size_t)lo * (size_t)src->width * elem, bytes);
             }
         }
-        if (s->task_index_column >= 0) {
-            const int64_t *v = r->t.columns[s->task_index_column].values;
-            for (int64_t k = 0; k < rows; k++)
-                if (v[k] < 0 || (uint64_t)v[k] >= ntasks)
-                    return vf_error(VF_ECORRUPT, "%s: episode %lld frame %lld: task_index %lld is not one of the %zu "
-                                                 "tasks",
-                                    vf_dataset_root(s->dataset),
-                                    (long long)vf_dataset_episode(s->dataset, eps[i])->episode_index, (long long)k,
-                                    (long long)v[k], ntasks);
-        }
+        int rc = check_task_index(s, r, eps[i]);
+        if (rc < 0)
+            return rc;
         r->bytes = rows_bytes(&r->t);
     }
     return 0;
@@ -213,7 +220,7 @@ static void learn_row_groups(vf_sample_spec *s, const size_t *eps, size_t n)
         if (vf_dataset_episode_data(s->dataset, eps[i], &ds) < 0 || ds.file >= s->num_data_files)
             continue;
         pthread_mutex_lock(&s->rows_lock);
-        int known = s->rg_known[ds.file];
+        int known = s->rows[eps[i]] ? 1 : s->rg_known[ds.file]; /* served (the disk cache): nothing to learn */
         if (!known)
             s->rg_known[ds.file] = 3;
         pthread_mutex_unlock(&s->rows_lock);
@@ -267,10 +274,10 @@ static size_t table_row_bytes(const vf_sample_spec *s)
  * about e^-4): reading the whole table then costs no episode it would not
  * read (rows_lock held). A rank of a large world drawing a few samples
  * per episode reads only the episodes it draws. */
-static int table_fits(vf_sample_spec *s)
+/* Whether the rows of all the loader's episodes fit in three quarters of
+ * the row cache (rows_lock held). */
+static int table_rows_fit(vf_sample_spec *s)
 {
-    if (s->map_samples < 4 * (int64_t)s->num_episodes)
-        return 0;
     if (s->map_table_rows == 0) {
         int64_t rows = 0;
         for (size_t e = 0; e < s->num_episodes; e++)
@@ -279,6 +286,255 @@ static int table_fits(vf_sample_spec *s)
     }
     return s->map_table_rows > 0 &&
            (uint64_t)s->map_table_rows <= s->rows_max_bytes / 4 * 3 / table_row_bytes(s);
+}
+
+static int table_fits(vf_sample_spec *s)
+{
+    if (s->map_samples < 4 * (int64_t)s->num_episodes)
+        return 0;
+    return table_rows_fit(s);
+}
+
+/* ---- map mode: the table cache on disk --------------------------------------------
+ *
+ * When the table does not fit in the row cache, a miss in map mode would
+ * decode a Parquet page per column for one episode, again after every
+ * eviction. With the table cache (meta_cache.h), the first miss in a data
+ * file decodes the rows of all the file's episodes once (checked as any
+ * read is), stores them under the cache folder and maps the stored file;
+ * every later miss in that file, in this run or a later one, in this
+ * process or another, copies the episode's slice of the mapped columns.
+ */
+
+/* Upper bound of one file's decoded rows built in memory before the store. */
+#define TDISK_MAX_FILE_BYTES ((uint64_t)1 << 30)
+
+/* Whether the disk cache serves this loader (rows_lock held): map mode
+ * only; auto (the default) when the table does not fit in the row cache
+ * and the loader draws at least one sample per episode this epoch, so
+ * that decoding a whole data file costs no more than the episodes it will
+ * draw anyway; local datasets and numeric columns only. */
+static int tdisk_on(vf_sample_spec *s)
+{
+    if (s->tdisk_decided)
+        return s->tdisk_decided > 0;
+    s->tdisk_decided = -1;
+    const vf_dataset *d = s->dataset;
+    if (s->tdisk_mode == 0 || s->wanted || !d->local_fs || s->num_data_files == 0)
+        return 0;
+    if (s->tdisk_mode < 0 && (s->map_samples < (int64_t)s->num_episodes || table_rows_fit(s)))
+        return 0;
+    int *types = vf_calloc(s->num_table, sizeof *types);
+    int64_t *widths = vf_calloc(s->num_table, sizeof *widths);
+    vf_ds_table_cache_file *files = vf_calloc(s->num_data_files, sizeof *files);
+    uint8_t *state = vf_calloc(s->num_data_files, 1);
+    int ok = types && widths && files && state;
+    for (size_t i = 0; ok && i < s->num_table; i++) {
+        const vf_feature *f = vf_dataset_find_feature(d, s->table_names[i]);
+        types[i] = f ? vf_ds_feature_value_type(f) : -1;
+        widths[i] = f && f->size > 0 ? f->size : 1;
+        ok = types[i] == VF_DS_F32 || types[i] == VF_DS_I64;
+    }
+    if (ok && (vf_ds_file_cache_open(&s->tdisk, VF_DS_CACHE_TABLE, (char *const *)s->table_names,
+                                     (int)s->num_table) < 0 ||
+               !s->tdisk))
+        ok = 0;
+    if (!ok) {
+        free(types);
+        free(widths);
+        free(files);
+        free(state);
+        return 0;
+    }
+    s->tdisk_types = types;
+    s->tdisk_widths = widths;
+    s->tdisk_files = files;
+    s->tdisk_state = state;
+    s->tdisk_decided = 1;
+    return 1;
+}
+
+typedef struct ep_at {
+    size_t pos;
+    int64_t row_offset;
+} ep_at;
+
+static int cmp_ep_at(const void *a, const void *b)
+{
+    int64_t x = ((const ep_at *)a)->row_offset, y = ((const ep_at *)b)->row_offset;
+    return x < y ? -1 : x > y;
+}
+
+/* Decodes the rows of every selected episode of data file `file` (one
+ * checked read, in file order) and stores them; 1 stored. */
+static int tdisk_build(vf_sample_spec *s, size_t file, vf_ds_meta_key *key)
+{
+    const vf_dataset *d = s->dataset;
+    const vf_ds_file *df = &d->data_files[file];
+    size_t n = df->num_episodes;
+    if (n == 0)
+        return 0;
+    ep_at *at = vf_malloc_array(n, sizeof *at);
+    size_t *pos = vf_malloc_array(n, sizeof *pos);
+    int64_t *offs = vf_malloc_array(n, sizeof *offs), *epi = vf_malloc_array(n, sizeof *epi),
+            *from = vf_malloc_array(n, sizeof *from);
+    int r = at && pos && offs && epi && from ? 0 : VF_ENOMEM;
+    int64_t rows = 0;
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        vf_data_span ds;
+        if (vf_dataset_episode_data(d, df->episodes[i], &ds) < 0 || ds.file != file)
+            r = VF_EINVAL;
+        at[i] = (ep_at){df->episodes[i], ds.row_offset};
+        rows += ds.length;
+    }
+    if (r == 0 && (uint64_t)rows * table_row_bytes(s) > TDISK_MAX_FILE_BYTES)
+        r = VF_EINVAL; /* not built: the rows would not fit in memory comfortably */
+    int stored = 0;
+    if (r == 0) {
+        qsort(at, n, sizeof *at, cmp_ep_at);
+        for (size_t i = 0; i < n; i++) {
+            const vf_episode *ep = vf_dataset_episode(d, at[i].pos);
+            pos[i] = at[i].pos;
+            offs[i] = at[i].row_offset;
+            epi[i] = ep->episode_index;
+            from[i] = ep->from_index;
+        }
+        vf_ds_table t;
+        if (vf_ds_read_table_cached(d, s->data_files, pos, n, s->table_names, s->num_table, VF_DS_VERIFY_INDEX,
+                                    &t) == 0) {
+            stored = vf_ds_table_cache_store(s->tdisk, key, &t, offs, epi, from) > 0;
+            vf_ds_table_free(&t);
+        } else {
+            /* A damaged episode in the file: its own reads report it. */
+            vf_log(VF_LOG_DEBUG, "%s: not cached on disk: %s", df->path, vf_last_error());
+        }
+    }
+    free(at);
+    free(pos);
+    free(offs);
+    free(epi);
+    free(from);
+    return stored;
+}
+
+/* Maps data file `file`'s cache entry, building it first when missing
+ * (outside rows_lock; the caller set its state to 1). */
+static void tdisk_prepare(vf_sample_spec *s, size_t file)
+{
+    const char *path = s->dataset->data_files[file].path;
+    vf_ds_table_cache_file f;
+    vf_ds_meta_key key;
+    int built = 0;
+    int hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+    if (hit == 0 && key.valid && tdisk_build(s, file, &key)) {
+        built = 1;
+        vf_ds_meta_key_free(&key);
+        hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+    }
+    vf_ds_meta_key_free(&key);
+    pthread_mutex_lock(&s->rows_lock);
+    if (hit > 0) {
+        s->tdisk_files[file] = f;
+        s->table_disk_files++;
+        s->table_disk_bytes += (size_t)f.file_len;
+    }
+    s->table_disk_builds += built;
+    s->tdisk_state[file] = hit > 0 ? 2 : 3;
+    pthread_mutex_unlock(&s->rows_lock);
+}
+
+/* Episode e's rows from its file's cache entry, or NULL when the entry
+ * does not hold it as the model describes it, or cannot be read (then
+ * Parquet is read, and a damaged entry is reported once). */
+static vf_sample_rows *tdisk_rows(vf_sample_spec *s, size_t e, const vf_data_span *ds)
+{
+    const vf_ds_table_cache_file *f = &s->tdisk_files[ds->file];
+    const int64_t *x = vf_ds_table_cache_find(f, ds->row_offset);
+    const vf_episode *ep = vf_dataset_episode(s->dataset, e);
+    if (!x || x[1] != ds->length || x[3] != ep->episode_index || x[4] != ep->from_index)
+        return NULL;
+    vf_sample_rows *r = vf_calloc(1, sizeof *r);
+    void **dest = vf_calloc(s->num_table ? s->num_table : 1, sizeof *dest);
+    int ok = r && dest && (r->t.columns = vf_calloc(s->num_table ? s->num_table : 1, sizeof *r->t.columns));
+    if (ok) {
+        r->t.rows = ds->length;
+        r->t.num_columns = s->num_table;
+        r->t.num_episodes = 1;
+    }
+    for (size_t i = 0; ok && i < s->num_table; i++) {
+        vf_ds_column *c = &r->t.columns[i];
+        size_t elem = s->tdisk_types[i] == VF_DS_F32 ? sizeof(float) : sizeof(int64_t);
+        size_t bytes = (size_t)ds->length * (size_t)s->tdisk_widths[i] * elem;
+        c->feature = vf_dataset_find_feature(s->dataset, s->table_names[i]);
+        c->type = (vf_ds_value_type)s->tdisk_types[i];
+        c->width = s->tdisk_widths[i];
+        c->rows = ds->length;
+        ok = (dest[i] = c->values = vf_malloc(bytes ? bytes : 1)) != NULL;
+    }
+    if (ok) {
+        int rc = vf_ds_table_cache_read(f, s->tdisk_types, s->tdisk_widths, x, dest);
+        if (rc < 0) {
+            vf_ds_file_cache_damaged(s->tdisk, "table cache", ds->path);
+            ok = 0;
+        }
+    }
+    ok = ok && check_task_index(s, r, e) == 0; /* else the Parquet read reports it */
+    free(dest);
+    if (!ok) {
+        rows_free(r, s->num_table);
+        return NULL;
+    }
+    r->bytes = rows_bytes(&r->t);
+    return r;
+}
+
+/* Serves the missing episodes of eps that the disk cache holds, mapping
+ * or building their files' entries first. A file another thread is
+ * preparing is not waited for: those episodes are read from Parquet. */
+static void tdisk_fill(vf_sample_spec *s, const size_t *eps, size_t n)
+{
+    pthread_mutex_lock(&s->rows_lock);
+    int on = tdisk_on(s);
+    pthread_mutex_unlock(&s->rows_lock);
+    if (!on)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        size_t e = eps[i];
+        vf_data_span ds;
+        if (vf_dataset_episode_data(s->dataset, e, &ds) < 0 || ds.file >= s->num_data_files)
+            continue;
+        pthread_mutex_lock(&s->rows_lock);
+        if (s->rows[e] || s->loading[e]) {
+            pthread_mutex_unlock(&s->rows_lock);
+            continue;
+        }
+        int st = s->tdisk_state[ds.file];
+        if (st == 0) {
+            s->tdisk_state[ds.file] = 1;
+            pthread_mutex_unlock(&s->rows_lock);
+            tdisk_prepare(s, ds.file);
+            pthread_mutex_lock(&s->rows_lock);
+            st = s->tdisk_state[ds.file];
+            if (s->rows[e] || s->loading[e])
+                st = 0;
+        }
+        if (st != 2) {
+            pthread_mutex_unlock(&s->rows_lock);
+            continue;
+        }
+        s->loading[e] = 1;
+        pthread_mutex_unlock(&s->rows_lock);
+        vf_sample_rows *r = tdisk_rows(s, e, &ds);
+        pthread_mutex_lock(&s->rows_lock);
+        s->loading[e] = 0;
+        if (r && insert(s, e, r) == 0) {
+            s->table_disk_episodes++;
+            r = NULL;
+        }
+        pthread_cond_broadcast(&s->rows_cond);
+        pthread_mutex_unlock(&s->rows_lock);
+        rows_free(r, s->num_table);
+    }
 }
 
 /* Map mode: the unloaded episodes lying entirely inside the row groups that
@@ -394,8 +650,10 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
     pthread_mutex_lock(&s->rows_lock);
     int map_mode = !s->wanted;
     pthread_mutex_unlock(&s->rows_lock);
-    if (map_mode)
+    if (map_mode) {
+        tdisk_fill(s, eps, n);
         learn_row_groups(s, eps, n);
+    }
     pthread_mutex_lock(&s->rows_lock);
     /* extras: read-ahead / row-group neighbours join the read; after a read
      * with extras fails, it is retried without them, so that a damaged

@@ -88,6 +88,14 @@ void vf_sample_spec_free(vf_sample_spec *s)
     free(s->rg_ends);
     free(s->rg_count);
     free(s->rg_known);
+    for (size_t i = 0; s->tdisk_files && i < s->num_data_files; i++)
+        if (s->tdisk_state[i] == 2)
+            vf_ds_table_cache_close(&s->tdisk_files[i]);
+    free(s->tdisk_files);
+    free(s->tdisk_state);
+    free(s->tdisk_types);
+    free(s->tdisk_widths);
+    vf_ds_meta_cache_close(s->tdisk);
     pthread_mutex_destroy(&s->rows_lock);
     pthread_cond_destroy(&s->rows_cond);
     for (size_t i = 0; i < s->num_notes; i++)
@@ -549,6 +557,7 @@ static int setup_table(builder *b)
         !(s->rg_known = vf_calloc(s->num_data_files ? s->num_data_files : 1, 1)))
         return VF_ENOMEM;
     s->rows_max_bytes = VF_SAMPLE_DEFAULT_TABLE_CACHE_BYTES;
+    s->tdisk_mode = -1;
     int r0 = s->num_table > 0 ? vf_ds_pq_cache_open(&s->data_files, b->d, 0, 0, s->table_names, (int)s->num_table)
                               : 0;
     if (r0 < 0)

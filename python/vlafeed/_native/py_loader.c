@@ -247,6 +247,16 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *unused)
         return NULL;
     }
     Py_DECREF(placement);
+    PyObject *disk = Py_BuildValue("{s:K,s:K,s:K,s:n}", "table_disk_episodes", (unsigned long long)st.table_disk_episodes,
+                                   "table_disk_builds", (unsigned long long)st.table_disk_builds, "table_disk_files",
+                                   (unsigned long long)st.table_disk_files, "table_disk_bytes",
+                                   (Py_ssize_t)st.table_disk_bytes);
+    if (!disk || PyDict_Update(more, disk) < 0) {
+        Py_XDECREF(disk);
+        Py_DECREF(more);
+        return NULL;
+    }
+    Py_DECREF(disk);
     PyObject *out = Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:d,s:d,s:d,s:d,s:d,s:K,s:n,s:n,s:K}", "samples",
         (unsigned long long)st.samples, "batches", (unsigned long long)st.batches, "frames_delivered",

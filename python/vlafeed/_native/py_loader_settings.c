@@ -298,6 +298,7 @@ static const vf_py_setting loader_list[] = {
     PARSED("prefetch_cache_dir", parse_cache_dir),
     UINT64("prefetch_cache_bytes", s.prefetch_cache_bytes),
     UINT64("table_cache_bytes", s.table_cache_bytes),
+    {"table_disk_cache", VF_PY_INT, VF_PY_FIELD(A, s.table_disk_cache), VF_PY_MIN(-1)},
     CHOICE("on_error", s.on_error, on_error_policies),
     FLAG("log_warnings", s.log_warnings),
     CHOICE("decode_device", s.decode_device, decode_devices),

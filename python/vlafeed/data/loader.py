@@ -370,7 +370,12 @@ class Loader(EnginePasses):
     and prefetch_cache_bytes (pool mode over an http/s3 root: download each
     admitted episode's videos in the background into a bounded local cache),
     table_cache_bytes (bound of the table rows held in memory; 0: 256 MiB;
-    rows are read lazily, only for the episodes this loader emits).
+    rows are read lazily, only for the episodes this loader emits),
+    table_disk_cache (map mode: None, the default, keeps the decoded rows of
+    each data file the loader draws from in the table cache on disk, under
+    ``VF_CACHE_DIR`` or ``~/.cache/vlafeed/table``, when the table does not
+    fit in ``table_cache_bytes`` and the loader draws at least one sample per
+    episode; True whenever map mode reads a local table; False never).
     ``output="numpy"`` yields NumPy arrays instead of tensors.
 
     on_error: "raise" (default): a sample whose frame or row cannot be read
@@ -409,8 +414,8 @@ class Loader(EnginePasses):
                  normalize=None, lerobot_shapes=True, include_task=True, tolerance_s=None, output="torch",
                  decoder_cache_entries=0, share_video_readers=None, episode_pool_size=16, state=None,
                  prefetch_cache_dir=None,
-                 prefetch_cache_bytes=0, table_cache_bytes=0, on_error="raise", on_metadata_error="raise",
-                 video_mismatch=None, affinity="none", decode_device=None, decode_device_cameras=None,
+                 prefetch_cache_bytes=0, table_cache_bytes=0, table_disk_cache=None, on_error="raise",
+                 on_metadata_error="raise", video_mismatch=None, affinity="none", decode_device=None, decode_device_cameras=None,
                  device=None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
@@ -455,7 +460,8 @@ class Loader(EnginePasses):
             tolerance_s=tolerance_s, decoder_cache_entries=decoder_cache_entries,
             share_video_readers=-1 if share_video_readers is None else int(bool(share_video_readers)),
             episode_pool_size=episode_pool_size, state=state, prefetch_cache_dir=prefetch_cache_dir,
-            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes, on_error=on_error,
+            prefetch_cache_bytes=prefetch_cache_bytes, table_cache_bytes=table_cache_bytes,
+            table_disk_cache=-1 if table_disk_cache is None else int(bool(table_disk_cache)), on_error=on_error,
             log_warnings=False, cpus=cpus,
             **({} if decode_device is None else {"decode_device": decode_device}),
             **({} if decode_device_cameras is None else {"decode_device_cameras": decode_device_cameras}))
