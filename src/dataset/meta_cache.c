@@ -768,6 +768,8 @@ char *vf_ds_file_cache_entry(const vf_ds_meta_cache *mc, const vf_ds_meta_key *k
 
 const char *vf_ds_file_cache_what(const vf_ds_meta_cache *mc) { return mc->what; }
 
+int vf_ds_file_cache_writable(vf_ds_meta_cache *mc) { return !atomic_load(&mc->stores_off) && ensure_dir(mc) == 0; }
+
 int vf_ds_file_cache_check(int kind, const uint8_t *buf, size_t avail, uint64_t len, const vf_ds_meta_key *key,
                            int verify_checksum, size_t *body_at)
 {

@@ -204,5 +204,8 @@ int vf_ds_file_cache_store_parts(vf_ds_meta_cache *mc, const vf_ds_meta_key *key
 /* Logs a damaged entry: a warning the first time for this cache, then debug lines. */
 void vf_ds_file_cache_damaged(vf_ds_meta_cache *mc, const char *entry, const char *path);
 const char *vf_ds_file_cache_what(const vf_ds_meta_cache *mc);
+/* 1 while stores can be made: the folder exists or was created, and no
+ * store failed. */
+int vf_ds_file_cache_writable(vf_ds_meta_cache *mc);
 
 #endif

@@ -403,6 +403,12 @@ static int tdisk_build(vf_sample_spec *s, size_t file, vf_ds_meta_key *key)
         if (vf_ds_read_table_cached(d, s->data_files, pos, n, s->table_names, s->num_table, VF_DS_VERIFY_INDEX,
                                     &t) == 0) {
             stored = vf_ds_table_cache_store(s->tdisk, key, &t, offs, epi, from) > 0;
+            pthread_mutex_lock(&s->rows_lock); /* the decode counts as any read does */
+            s->table_reads++;
+            s->table_row_groups += (uint64_t)t.row_groups_read;
+            s->table_pages_decoded += (uint64_t)t.pages_decoded;
+            s->table_pages_skipped += (uint64_t)t.pages_skipped;
+            pthread_mutex_unlock(&s->rows_lock);
             vf_ds_table_free(&t);
         } else {
             /* A damaged episode in the file: its own reads report it. */
@@ -426,7 +432,7 @@ static void tdisk_prepare(vf_sample_spec *s, size_t file)
     vf_ds_meta_key key;
     int built = 0;
     int hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
-    if (hit == 0 && key.valid && tdisk_build(s, file, &key)) {
+    if (hit == 0 && key.valid && vf_ds_file_cache_writable(s->tdisk) && tdisk_build(s, file, &key)) {
         built = 1;
         vf_ds_meta_key_free(&key);
         hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);

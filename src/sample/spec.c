@@ -95,6 +95,8 @@ void vf_sample_spec_free(vf_sample_spec *s)
     free(s->tdisk_state);
     free(s->tdisk_types);
     free(s->tdisk_widths);
+    if (s->tdisk && s->table_disk_builds > 0)
+        vf_ds_meta_cache_prune(s->tdisk); /* a loader that wrote entries drops those of data files now gone */
     vf_ds_meta_cache_close(s->tdisk);
     pthread_mutex_destroy(&s->rows_lock);
     pthread_cond_destroy(&s->rows_cond);

@@ -79,7 +79,7 @@ def test_one_big_row_group_is_decoded_once(datasets):
 def test_a_small_cache_still_gives_exact_rows(datasets):
     _, one_group = datasets
     want = truth(one_group)
-    index, action, st = epoch(one_group, table_cache_bytes=2048)
+    index, action, st = epoch(one_group, table_cache_bytes=2048, table_disk_cache=False)
     assert_exact(index, action, want)
     # A row group that does not fit in a quarter of the cache is not taken
     # whole: each miss reads it again for its own episode (the behaviour for
@@ -106,7 +106,7 @@ def test_a_miss_in_a_big_row_group_decodes_only_its_pages(small_pages):
     """Page-level reads: a row group too big to keep whole is read for one episode's rows only;
     the pages before and after them are not decoded (counted), and every row is still exact."""
     want = truth(small_pages)
-    index, action, st = epoch(small_pages, table_cache_bytes=2048)
+    index, action, st = epoch(small_pages, table_cache_bytes=2048, table_disk_cache=False)
     assert_exact(index, action, want)
     assert st["table_row_groups"] > 1 and st["table_pages_skipped"] > 0
 
@@ -157,13 +157,13 @@ def test_page_index_over_pyarrow_pages(datasets, tmp_path_factory, monkeypatch, 
                        write_batch_size=8, dictionary_pagesize_limit=512)
     monkeypatch.setenv("VF_PQ_PAGE_INDEX_MIN_BYTES", "1")
     want = truth(root)
-    index, action, st = epoch(root, table_cache_bytes=2048, seed=3, threads=1)  # one thread: counts exact
+    index, action, st = epoch(root, table_cache_bytes=2048, seed=3, threads=1, table_disk_cache=False)  # one thread: counts exact
     assert_exact(index, action, want)
     assert st["table_pages_skipped"] > 0
     # Without the index (threshold above the files): the same rows, and no fewer pages decoded
     # (the index mostly saves reading, decompressing and counting the pages before a range,
     # which the counters do not show; tests/c/test_pq_cache.c checks that it is built and used).
     monkeypatch.setenv("VF_PQ_PAGE_INDEX_MIN_BYTES", str(1 << 40))
-    index2, action2, st2 = epoch(root, table_cache_bytes=2048, seed=3, threads=1)
+    index2, action2, st2 = epoch(root, table_cache_bytes=2048, seed=3, threads=1, table_disk_cache=False)
     assert index2 == index and np.array_equal(action2, action)
     assert st["table_pages_decoded"] <= st2["table_pages_decoded"]

@@ -51,6 +51,7 @@ def epoch(root, **kw):
     misses read single episodes (not whole row groups), so reads start past
     a chunk's first row."""
     kw.setdefault("table_cache_bytes", 4096)
+    kw.setdefault("table_disk_cache", False)  # the Parquet reads themselves (test_table_disk_cache.py: the other path)
     loader = vlafeed.Loader(str(root), mode="map", batch_size=8, keys=KEYS, rank=0, world_size=1,
                             output="numpy", seed=3, **kw)
     got = {}
