@@ -10,7 +10,17 @@ two layouts LeRobot writes:
 
 For each size and layout, map mode (a global shuffle: random positions over
 the whole dataset) and stream mode deliver --samples samples after a
---warmup of batches; the figure is samples per CPU-second of the process
+--warmup of batches. Map mode runs three ways (--modes):
+
+  map-parquet  the table cache on disk off: every row-cache miss reads Parquet
+  map-cold     the loader's default, starting from an empty table cache on
+               disk (no warmup: the measurement includes decoding and
+               storing each data file the samples touch)
+  map-warm     the same again, the cache filled by map-cold (a later run, or
+               another rank on the node)
+
+The table cache lives in --table-cache-dir (VF_CACHE_DIR of the children;
+default <cache>/bench-table-cache). The figure in each row is the figure is samples per CPU-second of the process
 (user + system time of every thread, resource.getrusage), so it holds while
 other work shares the machine. Map mode's cost should not grow with the
 dataset: the data files' footers are kept in a bounded cache per loader,
@@ -28,6 +38,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -53,6 +64,8 @@ def cpu():
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
 extra = {"table_cache_bytes": spec["table_cache_bytes"]} if spec.get("table_cache_bytes") else {}
+if spec.get("table_disk_cache") is not None:
+    extra["table_disk_cache"] = spec["table_disk_cache"]
 loader = vlafeed.Loader(spec["root"], mode=spec["mode"], keys=spec["keys"], batch_size=spec["batch"],
                         threads=spec["threads"], seed=1, output="numpy", **extra)
 it = iter(loader)
@@ -69,17 +82,27 @@ print(json.dumps(dict(samples=n, cpu_s=c1 - c0, wall_s=t1 - t0, table_reads=st.g
                       table_pages_skipped=st.get("table_pages_skipped"),
                       table_cache_bytes=st.get("table_cache_bytes"), episodes_read=st.get("table_episodes", 0) - e0,
                       files_opened=st.get("table_files_opened"), file_evictions=st.get("table_file_evictions"),
-                      files_bytes=st.get("table_files_bytes"))))
+                      files_bytes=st.get("table_files_bytes"), disk_episodes=st.get("table_disk_episodes"),
+                      disk_builds=st.get("table_disk_builds"), disk_bytes=st.get("table_disk_bytes"))))
 loader.close()
 '''
 
 
 def measure(root, mode, args):
-    spec = dict(root=str(root), mode=mode, keys=KEYS, batch=args.batch_size, threads=args.threads,
-                warmup=args.warmup, samples=args.stream_samples if mode == "stream" else args.samples,
-                table_cache_bytes=args.table_cache_bytes)
+    """mode: stream, map (the loader's defaults), map-parquet, map-cold or map-warm."""
+    engine_mode = "stream" if mode == "stream" else "map"
+    disk = {"map-parquet": False}.get(mode)
+    env = dict(os.environ)
+    cache_dir = pathlib.Path(args.table_cache_dir or pathlib.Path(args.cache) / "bench-table-cache") / root.name
+    env["VF_CACHE_DIR"] = str(cache_dir)
+    if mode == "map-cold":
+        shutil.rmtree(cache_dir / "table", ignore_errors=True)
+    spec = dict(root=str(root), mode=engine_mode, keys=KEYS, batch=args.batch_size, threads=args.threads,
+                warmup=0 if mode == "map-cold" else args.warmup,
+                samples=args.stream_samples if mode == "stream" else args.samples,
+                table_cache_bytes=args.table_cache_bytes, table_disk_cache=disk)
     r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE), args.package or ""],
-                       capture_output=True, text=True,
+                       capture_output=True, text=True, env=env,
                        timeout=args.timeout)
     if r.returncode:
         return dict(error=(r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200])
@@ -96,7 +119,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10k,100k", help="comma list of scale_meta shapes (default 10k,100k)")
     ap.add_argument("--layouts", default="file,episode", help="comma list of file,episode")
-    ap.add_argument("--modes", default="map,stream")
+    ap.add_argument("--modes", default="map-parquet,map-cold,map-warm,stream",
+                    help="comma list of map-parquet, map-cold, map-warm, map (the defaults, whatever the cache "
+                         "holds), stream (default: all but map)")
     ap.add_argument("--samples", type=int, default=6400, help="samples measured per run (default 6400)")
     ap.add_argument("--stream-samples", type=int, default=400000,
                     help="samples measured per stream-mode run (default 400000: its table cost per sample is "
@@ -109,14 +134,16 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--cache", default=scale_meta.DEFAULT_CACHE)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--table-cache-dir", metavar="DIR",
+                    help="VF_CACHE_DIR of the measured loaders (default <cache>/bench-table-cache)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     ap.add_argument("--package", metavar="DIR", help="the python/ folder of another checkout's in-place build to "
                                                     "measure instead of this one's (e.g. a baseline)")
     args = ap.parse_args(argv)
     rows = []
     print("| size | layout | mode | samples/CPU-s | CPU s | wall s | table reads | pages decoded | pages skipped | "
-          "episodes read | CPU µs per episode read | footers decoded |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "episodes read | CPU µs per episode read | footers decoded | from disk cache | files stored |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in args.sizes.split(","):
         for layout in args.layouts.split(","):
             params = scale_meta.shape_params(size, **LAYOUTS[layout])
@@ -126,13 +153,14 @@ def main(argv=None):
                 m = measure(root, mode, args)
                 rows.append(dict(size=size, layout=layout, mode=mode, **m))
                 if "error" in m:
-                    print(f"| {size} | {layout} | {mode} | error: {m['error']} | | | | | | | | |", flush=True)
+                    print(f"| {size} | {layout} | {mode} | error: {m['error']} | | | | | | | | | | |", flush=True)
                     continue
                 per_ep = m.get("us_per_episode_read")
                 print(f"| {size} | {layout} | {mode} | {m['per_cpu_s']:.0f} | {m['cpu_s']:.2f} | {m['wall_s']:.2f} | "
                       f"{m['table_reads']} | {m['table_pages_decoded']} | {m['table_pages_skipped']} | "
                       f"{m.get('episodes_read')} | {'%.0f' % per_ep if per_ep else '-'} | "
-                      f"{m.get('files_opened') if m.get('files_opened') is not None else '-'} |", flush=True)
+                      f"{m.get('files_opened') if m.get('files_opened') is not None else '-'} | "
+                      f"{m.get('disk_episodes') or 0} | {m.get('disk_builds') or 0} |", flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -173,10 +173,12 @@ int vf_ds_table_cache_map(vf_ds_meta_cache *mc, const char *path, const int *typ
 /* The entry of an episode by its row offset in the data file, or NULL. */
 const int64_t *vf_ds_table_cache_find(const vf_ds_table_cache_file *f, int64_t row_offset);
 /* Reads entry x's rows of every column into dest[i] (x[1] x widths[i]
- * values each) and checks their CRC: 0, VF_EIO (message names the cache
- * file) or VF_ECORRUPT (checksum mismatch). Thread-safe (pread). */
+ * values each) and, with check, compares their CRC: 0, VF_EIO or
+ * VF_ECORRUPT (checksum mismatch). Thread-safe (pread). A reader checks an
+ * episode the first time it reads it from an open cache file (its fd
+ * keeps that version of the file, whatever replaces the name). */
 int vf_ds_table_cache_read(const vf_ds_table_cache_file *f, const int *types, const int64_t *widths,
-                           const int64_t *x, void *const *dest);
+                           const int64_t *x, void *const *dest, int check);
 void vf_ds_table_cache_close(vf_ds_table_cache_file *f);
 /* The format's parser, for the fuzzer and tests: buf (8-byte aligned) holds
  * the first avail bytes of a cache file of file_len bytes (at least its

@@ -130,6 +130,7 @@ typedef struct vf_sample_rows {
     int refs;                      /* batches being assembled from it */
     uint64_t last_use;
     size_t slot;                   /* index in the loaded list */
+    struct vf_sample_rows *newer, *older; /* the recency list (rows.c: evict takes from its old end) */
 } vf_sample_rows;
 
 typedef struct vf_sample_note {
@@ -178,6 +179,7 @@ typedef struct vf_sample_spec {
     pthread_cond_t rows_cond;      /* signalled when reads finish */
     size_t rows_bytes, rows_max_bytes;
     uint64_t rows_clock;
+    vf_sample_rows *rows_newest, *rows_oldest; /* loaded episodes by last use (under rows_lock) */
     char **kept_strings;           /* string copies of evicted episodes (batches may point into them) */
     size_t num_kept_strings, cap_kept_strings;
     /* Map mode: the table cache on disk (meta_cache.h, rows.c): per data
@@ -189,6 +191,7 @@ typedef struct vf_sample_spec {
     vf_ds_meta_cache *tdisk;
     vf_ds_table_cache_file *tdisk_files; /* [num_data_files] */
     uint8_t *tdisk_state;
+    uint8_t *tdisk_checked;        /* [num_episodes]: CRC checked once by this loader */
     int *tdisk_types;              /* [num_table] */
     int64_t *tdisk_widths;
     uint64_t table_disk_episodes, table_disk_builds, table_disk_files;

@@ -93,6 +93,7 @@ void vf_sample_spec_free(vf_sample_spec *s)
             vf_ds_table_cache_close(&s->tdisk_files[i]);
     free(s->tdisk_files);
     free(s->tdisk_state);
+    free(s->tdisk_checked);
     free(s->tdisk_types);
     free(s->tdisk_widths);
     if (s->tdisk && s->table_disk_builds > 0)
