@@ -18,8 +18,10 @@ all threads, from GNU time) and wall seconds of the whole child process
      (That the printed figure equals the opens a run counts at 1, 2 and 4
      threads is tests/python/test_plan_opens.py.)
   3. map mode's tabular cost per sample (bench/map_table_bench.py) at 10K
-     and 100K episodes in both data layouts, and stream mode's. Target:
-     flat from 10K to 100K (within 25%) and within 2x of stream.
+     and 100K episodes in both data layouts: a later run over the table
+     cache on disk (the figure), Parquet only and the first run (beside
+     it), and stream mode's. Target: flat from 10K to 100K (within 25%)
+     and within 2x of stream.
   4. the pool-mode resume state after 1,024 x 8 -> 768 x 4 at 26% of an
      epoch (100K episodes). Target: O(consumers), not O(samples delivered).
   5. the model's bytes per episode per camera at 1M (RSS after the open,
@@ -133,28 +135,32 @@ def target3(args, rows):
     import map_table_bench as mtb
     ns = argparse.Namespace(batch_size=32, threads=min(2, os.cpu_count() or 1), warmup=4, samples=args.map_samples,
                             stream_samples=args.stream_samples, timeout=args.timeout, package=None,
-                            table_cache_bytes=0)
+                            table_cache_bytes=0, table_cache_dir=None, cache=args.cache)
     res = {}
     for size in ("10k", "100k"):
         for layout in ("file", "episode"):
             params = scale_meta.shape_params(size, **mtb.LAYOUTS[layout])
             root = pathlib.Path(args.cache) / scale_meta.variant_name(size, params)
             scale_meta.generate(root, quiet=True, **params)
-            for mode in ("map", "stream"):
+            # map-cold fills the table cache on disk, map-warm is a later run
+            for mode in ("map-parquet", "map-cold", "map-warm", "stream"):
                 res[size, layout, mode] = mtb.measure(root, mode, ns)
     for layout in ("file", "episode"):
-        m10, m100 = res["10k", layout, "map"], res["100k", layout, "map"]
+        m10, m100 = res["10k", layout, "map-warm"], res["100k", layout, "map-warm"]
+        p100, c100 = res["100k", layout, "map-parquet"], res["100k", layout, "map-cold"]
         s100 = res["100k", layout, "stream"]
-        if any("error" in x for x in (m10, m100, s100)):
-            err = next(x["error"] for x in (m10, m100, s100) if "error" in x)
+        if any("error" in x for x in (m10, m100, s100, p100, c100)):
+            err = next(x["error"] for x in (m10, m100, s100, p100, c100) if "error" in x)
             rows.append(row(3, f"map tabular, {layout} layout", "error: " + err, "flat, >= 0.5x stream", False))
             continue
         flat = m100["per_cpu_s"] / m10["per_cpu_s"]
         vs = m100["per_cpu_s"] / s100["per_cpu_s"]
-        rows.append(row(3, f"map tabular samples/CPU-s, {layout} layout: 10K -> 100K",
-                        f"{m10['per_cpu_s']:.0f} -> {m100['per_cpu_s']:.0f} ({flat:.2f}x)", ">= 0.75x", flat >= 0.75))
+        rows.append(row(3, f"map tabular samples/CPU-s, {layout} layout: 10K -> 100K (later runs: table cache on "
+                           f"disk filled)",
+                        f"{m10['per_cpu_s']:.0f} -> {m100['per_cpu_s']:.0f} ({flat:.2f}x); 100K Parquet only "
+                        f"{p100['per_cpu_s']:.0f}, first run {c100['per_cpu_s']:.0f}", ">= 0.75x", flat >= 0.75))
         rows.append(row(3, f"map vs stream at 100K, {layout} layout",
-                        f"{m100['per_cpu_s']:.0f} vs {s100['per_cpu_s']:.0f} ({vs:.2f}x)", ">= 0.5x", vs >= 0.5))
+                        f"{m100['per_cpu_s']:.0f} vs {s100['per_cpu_s']:.0f} ({vs:.3f}x)", ">= 0.5x", vs >= 0.5))
 
 
 T4_CODE = r'''
