@@ -263,7 +263,8 @@ static void test_empty_table(const char *dir)
     vf_ds_meta_cache *mc = open_cache();
     float fv[1];
     int64_t iv[1], start = 0;
-    vf_ds_column cols[2] = {{.type = VF_DS_F32, .width = W0, .values = fv}, {.type = VF_DS_I64, .width = 1, .values = iv}};
+    vf_ds_column cols[2] = {{.type = VF_DS_F32, .width = W0, .values = fv},
+                            {.type = VF_DS_I64, .width = 1, .values = iv}};
     vf_ds_table t = {.rows = 0, .num_columns = 2, .columns = cols, .num_episodes = 0, .episode_start = &start};
     vf_ds_meta_key key;
     CHECK_EQ_INT(vf_ds_file_cache_key(mc, data, &key), 0);
