@@ -173,8 +173,10 @@ int vf_ds_table_cache_parse(const uint8_t *buf, size_t avail, uint64_t file_len,
             r = corrupt("bad column type or width");
         else if (types && (type != types[i] || width != widths[i]))
             r = VF_ENOENT;
+        else if (rows && (uint64_t)width > (file_len - col) / elem_size((int)type) / (uint64_t)rows)
+            r = corrupt("truncated columns"); /* checked before multiplying: rows x width x 8 can pass 2^64 */
         else {
-            uint64_t bytes = (uint64_t)rows * (uint64_t)width * elem_size((int)type); /* < 2^40 x 2^24 x 8 */
+            uint64_t bytes = (uint64_t)rows * (uint64_t)width * elem_size((int)type); /* <= file_len - col */
             out->column_at[i] = col;
             if (bytes > file_len - col || pad8((size_t)bytes) > file_len - col)
                 r = corrupt("truncated columns");
