@@ -22,7 +22,7 @@ build-asan: deps
 
 # ThreadSanitizer: only the library and the tests that race teardown against
 # work in flight (TSan is slow; the other suites run under ASan + UBSan).
-TSAN_TESTS = test_close test_base_runtime test_video_cache test_filecache test_dataset_scale test_http_cancel
+TSAN_TESTS = test_close test_base_runtime test_video_cache test_filecache test_dataset_scale test_http_cancel test_table_disk_loader
 build-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVF_TSAN=ON -DVF_TOOLS=OFF $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-tsan -j $(JOBS) --target $(TSAN_TESTS)

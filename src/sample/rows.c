@@ -475,6 +475,7 @@ static void tdisk_prepare(vf_sample_spec *s, size_t file)
     }
     s->table_disk_builds += built;
     s->tdisk_state[file] = hit > 0 ? 2 : 3;
+    pthread_cond_broadcast(&s->rows_cond);
     pthread_mutex_unlock(&s->rows_lock);
 }
 
@@ -531,10 +532,10 @@ static vf_sample_rows *tdisk_rows(vf_sample_spec *s, size_t e, const vf_data_spa
     return r;
 }
 
-/* Serves the missing episodes of eps that the disk cache holds, mapping
- * or building their files' entries first. A file another thread is
- * preparing is not waited for: those episodes are read from Parquet. */
-static void tdisk_fill(vf_sample_spec *s, const size_t *eps, size_t n)
+/* Serves the missing episodes of eps that the disk cache holds, opening
+ * or building their files' entries first. A thread that needs a file
+ * another is preparing waits for it (each file is prepared once). */
+static void tdisk_fill(vf_sample_spec *s, const size_t *eps, size_t n, uint8_t *pinned)
 {
     pthread_mutex_lock(&s->rows_lock);
     int on = tdisk_on(s);
@@ -547,19 +548,28 @@ static void tdisk_fill(vf_sample_spec *s, const size_t *eps, size_t n)
         if (vf_dataset_episode_data(s->dataset, e, &ds) < 0 || ds.file >= s->num_data_files)
             continue;
         pthread_mutex_lock(&s->rows_lock);
-        if (s->rows[e] || s->loading[e]) {
-            pthread_mutex_unlock(&s->rows_lock);
-            continue;
-        }
-        int st = s->tdisk_state[ds.file];
-        if (st == 0) {
+        int st;
+        for (;;) {
+            if (s->rows[e] && !pinned[i]) { /* loaded: pinned too, so that no eviction drops it before the
+                                             * caller's reference */
+                s->rows[e]->refs++;
+                pinned[i] = 1;
+            }
+            if (s->rows[e] || s->loading[e] || s->tdisk_checked[e] == 2) {
+                st = -1;
+                break;
+            }
+            st = s->tdisk_state[ds.file];
+            if (st == 1) { /* another thread opens or builds it: wait (once per file), then look again */
+                pthread_cond_wait(&s->rows_cond, &s->rows_lock);
+                continue;
+            }
+            if (st != 0)
+                break;
             s->tdisk_state[ds.file] = 1;
             pthread_mutex_unlock(&s->rows_lock);
             tdisk_prepare(s, ds.file);
             pthread_mutex_lock(&s->rows_lock);
-            st = s->tdisk_state[ds.file];
-            if (s->rows[e] || s->loading[e])
-                st = 0;
         }
         if (st != 2) {
             pthread_mutex_unlock(&s->rows_lock);
@@ -571,8 +581,14 @@ static void tdisk_fill(vf_sample_spec *s, const size_t *eps, size_t n)
         pthread_mutex_lock(&s->rows_lock);
         s->loading[e] = 0;
         if (r && insert(s, e, r) == 0) {
+            /* Pinned until the caller takes its own reference: another
+             * thread's eviction must not drop it before that. */
+            r->refs++;
+            pinned[i] = 1;
             s->table_disk_episodes++;
             r = NULL;
+        } else {
+            s->tdisk_checked[e] = 2; /* not served from the disk cache: Parquet from now on */
         }
         pthread_cond_broadcast(&s->rows_cond);
         pthread_mutex_unlock(&s->rows_lock);
@@ -648,6 +664,10 @@ static int claim(vf_sample_spec *s, const size_t *eps, size_t n, int extras, siz
         size_t e0 = eps[i];
         if (s->rows[e0] || s->loading[e0])
             continue;
+        vf_data_span ds0;
+        if (s->tdisk_decided > 0 && vf_dataset_episode_data(s->dataset, e0, &ds0) == 0 &&
+            ds0.file < s->num_data_files && s->tdisk_state[ds0.file] == 2 && s->tdisk_checked[e0] != 2)
+            continue; /* its file is on the disk cache: the caller's next round reads it from there */
         s->loading[e0] = 1;
         r = push(&v, &k, &cap, e0);
         ++*asked;
@@ -693,8 +713,11 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
     pthread_mutex_lock(&s->rows_lock);
     int map_mode = !s->wanted;
     pthread_mutex_unlock(&s->rows_lock);
+    uint8_t *pinned = NULL;
     if (map_mode) {
-        tdisk_fill(s, eps, n);
+        if (!(pinned = vf_calloc(n ? n : 1, 1)))
+            return VF_ENOMEM;
+        tdisk_fill(s, eps, n, pinned);
         learn_row_groups(s, eps, n);
     }
     pthread_mutex_lock(&s->rows_lock);
@@ -702,8 +725,15 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
      * with extras fails, it is retried without them, so that a damaged
      * neighbour never fails (or names itself in) a read of good episodes. */
     int extras = 1;
-    for (;;) {
+    for (int round = 0;; round++) {
         size_t *want = NULL, nw = 0, asked = 0;
+        if (round > 0 && map_mode && s->tdisk_decided > 0) {
+            /* Episodes another thread had in flight and that were evicted
+             * before this one took them come off the disk cache again. */
+            pthread_mutex_unlock(&s->rows_lock);
+            tdisk_fill(s, eps, n, pinned);
+            pthread_mutex_lock(&s->rows_lock);
+        }
         if ((r = claim(s, eps, n, extras, &want, &nw, &asked)) < 0)
             break;
         if (nw > 0) {
@@ -765,9 +795,13 @@ int vf_sample_rows_acquire(vf_sample_spec *s, const size_t *eps, size_t n, vf_sa
         lru_unlink(s, out[i]);
         lru_push_newest(s, out[i]);
     }
+    for (size_t i = 0; pinned && i < n; i++)
+        if (pinned[i])
+            s->rows[eps[i]]->refs--; /* loaded since: a pinned episode is never evicted */
     if (r == 0)
         evict(s);
     pthread_mutex_unlock(&s->rows_lock);
+    free(pinned);
     if (r < 0)
         for (size_t i = 0; i < n; i++)
             out[i] = NULL;

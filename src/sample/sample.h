@@ -191,7 +191,8 @@ typedef struct vf_sample_spec {
     vf_ds_meta_cache *tdisk;
     vf_ds_table_cache_file *tdisk_files; /* [num_data_files] */
     uint8_t *tdisk_state;
-    uint8_t *tdisk_checked;        /* [num_episodes]: CRC checked once by this loader */
+    uint8_t *tdisk_checked;        /* [num_episodes]: 1 CRC checked once by this loader; 2 not on the disk
+                                    * cache as the model says, or damaged there: read from Parquet */
     int *tdisk_types;              /* [num_table] */
     int64_t *tdisk_widths;
     uint64_t table_disk_episodes, table_disk_builds, table_disk_files;
