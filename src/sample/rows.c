@@ -452,6 +452,23 @@ static int tdisk_build(vf_sample_spec *s, size_t file, vf_ds_meta_key *key)
     return stored;
 }
 
+/* 1 when the entry holds every selected episode of data file `file` as the
+ * model describes it. */
+static int tdisk_covers(const vf_sample_spec *s, size_t file, const vf_ds_table_cache_file *f)
+{
+    const vf_ds_file *df = &s->dataset->data_files[file];
+    for (size_t i = 0; i < df->num_episodes; i++) {
+        vf_data_span ds;
+        if (vf_dataset_episode_data(s->dataset, df->episodes[i], &ds) < 0)
+            return 0;
+        const int64_t *x = vf_ds_table_cache_find(f, ds.row_offset);
+        const vf_episode *ep = vf_dataset_episode(s->dataset, df->episodes[i]);
+        if (!x || x[1] != ds.length || x[3] != ep->episode_index || x[4] != ep->from_index)
+            return 0;
+    }
+    return 1;
+}
+
 /* Maps data file `file`'s cache entry, building it first when missing
  * (outside rows_lock; the caller set its state to 1). */
 static void tdisk_prepare(vf_sample_spec *s, size_t file)
@@ -461,6 +478,12 @@ static void tdisk_prepare(vf_sample_spec *s, size_t file)
     vf_ds_meta_key key;
     int built = 0;
     int hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+    if (hit > 0 && !tdisk_covers(s, file, &f)) {
+        /* Built by a loader that selected other episodes of this file: built
+         * again for this selection (the newest selection is kept). */
+        vf_ds_table_cache_close(&f);
+        hit = 0;
+    }
     if (hit == 0 && key.valid && vf_ds_file_cache_writable(s->tdisk) && tdisk_build(s, file, &key)) {
         built = 1;
         vf_ds_meta_key_free(&key);

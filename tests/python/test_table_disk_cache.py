@@ -192,3 +192,27 @@ def test_an_unwritable_cache_folder_costs_nothing(ds, tmp_path, monkeypatch):
     got, st = epoch(ds)
     assert_exact(got, want)
     assert st["table_disk_builds"] == 0 and st["table_disk_episodes"] == 0
+
+
+def test_another_selection_of_episodes_builds_again(ds, cache):
+    """An entry holds the episodes the loader that built it selected; a loader
+    selecting others of the same file builds the file again (the newest
+    selection is kept), and every row is right either way."""
+    want = truth(ds)
+    firsts = {}
+    for f in data_files(ds):
+        t = pq.read_table(f, columns=["episode_index", "index"])
+        for e, i in zip(t.column("episode_index").to_pylist(), t.column("index").to_pylist()):
+            firsts.setdefault(e, []).append(i)
+    some = sorted(firsts)[::2]
+    got, st = epoch(ds, episodes=some)
+    assert_exact(got, {i: want[i] for e in some for i in firsts[e]})
+    assert st["table_disk_builds"] == len(data_files(ds))
+    got, st = epoch(ds)  # every episode: the entries lack half of them
+    assert_exact(got, want)
+    assert st["table_disk_builds"] == len(data_files(ds)) and st["table_reads"] == len(data_files(ds))
+    got, st = epoch(ds)  # and now they hold them all
+    assert_exact(got, want)
+    assert st["table_disk_builds"] == 0 and st["table_reads"] == 0
+    got, st = epoch(ds, episodes=some)  # a subset of what an entry holds: served as it is
+    assert st["table_disk_builds"] == 0 and st["table_reads"] == 0
