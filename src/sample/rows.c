@@ -19,10 +19,15 @@
  * read itself runs outside it (two threads missing the same episode may
  * both read it; the second copy is dropped).
  */
+#define _GNU_SOURCE /* O_CLOEXEC, flock */
 #include "sample/sample.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Rows read ahead at most per miss, beyond the episodes asked for. */
 #define READ_AHEAD_ROWS 65536
@@ -431,6 +436,9 @@ static int tdisk_build(vf_sample_spec *s, size_t file, vf_ds_meta_key *key)
         vf_ds_table t;
         if (vf_ds_read_table_cached(d, s->data_files, pos, n, s->table_names, s->num_table, VF_DS_VERIFY_INDEX,
                                     &t) == 0) {
+            const char *delay = getenv("VF_TEST_TABLE_BUILD_DELAY_MS"); /* tests: make builders overlap */
+            if (delay && atoi(delay) > 0)
+                nanosleep(&(struct timespec){atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L}, NULL);
             stored = vf_ds_table_cache_store(s->tdisk, key, &t, offs, epi, from) > 0;
             pthread_mutex_lock(&s->rows_lock); /* the decode counts as any read does */
             s->table_reads++;
@@ -484,10 +492,30 @@ static void tdisk_prepare(vf_sample_spec *s, size_t file)
         vf_ds_table_cache_close(&f);
         hit = 0;
     }
-    if (hit == 0 && key.valid && vf_ds_file_cache_writable(s->tdisk) && tdisk_build(s, file, &key)) {
-        built = 1;
-        vf_ds_meta_key_free(&key);
-        hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+    if (hit == 0 && key.valid && vf_ds_file_cache_writable(s->tdisk)) {
+        /* One builder per entry across processes (DataLoader workers, ranks
+         * of a node): the others wait on the entry's lock file, then find
+         * the entry built. */
+        char *entry = vf_ds_file_cache_entry(s->tdisk, &key);
+        char *lock_path = entry ? vf_asprintf("%s.lock", entry) : NULL;
+        int lock_fd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+        if (lock_fd >= 0 && flock(lock_fd, LOCK_EX) == 0) {
+            vf_ds_meta_key_free(&key);
+            hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+            if (hit > 0 && !tdisk_covers(s, file, &f)) {
+                vf_ds_table_cache_close(&f);
+                hit = 0;
+            }
+        }
+        if (hit == 0 && key.valid && tdisk_build(s, file, &key)) {
+            built = 1;
+            vf_ds_meta_key_free(&key);
+            hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+        }
+        if (lock_fd >= 0)
+            close(lock_fd); /* releases the lock; the file stays (pruned after an hour) */
+        free(lock_path);
+        free(entry);
     }
     vf_ds_meta_key_free(&key);
     pthread_mutex_lock(&s->rows_lock);

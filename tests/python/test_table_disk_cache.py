@@ -216,3 +216,34 @@ def test_another_selection_of_episodes_builds_again(ds, cache):
     assert st["table_disk_builds"] == 0 and st["table_reads"] == 0
     got, st = epoch(ds, episodes=some)  # a subset of what an entry holds: served as it is
     assert st["table_disk_builds"] == 0 and st["table_reads"] == 0
+
+
+CHILD = r'''
+import json, sys
+sys.path[:0] = sys.argv[3].split(":")
+import vlafeed
+loader = vlafeed.Loader(sys.argv[1], mode="map", batch_size=8, keys=["action", "index"], rank=0, world_size=1,
+                        output="numpy", seed=int(sys.argv[2]), threads=2, table_cache_bytes=2048)
+n = sum(len(b["index"]) for b in loader)
+st = loader.stats()
+print(json.dumps(dict(n=n, builds=st["table_disk_builds"], reads=st["table_reads"])))
+'''
+
+
+def test_processes_building_together_build_each_file_once(ds, cache):
+    """DataLoader workers or a node's ranks: several processes start on an
+    empty cache at once; the entry's lock file lets one build each data
+    file, the others wait and read it. Each build holds on for 1.5 s
+    (VF_TEST_TABLE_BUILD_DELAY_MS) so that the processes surely overlap."""
+    import json
+    import subprocess
+    import sys
+    path = os.pathsep.join(p for p in sys.path if p)
+    env = dict(os.environ, VF_TEST_TABLE_BUILD_DELAY_MS="1500")
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(ds), str(seed), path], stdout=subprocess.PIPE,
+                              text=True, env=env) for seed in (1, 2, 3)]
+    outs = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert all(o["n"] == sum(1 for _ in truth(ds)) for o in outs)
+    assert sum(o["builds"] for o in outs) == len(data_files(ds))
+    assert len(entries(cache)) == len(data_files(ds))
