@@ -561,7 +561,7 @@ typedef struct vf_loader_stats {
     size_t table_files_open;       /* data files open now */
     size_t table_files_bytes;      /* their decoded footers, page indexes and dictionaries (estimate) */
     /* The table cache on disk (map mode; see table_disk_cache). */
-    uint64_t table_disk_episodes;  /* episodes served from mapped cache files (not decoded) */
+    uint64_t table_disk_episodes;  /* episodes served from the cache files (not decoded) */
     uint64_t table_disk_builds;    /* data files decoded whole and stored by this loader */
     uint64_t table_disk_files;     /* cache files opened (their entries read and checked) */
     size_t table_disk_bytes;       /* their size on disk */

@@ -52,6 +52,7 @@
 #define BYTE_ORDER_MARK 0x01020304u
 #define HEADER_BYTES 112
 #define CRC_AT 104
+#define COVERED_AT 108 /* u32: bytes after the header under the CRC, in 8-byte units; 0: the whole file */
 #define MAX_CACHE_FILE ((uint64_t)1 << 32) /* far above any real entry (~150 bytes per episode) */
 
 enum { HAS_TASKS = 1, LIST_VALID = 2, ITEMS_VALID = 4 };          /* body flags */
@@ -189,9 +190,9 @@ static void finish_layout(const char *magic, uint32_t version, const vf_ds_meta_
     if (crc_parts < l->num_parts) {
         for (size_t i = 0; i < crc_parts; i++)
             covered += pad8(l->parts[i].len);
-        put_u32(h + 108, (uint32_t)(covered / 8)); /* 0: the whole file */
+        put_u32(h + COVERED_AT, (uint32_t)(covered / 8));
     } else {
-        put_u32(h + 108, 0);
+        put_u32(h + COVERED_AT, 0);
         crc_parts = l->num_parts;
     }
     uLong crc = crc_add(crc_add(crc32(0L, Z_NULL, 0), h, CRC_AT), h + CRC_AT + 4, HEADER_BYTES - CRC_AT - 4);
@@ -372,8 +373,7 @@ static int check_header(const char *magic, uint32_t version, const char *what, c
     int r = 0;
     uint64_t ident_len = avail >= HEADER_BYTES ? get_u64(buf + 88) : 0;
     uint64_t body_len = avail >= HEADER_BYTES ? get_u64(buf + 96) : 0;
-    uint64_t covered = avail >= HEADER_BYTES ? (uint64_t)get_u32(buf + 108) * 8 : 0;
-    uint64_t checked = covered ? HEADER_BYTES + covered : len; /* bytes under the CRC */
+    uint64_t checked = avail >= HEADER_BYTES ? vf_ds_file_cache_checked_len(buf, len) : len; /* under the CRC */
     if (avail < HEADER_BYTES || len < HEADER_BYTES)
         r = vf_error(VF_ECORRUPT, "%s cache entry: shorter than its header", what);
     else if (memcmp(buf, magic, 8))
@@ -678,17 +678,23 @@ static int write_entry(const char *entry, const layout *l)
     return r;
 }
 
-int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols)
+/* 1 when an entry for key may be written now: stores are on, the file is
+ * still what key describes (a rewrite during the decode would store new
+ * columns under the old identity) and the folder exists. */
+static int store_ready(vf_ds_meta_cache *mc, const vf_ds_meta_key *key)
 {
     if (!key->valid || atomic_load(&mc->stores_off))
         return 0;
-    /* The file must be what key describes: a rewrite during the decode
-     * would store new columns under the old identity. */
     struct stat st;
     if (stat(key->ident, &st) < 0 || (uint64_t)st.st_size != key->size || ns(st.st_mtim) != key->mtime_ns ||
         ns(st.st_ctim) != key->ctime_ns || (uint64_t)st.st_ino != key->inode || (uint64_t)st.st_dev != key->device)
         return 0;
-    if (ensure_dir(mc) < 0)
+    return ensure_dir(mc) == 0;
+}
+
+int vf_ds_meta_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const vf_ds_episodes_columns *cols)
+{
+    if (!store_ready(mc, key))
         return 0;
     char *entry = entry_path(mc, key);
     layout l = {0};
@@ -770,6 +776,12 @@ const char *vf_ds_file_cache_what(const vf_ds_meta_cache *mc) { return mc->what;
 
 int vf_ds_file_cache_writable(vf_ds_meta_cache *mc) { return !atomic_load(&mc->stores_off) && ensure_dir(mc) == 0; }
 
+uint64_t vf_ds_file_cache_checked_len(const uint8_t *header, uint64_t file_len)
+{
+    uint32_t covered = get_u32(header + COVERED_AT);
+    return covered ? HEADER_BYTES + (uint64_t)covered * 8 : file_len;
+}
+
 int vf_ds_file_cache_check(int kind, const uint8_t *buf, size_t avail, uint64_t len, const vf_ds_meta_key *key,
                            int verify_checksum, size_t *body_at)
 {
@@ -798,13 +810,7 @@ static uint64_t free_bytes(const char *dir)
 int vf_ds_file_cache_store_parts(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, const void *const *data,
                                  const size_t *lens, size_t num_parts, size_t crc_parts)
 {
-    if (!key->valid || atomic_load(&mc->stores_off))
-        return 0;
-    struct stat st;
-    if (stat(key->ident, &st) < 0 || (uint64_t)st.st_size != key->size || ns(st.st_mtim) != key->mtime_ns ||
-        ns(st.st_ctim) != key->ctime_ns || (uint64_t)st.st_ino != key->inode || (uint64_t)st.st_dev != key->device)
-        return 0;
-    if (ensure_dir(mc) < 0)
+    if (!store_ready(mc, key))
         return 0;
     layout l = {0};
     if (!(l.parts = vf_malloc_array(num_parts + 1, sizeof *l.parts)))

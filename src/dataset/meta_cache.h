@@ -168,7 +168,7 @@ int vf_ds_table_cache_store(vf_ds_meta_cache *mc, const vf_ds_meta_key *key, con
  * 1: a hit, *out filled; 0: a miss (*key identifies the file now, for a
  * store; key->valid 0 when it cannot be read). A damaged cache file is a
  * miss with one warning per cache. *key is the caller's to free. */
-int vf_ds_table_cache_map(vf_ds_meta_cache *mc, const char *path, const int *types, const int64_t *widths,
+int vf_ds_table_cache_open(vf_ds_meta_cache *mc, const char *path, const int *types, const int64_t *widths,
                           size_t num_columns, vf_ds_meta_key *key, vf_ds_table_cache_file *out);
 /* The entry of an episode by its row offset in the data file, or NULL. */
 const int64_t *vf_ds_table_cache_find(const vf_ds_table_cache_file *f, int64_t row_offset);
@@ -205,6 +205,12 @@ int vf_ds_file_cache_store_parts(vf_ds_meta_cache *mc, const vf_ds_meta_key *key
                                  const size_t *lens, size_t num_parts, size_t crc_parts);
 /* Logs a damaged entry: a warning the first time for this cache, then debug lines. */
 void vf_ds_file_cache_damaged(vf_ds_meta_cache *mc, const char *entry, const char *path);
+/* Bytes of a cache file of file_len bytes that its CRC covers, from its
+ * 112-byte header: the header, the ident and what the store's crc_parts
+ * named (the whole file for the metadata cache). Not checked: the caller
+ * compares it with what it can read. */
+uint64_t vf_ds_file_cache_checked_len(const uint8_t *header, uint64_t file_len);
+/* The kind's name in messages: "metadata" or "table". */
 const char *vf_ds_file_cache_what(const vf_ds_meta_cache *mc);
 /* 1 while stores can be made: the folder exists or was created, and no
  * store failed. */

@@ -1,8 +1,8 @@
 /*
  * table_cache.c: the decoded table columns of whole data files, kept on
- * disk and mapped (meta_cache.h, "the table cache"), so that map mode's
- * random reads of a table larger than its row cache cost a slice of a
- * mapped file instead of a Parquet page decode per column.
+ * disk (meta_cache.h, "the table cache"), so that map mode's random reads
+ * of a table larger than its row cache cost a pread per column instead of
+ * a Parquet page decode per column.
  *
  * Invariants:
  *  - A cache file is only ever produced from rows that passed the same
@@ -125,10 +125,9 @@ int vf_ds_table_cache_parse(const uint8_t *buf, size_t avail, uint64_t file_len,
     int r = vf_ds_file_cache_check(VF_DS_CACHE_TABLE, buf, avail, file_len, key, verify_checksum, &at);
     if (r < 0)
         return r;
-    /* The checksummed start: header, ident, counts, column list, entries. */
-    uint64_t covered = 0;
-    memcpy(&covered, buf + 108, 4);
-    size_t head_len = covered ? 112 + (size_t)(covered & 0xffffffffu) * 8 : (size_t)file_len;
+    /* The checksummed start: header, ident, counts, column list, entries
+     * (within avail: vf_ds_file_cache_check made sure). */
+    size_t head_len = (size_t)vf_ds_file_cache_checked_len(buf, file_len);
     const uint8_t *p = buf + at, *end = buf + head_len;
     if (end - p < 24)
         return corrupt("truncated body");
@@ -215,7 +214,7 @@ static int read_at(int fd, void *dest, size_t len, uint64_t off)
     return 0;
 }
 
-int vf_ds_table_cache_map(vf_ds_meta_cache *mc, const char *path, const int *types, const int64_t *widths,
+int vf_ds_table_cache_open(vf_ds_meta_cache *mc, const char *path, const int *types, const int64_t *widths,
                           size_t num_columns, vf_ds_meta_key *key, vf_ds_table_cache_file *out)
 {
     memset(out, 0, sizeof *out);
@@ -233,10 +232,9 @@ int vf_ds_table_cache_map(vf_ds_meta_cache *mc, const char *path, const int *typ
                 ? 0
                 : -1;
     if (r == 0) {
-        uint32_t covered;
-        memcpy(&covered, header + 108, 4);
-        head_len = covered ? sizeof header + (size_t)covered * 8 : (size_t)st.st_size;
-        if (head_len > (uint64_t)st.st_size || head_len > ((size_t)1 << 32) || !(buf = vf_malloc(head_len)) ||
+        uint64_t checked = vf_ds_file_cache_checked_len(header, (uint64_t)st.st_size);
+        head_len = (size_t)checked;
+        if (checked > (uint64_t)st.st_size || head_len > ((size_t)1 << 32) || !(buf = vf_malloc(head_len)) ||
             read_at(fd, buf, head_len, 0) < 0)
             r = -1;
     }

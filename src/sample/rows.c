@@ -332,9 +332,9 @@ static int table_fits(vf_sample_spec *s)
  * decode a Parquet page per column for one episode, again after every
  * eviction. With the table cache (meta_cache.h), the first miss in a data
  * file decodes the rows of all the file's episodes once (checked as any
- * read is), stores them under the cache folder and maps the stored file;
+ * read is), stores them under the cache folder and opens the stored file;
  * every later miss in that file, in this run or a later one, in this
- * process or another, copies the episode's slice of the mapped columns.
+ * process or another, reads the episode's slice of each column (pread).
  */
 
 /* Upper bound of one file's decoded rows built in memory before the store. */
@@ -460,38 +460,43 @@ static int tdisk_build(vf_sample_spec *s, size_t file, vf_ds_meta_key *key)
     return stored;
 }
 
-/* 1 when the entry holds every selected episode of data file `file` as the
- * model describes it. */
-static int tdisk_covers(const vf_sample_spec *s, size_t file, const vf_ds_table_cache_file *f)
+/* Episode pos's entry in f when it holds the episode as the model
+ * describes it (rows at ds's offset, its length, episode_index and
+ * from_index), else NULL. */
+static const int64_t *tdisk_entry(const vf_sample_spec *s, const vf_ds_table_cache_file *f, size_t pos,
+                                  const vf_data_span *ds)
 {
-    const vf_ds_file *df = &s->dataset->data_files[file];
-    for (size_t i = 0; i < df->num_episodes; i++) {
-        vf_data_span ds;
-        if (vf_dataset_episode_data(s->dataset, df->episodes[i], &ds) < 0)
-            return 0;
-        const int64_t *x = vf_ds_table_cache_find(f, ds.row_offset);
-        const vf_episode *ep = vf_dataset_episode(s->dataset, df->episodes[i]);
-        if (!x || x[1] != ds.length || x[3] != ep->episode_index || x[4] != ep->from_index)
-            return 0;
-    }
-    return 1;
+    const int64_t *x = vf_ds_table_cache_find(f, ds->row_offset);
+    const vf_episode *ep = vf_dataset_episode(s->dataset, pos);
+    return x && x[1] == ds->length && x[3] == ep->episode_index && x[4] == ep->from_index ? x : NULL;
 }
 
-/* Maps data file `file`'s cache entry, building it first when missing
+/* Opens data file `file`'s cache entry (*key: the file's identity now):
+ * 1 when it holds every selected episode of the file; an entry built by a
+ * loader that selected other episodes is closed and counts as a miss (0),
+ * so that it is built again for this selection (the newest is kept). */
+static int tdisk_open_entry(vf_sample_spec *s, size_t file, vf_ds_meta_key *key, vf_ds_table_cache_file *f)
+{
+    const vf_ds_file *df = &s->dataset->data_files[file];
+    int hit = vf_ds_table_cache_open(s->tdisk, df->path, s->tdisk_types, s->tdisk_widths, s->num_table, key, f);
+    for (size_t i = 0; hit > 0 && i < df->num_episodes; i++) {
+        vf_data_span ds;
+        if (vf_dataset_episode_data(s->dataset, df->episodes[i], &ds) < 0 || !tdisk_entry(s, f, df->episodes[i], &ds)) {
+            vf_ds_table_cache_close(f);
+            hit = 0;
+        }
+    }
+    return hit;
+}
+
+/* Opens data file `file`'s cache entry, building it first when missing
  * (outside rows_lock; the caller set its state to 1). */
 static void tdisk_prepare(vf_sample_spec *s, size_t file)
 {
-    const char *path = s->dataset->data_files[file].path;
     vf_ds_table_cache_file f;
     vf_ds_meta_key key;
     int built = 0;
-    int hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
-    if (hit > 0 && !tdisk_covers(s, file, &f)) {
-        /* Built by a loader that selected other episodes of this file: built
-         * again for this selection (the newest selection is kept). */
-        vf_ds_table_cache_close(&f);
-        hit = 0;
-    }
+    int hit = tdisk_open_entry(s, file, &key, &f);
     if (hit == 0 && key.valid && vf_ds_file_cache_writable(s->tdisk)) {
         /* One builder per entry across processes (DataLoader workers, ranks
          * of a node): the others wait on the entry's lock file, then find
@@ -501,16 +506,13 @@ static void tdisk_prepare(vf_sample_spec *s, size_t file)
         int lock_fd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
         if (lock_fd >= 0 && flock(lock_fd, LOCK_EX) == 0) {
             vf_ds_meta_key_free(&key);
-            hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
-            if (hit > 0 && !tdisk_covers(s, file, &f)) {
-                vf_ds_table_cache_close(&f);
-                hit = 0;
-            }
+            hit = tdisk_open_entry(s, file, &key, &f);
         }
         if (hit == 0 && key.valid && tdisk_build(s, file, &key)) {
             built = 1;
             vf_ds_meta_key_free(&key);
-            hit = vf_ds_table_cache_map(s->tdisk, path, s->tdisk_types, s->tdisk_widths, s->num_table, &key, &f);
+            hit = vf_ds_table_cache_open(s->tdisk, s->dataset->data_files[file].path, s->tdisk_types,
+                                         s->tdisk_widths, s->num_table, &key, &f);
         }
         if (lock_fd >= 0)
             close(lock_fd); /* releases the lock; the file stays (pruned after an hour) */
@@ -536,9 +538,8 @@ static void tdisk_prepare(vf_sample_spec *s, size_t file)
 static vf_sample_rows *tdisk_rows(vf_sample_spec *s, size_t e, const vf_data_span *ds)
 {
     const vf_ds_table_cache_file *f = &s->tdisk_files[ds->file];
-    const int64_t *x = vf_ds_table_cache_find(f, ds->row_offset);
-    const vf_episode *ep = vf_dataset_episode(s->dataset, e);
-    if (!x || x[1] != ds->length || x[3] != ep->episode_index || x[4] != ep->from_index)
+    const int64_t *x = tdisk_entry(s, f, e, ds);
+    if (!x)
         return NULL;
     vf_sample_rows *r = vf_calloc(1, sizeof *r);
     void **dest = vf_calloc(s->num_table ? s->num_table : 1, sizeof *dest);

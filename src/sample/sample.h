@@ -184,8 +184,8 @@ typedef struct vf_sample_spec {
     size_t num_kept_strings, cap_kept_strings;
     /* Map mode: the table cache on disk (meta_cache.h, rows.c): per data
      * file, the decoded columns of all its episodes, built on the first
-     * miss in the file and mapped (under rows_lock; tdisk_state: 0 unknown,
-     * 1 being built or mapped, 2 mapped, 3 not available). */
+     * miss in the file and opened (under rows_lock; tdisk_state: 0 unknown,
+     * 1 being built or opened, 2 open, 3 not available). */
     int tdisk_mode;                /* -1 auto (the default), 0 off, 1 on in map mode */
     int tdisk_decided;             /* 0 not yet; 1 on; -1 off */
     vf_ds_meta_cache *tdisk;
@@ -196,7 +196,7 @@ typedef struct vf_sample_spec {
     int *tdisk_types;              /* [num_table] */
     int64_t *tdisk_widths;
     uint64_t table_disk_episodes, table_disk_builds, table_disk_files;
-    size_t table_disk_bytes;       /* bytes of the cache files mapped */
+    size_t table_disk_bytes;       /* bytes of the cache files open */
     /* Counters (under rows_lock). */
     uint64_t table_reads, table_row_groups, table_rows, table_episodes, table_evictions;
     uint64_t table_pages_decoded, table_pages_skipped; /* data pages of the groups read: decoded / skipped */

@@ -159,7 +159,7 @@ static char *store_fixture(vf_ds_meta_cache *mc, const char *data_path, const ta
 static int map_fixture(vf_ds_meta_cache *mc, const char *data_path, vf_ds_table_cache_file *f)
 {
     vf_ds_meta_key key;
-    int r = vf_ds_table_cache_map(mc, data_path, types, widths, 2, &key, f);
+    int r = vf_ds_table_cache_open(mc, data_path, types, widths, 2, &key, f);
     CHECK_EQ_INT(key.valid, 1);
     vf_ds_meta_key_free(&key);
     return r;
@@ -232,12 +232,12 @@ static void test_round_trip(const char *dir)
     int other_types[2] = {VF_DS_I64, VF_DS_I64};
     int64_t other_widths[2] = {W0 + 1, 1};
     vf_ds_meta_key key;
-    CHECK_EQ_INT(vf_ds_table_cache_map(mc, data, other_types, widths, 2, &key, &f), 0);
+    CHECK_EQ_INT(vf_ds_table_cache_open(mc, data, other_types, widths, 2, &key, &f), 0);
     CHECK_EQ_INT(key.valid, 1);
     vf_ds_meta_key_free(&key);
-    CHECK_EQ_INT(vf_ds_table_cache_map(mc, data, types, other_widths, 2, &key, &f), 0);
+    CHECK_EQ_INT(vf_ds_table_cache_open(mc, data, types, other_widths, 2, &key, &f), 0);
     vf_ds_meta_key_free(&key);
-    CHECK_EQ_INT(vf_ds_table_cache_map(mc, data, types, widths, 1, &key, &f), 0);
+    CHECK_EQ_INT(vf_ds_table_cache_open(mc, data, types, widths, 1, &key, &f), 0);
     vf_ds_meta_key_free(&key);
     /* ... and the entry is still there for the right ones. */
     CHECK_EQ_INT(map_fixture(mc, data, &f), 1);
@@ -245,7 +245,7 @@ static void test_round_trip(const char *dir)
 
     /* A path that does not exist: a miss with no key. */
     char *gone = vf_path_join(dir, "gone.parquet");
-    CHECK_EQ_INT(vf_ds_table_cache_map(mc, gone, types, widths, 2, &key, &f), 0);
+    CHECK_EQ_INT(vf_ds_table_cache_open(mc, gone, types, widths, 2, &key, &f), 0);
     CHECK_EQ_INT(key.valid, 0);
     vf_ds_meta_key_free(&key);
 
@@ -687,7 +687,7 @@ static void test_store_refusals(const char *dir)
     CHECK_EQ_INT(vf_ds_table_cache_store(mc, &key, &tf.t, adjacent, episode_index, from_index), 1);
     vf_ds_table_cache_file g;
     vf_ds_meta_key key2;
-    CHECK_EQ_INT(vf_ds_table_cache_map(mc, data, types, widths, 2, &key2, &g), 1);
+    CHECK_EQ_INT(vf_ds_table_cache_open(mc, data, types, widths, 2, &key2, &g), 1);
     CHECK(vf_ds_table_cache_find(&g, 2) != NULL);
     vf_ds_table_cache_close(&g);
     vf_ds_meta_key_free(&key2);
