@@ -18,6 +18,8 @@ the whole dataset) and stream mode deliver --samples samples after a
                storing each data file the samples touch)
   map-warm     the same again, the cache filled by map-cold (a later run, or
                another rank on the node)
+  getitem-*    the same three through vlafeed.LeRobotDataset: random ds[i],
+               one item at a time, every tabular column (download_videos=False)
 
 The table cache lives in --table-cache-dir (VF_CACHE_DIR of the children;
 default <cache>/bench-table-cache). The figure in each row is the figure is samples per CPU-second of the process
@@ -87,12 +89,49 @@ print(json.dumps(dict(samples=n, cpu_s=c1 - c0, wall_s=t1 - t0, table_reads=st.g
 loader.close()
 '''
 
+# LeRobot's access pattern: vlafeed.LeRobotDataset, random ds[i], every
+# tabular column (download_videos=False), one item at a time.
+GETITEM = r'''
+import json, random, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+import _inplace
+if sys.argv[3]:
+    sys.path.insert(0, sys.argv[3])
+else:
+    _inplace.use()
+import vlafeed
+spec = json.loads(sys.argv[1])
+def cpu():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+ds = vlafeed.LeRobotDataset("bench", root=spec["root"], download_videos=False)
+rng = random.Random(1)
+for _ in range(spec["warmup"]):
+    ds[rng.randrange(len(ds))]
+c0, t0 = cpu(), time.perf_counter()
+for _ in range(spec["samples"]):
+    ds[rng.randrange(len(ds))]
+c1, t1 = cpu(), time.perf_counter()
+st = ds._loader.stats()
+print(json.dumps(dict(samples=spec["samples"], cpu_s=c1 - c0, wall_s=t1 - t0, table_reads=st.get("table_reads"),
+                      table_pages_decoded=st.get("table_pages_decoded"),
+                      table_pages_skipped=st.get("table_pages_skipped"), episodes_read=st.get("table_episodes"),
+                      files_opened=st.get("table_files_opened"), disk_episodes=st.get("table_disk_episodes"),
+                      disk_builds=st.get("table_disk_builds"), disk_bytes=st.get("table_disk_bytes"))))
+'''
+
 
 def measure(root, mode, args):
-    """mode: stream, map (the loader's defaults), map-parquet, map-cold or map-warm."""
+    """mode: stream, map (the loader's defaults), map-parquet, map-cold or map-warm; getitem-parquet,
+    getitem-cold or getitem-warm: the same three ways through vlafeed.LeRobotDataset's ds[i]."""
+    getitem = mode.startswith("getitem")
+    if getitem:
+        mode = "map" + mode[len("getitem"):]
     engine_mode = "stream" if mode == "stream" else "map"
     disk = {"map-parquet": False}.get(mode)
     env = dict(os.environ)
+    if getitem and disk is False:
+        env["VF_TABLE_CACHE"] = "0"  # LeRobotDataset has no table_disk_cache keyword
     cache_dir = pathlib.Path(args.table_cache_dir or pathlib.Path(args.cache) / "bench-table-cache") / root.name
     env["VF_CACHE_DIR"] = str(cache_dir)
     if mode == "map-cold":
@@ -101,7 +140,10 @@ def measure(root, mode, args):
                 warmup=0 if mode == "map-cold" else args.warmup,
                 samples=args.stream_samples if mode == "stream" else args.samples,
                 table_cache_bytes=args.table_cache_bytes, table_disk_cache=disk)
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(HERE), args.package or ""],
+    if getitem:
+        spec["samples"] = args.getitem_samples
+    r = subprocess.run([sys.executable, "-c", GETITEM if getitem else CHILD, json.dumps(spec), str(HERE),
+                        args.package or ""],
                        capture_output=True, text=True, env=env,
                        timeout=args.timeout)
     if r.returncode:
@@ -121,7 +163,9 @@ def main(argv=None):
     ap.add_argument("--layouts", default="file,episode", help="comma list of file,episode")
     ap.add_argument("--modes", default="map-parquet,map-cold,map-warm,stream",
                     help="comma list of map-parquet, map-cold, map-warm, map (the defaults, whatever the cache "
-                         "holds), stream (default: all but map)")
+                         "holds), stream (default: all but map), and getitem-parquet, getitem-cold, getitem-warm "
+                         "(LeRobotDataset's random ds[i], every tabular column)")
+    ap.add_argument("--getitem-samples", type=int, default=3000, help="items per getitem-* run (default 3000)")
     ap.add_argument("--samples", type=int, default=6400, help="samples measured per run (default 6400)")
     ap.add_argument("--stream-samples", type=int, default=400000,
                     help="samples measured per stream-mode run (default 400000: its table cost per sample is "

@@ -570,6 +570,9 @@ static vf_sample_rows *tdisk_rows(vf_sample_spec *s, size_t e, const vf_data_spa
             pthread_mutex_unlock(&s->rows_lock);
         }
         if (rc < 0) {
+            /* Names the episode; the warning adds the data file. */
+            vf_error(rc, "episode %lld: %s", (long long)vf_dataset_episode(s->dataset, e)->episode_index,
+                     vf_last_error());
             vf_ds_file_cache_damaged(s->tdisk, "table cache", ds->path);
             ok = 0;
         }
